@@ -1,0 +1,31 @@
+"""The core contract: types, env base classes, spaces, registry and wrappers."""
+
+from turngym.core.env import AsyncEnv, Env, Task
+from turngym.core.registry import EnvSpec, UnknownEnvError, make, register, registry, spec
+from turngym.core.spaces import ActionSpace, MessagesSpace
+from turngym.core.types import Message, ToolCall, ToolResult, ToolSpec, Trajectory, Turn
+from turngym.core.wrappers import AsyncWrapper, RecordRewardComponents, RecordTrajectory, TurnLimit
+
+__all__ = [
+    "ActionSpace",
+    "AsyncEnv",
+    "AsyncWrapper",
+    "Env",
+    "EnvSpec",
+    "Message",
+    "MessagesSpace",
+    "RecordRewardComponents",
+    "RecordTrajectory",
+    "Task",
+    "ToolCall",
+    "ToolResult",
+    "ToolSpec",
+    "Trajectory",
+    "Turn",
+    "TurnLimit",
+    "UnknownEnvError",
+    "make",
+    "register",
+    "registry",
+    "spec",
+]

@@ -1,0 +1,324 @@
+"""``Env`` and ``AsyncEnv``: Gymnasium environments that speak chat and tools.
+
+A subclass writes:
+  * tools: methods decorated with ``@tool`` (sync or async); ``@tool(terminal=True)``
+    ends the episode when called successfully (or call ``self.end_episode()``);
+  * ``_reset(rng, options) -> Task``: pick a task, set up state, return the first messages;
+  * ``_turn_reward(results, done) -> dict[str, float]``: reward components of this turn;
+  * optionally ``_observe(results)`` (extra messages after tool results, e.g. a new page
+    state), ``_state_key()``, ``_close()`` and ``expert_action()`` (a scripted expert).
+Any hook may be ``async``. The base class parses actions, dispatches tools through a
+``ToolBox`` (every failure becomes an error observation), counts turns, truncates at the
+turn limit, and fills the standard ``info`` keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import hashlib
+import inspect
+import json
+import threading
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import gymnasium
+import numpy as np
+
+from turngym.core.spaces import ActionSpace, MessagesSpace
+from turngym.core.types import Message, ToolResult, ToolSpec
+from turngym.tools.parsers import ToolCallParser, get_parser
+from turngym.tools.toolbox import ToolBox
+
+T = TypeVar("T")
+
+#: ``error_kind`` values that make a turn an invalid action (the model's fault, not the tool's).
+INVALID_KINDS = frozenset(
+    {"unknown_tool", "bad_arguments", "tool_error", "parse_error", "no_call", "too_many_calls"}
+)
+
+
+@dataclass
+class Task:
+    """What ``_reset`` returns: the first messages and the task's identity and references."""
+
+    messages: list[Message]
+    task_id: str
+    reference: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+async def _maybe_await(value: T | Awaitable[T]) -> T:
+    if inspect.isawaitable(value):
+        return await value
+    return value  # type: ignore[return-value]
+
+
+class Env(gymnasium.Env[list[Message], str]):
+    """A chat-and-tools environment with the Gymnasium API (sync and async)."""
+
+    metadata: dict[str, Any] = {"render_modes": ["ansi"]}
+    default_max_turns: int = 10
+
+    def __init__(
+        self,
+        *,
+        max_turns: int | None = None,
+        parser: str | ToolCallParser | None = "hermes",
+        tool_timeout: float | None = 30.0,
+        max_output_chars: int = 16_000,
+        max_calls_per_turn: int = 8,
+        tools_in_prompt: bool = True,
+        render_mode: str | None = None,
+    ):
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode {render_mode!r} not in {self.metadata['render_modes']}")
+        self.render_mode = render_mode
+        self.max_turns = int(max_turns if max_turns is not None else self.default_max_turns)
+        if self.max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
+        self.parser = get_parser(parser)
+        self.max_calls_per_turn = max_calls_per_turn
+        self.tools_in_prompt = tools_in_prompt
+        self.toolbox = ToolBox.from_object(self, timeout=tool_timeout, max_output_chars=max_output_chars)
+        self.observation_space = MessagesSpace()
+        self.action_space = ActionSpace(self.toolbox.specs)
+        self.turn = 0
+        self.task: Task | None = None
+        self._done = True
+        self._terminated = False
+        self._closed = False
+        self._last_render = ""
+        self._call_history: list[str] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # ------------------------------------------------------------------ hooks
+    def _reset(self, rng: np.random.Generator, options: dict[str, Any]) -> Task | Awaitable[Task]:
+        raise NotImplementedError
+
+    def _turn_reward(
+        self, results: list[ToolResult], done: bool
+    ) -> dict[str, float] | Awaitable[dict[str, float]]:
+        return {}
+
+    def _observe(self, results: list[ToolResult]) -> list[Message] | Awaitable[list[Message]]:
+        return []
+
+    def _state_key(self) -> str | None:
+        payload = json.dumps([self.task.task_id if self.task else "", self._call_history])
+        return hashlib.sha1(payload.encode()).hexdigest()[:16]
+
+    def _close(self) -> None | Awaitable[None]:
+        return None
+
+    def expert_action(self) -> str | None:
+        """The next action of a scripted expert that may read privileged state; None if none."""
+        return None
+
+    # ------------------------------------------------------------ public API
+    @property
+    def tools(self) -> list[ToolSpec]:
+        return self.toolbox.specs
+
+    @property
+    def terminated(self) -> bool:
+        return self._terminated
+
+    def end_episode(self) -> None:
+        """Called by a tool or hook: the episode ends (terminated) after this turn."""
+        self._terminated = True
+
+    def tool_instructions(self) -> str:
+        """Text describing the tools in the parser's convention (for the system prompt)."""
+        return self.parser.instructions(self.tools) if self.tools_in_prompt else ""
+
+    async def areset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[list[Message], dict[str, Any]]:
+        self._check_open()
+        gymnasium.Env.reset(self, seed=seed)
+        self.turn = 0
+        self._terminated = False
+        self._call_history = []
+        task = await _maybe_await(self._reset(self.np_random, dict(options or {})))
+        if not isinstance(task, Task):
+            raise TypeError(f"{type(self).__name__}._reset must return a Task, got {type(task).__name__}")
+        self.task = task
+        self._done = False
+        obs = [m.model_copy(deep=True) for m in task.messages]
+        self._last_render = _render_messages(obs)
+        info = {
+            "task_id": task.task_id,
+            "reference": copy.deepcopy(task.reference),
+            "state_key": self._state_key(),
+            "turn": 0,
+            **copy.deepcopy(task.info),
+        }
+        return obs, info
+
+    async def astep(self, action: str | Message) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
+        self._check_open()
+        if self._done or self.task is None:
+            raise RuntimeError("the episode is over (or never started): call reset() first")
+        self.turn += 1
+        parsed = self.parser.parse(action)
+        obs: list[Message] = []
+        results: list[ToolResult] = []
+        errors: list[str] = []
+        invalid = False
+
+        for pc in parsed.calls:
+            if not pc.ok:
+                invalid = True
+                errors.append(pc.error or pc.status)
+                results.append(ToolResult(name="", ok=False, error=pc.error, error_kind="parse_error"))
+                obs.append(self.parser.format_error(pc.error or pc.status))
+        calls = parsed.valid_calls
+        if not parsed.calls:
+            invalid = True
+            msg = "no tool call found in the action. " + self._call_hint()
+            errors.append(msg)
+            results.append(ToolResult(name="", ok=False, error=msg, error_kind="no_call"))
+            obs.append(self.parser.format_error(msg))
+        if len(calls) > self.max_calls_per_turn:
+            invalid = True
+            msg = f"{len(calls)} tool calls in one turn; only the first {self.max_calls_per_turn} were run"
+            errors.append(msg)
+            results.append(ToolResult(name="", ok=False, error=msg, error_kind="too_many_calls"))
+            obs.append(self.parser.format_error(msg))
+            calls = calls[: self.max_calls_per_turn]
+
+        for i, call in enumerate(calls):
+            if not call.id:  # deterministic ids, unique within the episode
+                call = call.model_copy(update={"id": f"call_{self.turn}_{i}"})
+            res = await self.toolbox.call(call)
+            results.append(res)
+            obs.append(self.parser.format_result(res))
+            if res.ok:
+                self._call_history.append(
+                    f"{call.name}:{json.dumps(call.arguments, sort_keys=True, default=str)}"
+                )
+                if self.toolbox.is_terminal(call.name):
+                    self._terminated = True
+            else:
+                errors.append(res.error or "tool failed")
+                invalid = invalid or res.error_kind in INVALID_KINDS
+            if self._terminated:
+                break
+
+        obs.extend(await _maybe_await(self._observe(results)))
+        terminated = self._terminated
+        truncated = not terminated and self.turn >= self.max_turns
+        done = terminated or truncated
+        components = {k: float(v) for k, v in (await _maybe_await(self._turn_reward(results, done))).items()}
+        reward = float(sum(components.values()))
+        self._done = done
+        self._last_render = _render_messages([_as_message(action), *obs])
+        info: dict[str, Any] = {
+            "reward_components": components,
+            "invalid_action": invalid,
+            "error": "; ".join(errors),
+            "state_key": self._state_key(),
+            "turn": self.turn,
+            "task_id": self.task.task_id,
+            "reference": copy.deepcopy(self.task.reference),
+            "tool_results": results,
+        }
+        return obs, reward, terminated, truncated, info
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._done = True
+        await _maybe_await(self._close())
+
+    # ------------------------------------------------------- sync wrappers
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[list[Message], dict[str, Any]]:
+        return self._run(self.areset(seed=seed, options=options))
+
+    def step(self, action: str | Message) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
+        return self._run(self.astep(action))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._run(self.aclose())
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
+
+    def render(self) -> str | None:
+        if self.render_mode == "ansi":
+            return self._last_render
+        return None
+
+    # ---------------------------------------------------------- internals
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__} is closed")
+
+    def _call_hint(self) -> str:
+        names = ", ".join(self.toolbox.names)
+        if self.parser.name == "tags":
+            return self.parser.instructions(self.tools)
+        return f'Call a tool as <tool_call>{{"name": ..., "arguments": {{...}}}}</tool_call>. Tools: {names}'
+
+    def _run(self, coro: Awaitable[T]) -> T:
+        """Run a coroutine to completion from sync code, on this env's own event loop.
+
+        The loop persists across calls so that resources bound to it (async clients,
+        subprocesses, browsers) stay valid. Called from inside a running loop, the work
+        runs on a helper thread instead.
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            if self._loop is None or self._loop.is_closed():
+                self._loop = asyncio.new_event_loop()
+            return self._loop.run_until_complete(coro)
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                if self._loop is None or self._loop.is_closed():
+                    self._loop = asyncio.new_event_loop()
+                box["value"] = self._loop.run_until_complete(coro)
+            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+                box["error"] = e
+
+        th = threading.Thread(target=target, daemon=True)
+        th.start()
+        th.join()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    def __del__(self) -> None:
+        loop = getattr(self, "_loop", None)
+        if loop is not None and not loop.is_closed() and not loop.is_running():
+            loop.close()
+
+
+class AsyncEnv(Env):
+    """An ``Env`` whose hooks and tools are coroutines (I/O-bound families: Docker, browsers).
+
+    The rollout engine calls ``areset``/``astep``/``aclose`` on the caller's event loop;
+    ``reset``/``step``/``close`` are thin sync wrappers that run them on the env's own loop.
+    """
+
+
+def _as_message(action: str | Message) -> Message:
+    return action if isinstance(action, Message) else Message(role="assistant", content=str(action))
+
+
+def _render_messages(messages: list[Message]) -> str:
+    lines = []
+    for m in messages:
+        head = m.role + (f" ({m.name})" if m.name else "")
+        lines.append(f"[{head}] {m.content}" + (f" <{len(m.images)} image(s)>" if m.images else ""))
+    return "\n".join(lines)

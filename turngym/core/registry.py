@@ -1,0 +1,235 @@
+"""Environment registry: versioned ids, lazy entry points, plugin discovery, Gymnasium mirroring.
+
+``register("search-qa-v0", "turngym.envs.search.env:SearchQAEnv", max_turns=6)`` records a
+spec without importing anything; ``make("search-qa")`` picks the latest version, merges
+defaults with overrides and imports the class only then. Third-party packages register
+through the entry-point group ``turngym.envs`` (a callable that registers, or a module
+whose import registers). Every env is also registered in Gymnasium as ``turngym/<id>``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.metadata
+import re
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+ENTRY_POINT_GROUP = "turngym.envs"
+GYM_NAMESPACE = "turngym"
+_ID_RE = re.compile(r"^(?P<name>[a-z0-9][a-z0-9_.-]*?)(?:-v(?P<version>\d+))?$")
+
+
+class UnknownEnvError(KeyError):
+    """No environment with this id; the message lists close matches."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    id: str  # "name-vN"
+    name: str
+    version: int
+    entry_point: str | Callable[..., Any]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+    family: str = ""
+    requires: tuple[str, ...] = ()  # extras needed, e.g. ("docker",)
+    source: str = "turngym"  # the package that registered it
+
+    def load(self) -> Callable[..., Any]:
+        if callable(self.entry_point):
+            return self.entry_point
+        module, _, attr = self.entry_point.partition(":")
+        if not attr:
+            raise ValueError(f"entry point {self.entry_point!r} of {self.id!r} must be 'module:Class'")
+        try:
+            mod = importlib.import_module(module)
+        except ImportError as e:
+            hint = (
+                f" (install the extra: pip install 'turngym[{','.join(self.requires)}]')"
+                if self.requires
+                else ""
+            )
+            raise ImportError(f"cannot load env {self.id!r}: {e}{hint}") from e
+        obj: Any = mod
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+    def make(self, **overrides: Any) -> Any:
+        return self.load()(**{**self.kwargs, **overrides})
+
+
+def parse_id(env_id: str) -> tuple[str, int | None]:
+    """``"search-qa-v2"`` -> ``("search-qa", 2)``; ``"search-qa"`` -> ``("search-qa", None)``."""
+    if env_id.startswith(GYM_NAMESPACE + "/"):
+        env_id = env_id[len(GYM_NAMESPACE) + 1 :]
+    m = _ID_RE.match(env_id)
+    if not m:
+        raise ValueError(f"malformed env id {env_id!r}: use lowercase 'name' or 'name-vN'")
+    version = m.group("version")
+    return m.group("name"), int(version) if version is not None else None
+
+
+class Registry(Mapping[str, EnvSpec]):
+    """All registered env specs, keyed by full id (``name-vN``)."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, EnvSpec] = {}
+        self._plugins_loaded = False
+        self._lock = threading.RLock()
+        self.plugin_errors: dict[str, str] = {}
+
+    # Mapping API (plugins are discovered on first use)
+    def __getitem__(self, env_id: str) -> EnvSpec:
+        return self.spec(env_id)
+
+    def __iter__(self) -> Iterator[str]:
+        self.load_plugins()
+        return iter(sorted(self._specs))
+
+    def __len__(self) -> int:
+        self.load_plugins()
+        return len(self._specs)
+
+    def __contains__(self, env_id: object) -> bool:
+        if not isinstance(env_id, str):
+            return False
+        try:
+            self.spec(env_id)
+            return True
+        except (UnknownEnvError, ValueError):
+            return False
+
+    def register(
+        self,
+        env_id: str,
+        entry_point: str | Callable[..., Any],
+        *,
+        description: str = "",
+        family: str = "",
+        requires: tuple[str, ...] | list[str] = (),
+        source: str = "turngym",
+        override: bool = False,
+        **kwargs: Any,
+    ) -> EnvSpec:
+        name, version = parse_id(env_id)
+        version = 0 if version is None else version
+        full = f"{name}-v{version}"
+        with self._lock:
+            if full in self._specs and not override:
+                raise ValueError(f"env {full!r} is already registered (pass override=True to replace it)")
+            spec = EnvSpec(
+                id=full,
+                name=name,
+                version=version,
+                entry_point=entry_point,
+                kwargs=dict(kwargs),
+                description=description,
+                family=family or name,
+                requires=tuple(requires),
+                source=source,
+            )
+            self._specs[full] = spec
+        _register_in_gymnasium(spec)
+        return spec
+
+    def spec(self, env_id: str) -> EnvSpec:
+        name, version = parse_id(env_id)
+        with self._lock:
+            spec = self._find(name, version)
+            if spec is None and not self._plugins_loaded:
+                self.load_plugins()
+                spec = self._find(name, version)
+        if spec is None:
+            raise UnknownEnvError(self._unknown_message(env_id, name, version))
+        return spec
+
+    def _find(self, name: str, version: int | None) -> EnvSpec | None:
+        if version is not None:
+            return self._specs.get(f"{name}-v{version}")
+        versions = [s for s in self._specs.values() if s.name == name]
+        return max(versions, key=lambda s: s.version) if versions else None
+
+    def _unknown_message(self, env_id: str, name: str, version: int | None) -> str:
+        known_versions = sorted(s.id for s in self._specs.values() if s.name == name)
+        if known_versions:
+            return f"env {env_id!r} has no version {version}; registered: {', '.join(known_versions)}"
+        names = sorted({s.name for s in self._specs.values()})
+        close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        return f"unknown env {env_id!r}.{hint} Registered: {', '.join(names) or '(none)'}"
+
+    def make(self, env_id: str, **kwargs: Any) -> Any:
+        return self.spec(env_id).make(**kwargs)
+
+    def latest(self) -> list[EnvSpec]:
+        """The newest version of every env name."""
+        self.load_plugins()
+        best: dict[str, EnvSpec] = {}
+        for s in self._specs.values():
+            if s.name not in best or s.version > best[s.name].version:
+                best[s.name] = s
+        return [best[n] for n in sorted(best)]
+
+    def load_plugins(self, force: bool = False) -> None:
+        """Discover third-party envs through the ``turngym.envs`` entry-point group."""
+        with self._lock:
+            if self._plugins_loaded and not force:
+                return
+            self._plugins_loaded = True
+            for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+                try:
+                    obj = ep.load()
+                    if callable(obj) and not isinstance(obj, type):
+                        obj()
+                except Exception as e:  # noqa: BLE001 - a broken plugin must not break turngym
+                    self.plugin_errors[ep.name] = f"{type(e).__name__}: {e}"
+
+    def unregister(self, env_id: str) -> None:
+        spec = self.spec(env_id)
+        with self._lock:
+            self._specs.pop(spec.id, None)
+        try:
+            import gymnasium
+
+            gymnasium.registry.pop(f"{GYM_NAMESPACE}/{spec.id}", None)
+        except ImportError:
+            pass
+
+
+def _register_in_gymnasium(spec: EnvSpec) -> None:
+    import gymnasium
+
+    gym_id = f"{GYM_NAMESPACE}/{spec.id}"
+    gymnasium.registry.pop(gym_id, None)
+    gymnasium.register(
+        id=gym_id,
+        entry_point=spec.entry_point,
+        kwargs=dict(spec.kwargs),
+        disable_env_checker=True,
+        order_enforce=False,
+    )
+
+
+registry = Registry()
+
+
+def register(env_id: str, entry_point: str | Callable[..., Any], **kwargs: Any) -> EnvSpec:
+    """Register an env. Keyword arguments other than the spec's own fields are constructor defaults."""
+    return registry.register(env_id, entry_point, **kwargs)
+
+
+def make(env_id: str, **kwargs: Any) -> Any:
+    """Make an env by id (``name`` = latest version, ``name-vN``, or ``turngym/name-vN``)."""
+    return registry.make(env_id, **kwargs)
+
+
+def spec(env_id: str) -> EnvSpec:
+    return registry.spec(env_id)

@@ -1,0 +1,131 @@
+"""Wrappers that keep the async path: turn limit, reward-component totals, trajectory recording."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import gymnasium
+
+from turngym.core.types import Message, Trajectory
+
+
+class AsyncWrapper(gymnasium.Wrapper):
+    """A Gymnasium wrapper that also forwards ``areset``/``astep``/``aclose``.
+
+    Subclasses override ``_on_reset`` / ``_on_step`` once; both paths use them.
+    """
+
+    async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        obs, info = await self.env.areset(seed=seed, options=options)
+        return self._on_reset(obs, info)
+
+    async def astep(self, action: Any):
+        return self._on_step(action, *(await self.env.astep(action)))
+
+    async def aclose(self) -> None:
+        await self.env.aclose()
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        return self._on_reset(obs, info)
+
+    def step(self, action: Any):
+        return self._on_step(action, *self.env.step(action))
+
+    def _on_reset(self, obs: list[Message], info: dict[str, Any]):
+        return obs, info
+
+    def _on_step(self, action: Any, obs, reward, terminated, truncated, info):
+        return obs, reward, terminated, truncated, info
+
+    @property
+    def tools(self):
+        return self.env.get_wrapper_attr("tools")
+
+
+class TurnLimit(AsyncWrapper):
+    """Truncate after ``max_turns`` turns (on top of the env's own limit)."""
+
+    def __init__(self, env: gymnasium.Env, max_turns: int):
+        super().__init__(env)
+        if max_turns < 1:
+            raise ValueError("max_turns must be >= 1")
+        self.max_turns = max_turns
+        self._turns = 0
+
+    def _on_reset(self, obs, info):
+        self._turns = 0
+        return obs, info
+
+    def _on_step(self, action, obs, reward, terminated, truncated, info):
+        self._turns += 1
+        if not terminated and self._turns >= self.max_turns:
+            truncated = True
+        return obs, reward, terminated, truncated, info
+
+
+class RecordRewardComponents(AsyncWrapper):
+    """Sum ``info["reward_components"]`` over the episode; the totals land in ``info["episode"]`` at the end."""
+
+    def __init__(self, env: gymnasium.Env):
+        super().__init__(env)
+        self.totals: dict[str, float] = {}
+        self.episode_return = 0.0
+        self.episode_turns = 0
+
+    def _on_reset(self, obs, info):
+        self.totals, self.episode_return, self.episode_turns = {}, 0.0, 0
+        return obs, info
+
+    def _on_step(self, action, obs, reward, terminated, truncated, info):
+        for k, v in (info.get("reward_components") or {}).items():
+            self.totals[k] = self.totals.get(k, 0.0) + float(v)
+        self.episode_return += float(reward)
+        self.episode_turns += 1
+        if terminated or truncated:
+            info = {
+                **info,
+                "episode": {
+                    "r": self.episode_return,
+                    "l": self.episode_turns,
+                    "components": dict(self.totals),
+                },
+            }
+        return obs, reward, terminated, truncated, info
+
+
+class RecordTrajectory(AsyncWrapper):
+    """Build a ``Trajectory`` per episode; optionally append each finished one to a JSONL file."""
+
+    def __init__(self, env: gymnasium.Env, path: str | Path | None = None, env_id: str = ""):
+        super().__init__(env)
+        self.path = Path(path) if path is not None else None
+        self.env_id = env_id or (env.spec.id if env.spec is not None else type(env.unwrapped).__name__)
+        self.trajectory: Trajectory | None = None
+        self.finished: list[Trajectory] = []
+        self._seed: int | None = None
+
+    async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        self._seed = seed
+        return await super().areset(seed=seed, options=options)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        self._seed = seed
+        return super().reset(seed=seed, options=options)
+
+    def _on_reset(self, obs, info):
+        self.trajectory = Trajectory.start(obs, info, env_id=self.env_id, seed=self._seed)
+        return obs, info
+
+    def _on_step(self, action, obs, reward, terminated, truncated, info):
+        if self.trajectory is not None:
+            msg = action if isinstance(action, Message) else Message(role="assistant", content=str(action))
+            self.trajectory.record_step(msg, obs, reward, terminated, truncated, info)
+            if terminated or truncated:
+                self.finished.append(self.trajectory)
+                if self.path is not None:
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                    with self.path.open("a", encoding="utf-8") as f:
+                        f.write(self.trajectory.to_json() + "\n")
+        return obs, reward, terminated, truncated, info

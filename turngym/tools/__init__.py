@@ -1,0 +1,32 @@
+"""Tools: ``@tool`` -> ``ToolSpec``, call parsers, and the ``ToolBox`` dispatcher."""
+
+from turngym.tools.decorator import BoundTool, ToolDef, tool, tool_def, tools_of
+from turngym.tools.parsers import (
+    HermesParser,
+    OpenAIParser,
+    ParsedCall,
+    ParseResult,
+    TagParser,
+    ToolCallParser,
+    get_parser,
+)
+from turngym.tools.toolbox import ToolBox, ToolError, ToolOutput, truncate
+
+__all__ = [
+    "BoundTool",
+    "HermesParser",
+    "OpenAIParser",
+    "ParseResult",
+    "ParsedCall",
+    "TagParser",
+    "ToolBox",
+    "ToolCallParser",
+    "ToolDef",
+    "ToolError",
+    "ToolOutput",
+    "get_parser",
+    "tool",
+    "tool_def",
+    "tools_of",
+    "truncate",
+]

@@ -1,0 +1,263 @@
+"""Tool-call parsers: model output -> tool calls, each with an explicit status.
+
+A parser never raises on model output: anything it cannot read becomes a
+``ParsedCall`` with ``status != "ok"`` and an error message for the model.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from turngym.core.types import Message, ToolCall, ToolResult
+
+Status = Literal["ok", "invalid_json", "invalid_call", "unclosed"]
+
+
+@dataclass
+class ParsedCall:
+    status: Status
+    raw: str
+    call: ToolCall | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass
+class ParseResult:
+    calls: list[ParsedCall] = field(default_factory=list)
+    text: str = ""  # the action's text outside tool calls
+
+    @property
+    def valid_calls(self) -> list[ToolCall]:
+        return [c.call for c in self.calls if c.ok and c.call is not None]
+
+    @property
+    def errors(self) -> list[str]:
+        return [c.error or c.status for c in self.calls if not c.ok]
+
+
+class ToolCallParser(Protocol):
+    name: str
+
+    def parse(self, action: str | Message) -> ParseResult: ...
+
+    def format_result(self, result: ToolResult) -> Message: ...
+
+    def format_error(self, error: str) -> Message: ...
+
+    def instructions(self, tools: list[Any]) -> str: ...
+
+
+def _as_call(obj: Any, raw: str) -> ParsedCall:
+    """Validate a decoded ``{"name":..., "arguments":{...}}`` object."""
+    if not isinstance(obj, dict):
+        return ParsedCall(
+            "invalid_call", raw, error=f"a tool call must be a JSON object, got {type(obj).__name__}"
+        )
+    name = obj.get("name")
+    if "function" in obj and isinstance(obj["function"], dict) and name is None:  # OpenAI nesting
+        return _as_call({**obj["function"], "id": obj.get("id")}, raw)
+    if not isinstance(name, str) or not name.strip():
+        return ParsedCall("invalid_call", raw, error='a tool call needs a "name" string')
+    args = obj.get("arguments", obj.get("parameters", {}))
+    if isinstance(args, str):  # OpenAI style: arguments as a JSON string
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except (json.JSONDecodeError, RecursionError) as e:
+            return ParsedCall("invalid_json", raw, error=f"arguments of {name!r} are not valid JSON: {e}")
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        return ParsedCall(
+            "invalid_call", raw, error=f'"arguments" of {name!r} must be an object, got {type(args).__name__}'
+        )
+    call_id = obj.get("id") if isinstance(obj.get("id"), str) else ""
+    return ParsedCall("ok", raw, call=ToolCall(id=call_id, name=name.strip(), arguments=args))
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except RecursionError as e:  # deeply nested input
+        raise json.JSONDecodeError("nesting too deep", text, 0) from e
+
+
+class HermesParser:
+    """Hermes/Qwen convention: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, several per turn."""
+
+    name = "hermes"
+    _BLOCK = re.compile(r"<tool_call>(.*?)(</tool_call>|$)", re.DOTALL)
+
+    def parse(self, action: str | Message) -> ParseResult:
+        if isinstance(action, Message):
+            if action.tool_calls:
+                return OpenAIParser().parse(action)
+            action = action.content
+        if not isinstance(action, str):
+            return ParseResult(
+                [ParsedCall("invalid_call", repr(action), error="the action must be text or a Message")]
+            )
+        calls: list[ParsedCall] = []
+        outside: list[str] = []
+        pos = 0
+        for m in self._BLOCK.finditer(action):
+            outside.append(action[pos : m.start()])
+            pos = m.end()
+            body, closed = m.group(1), bool(m.group(2))
+            raw = m.group(0)
+            if not closed:
+                calls.append(ParsedCall("unclosed", raw, error="<tool_call> was opened but never closed"))
+                continue
+            body = body.strip()
+            if body.startswith("```"):  # tolerate a fenced block inside the tags
+                body = body.strip("`").removeprefix("json").strip()
+            try:
+                obj = _loads(body)
+            except json.JSONDecodeError as e:
+                calls.append(ParsedCall("invalid_json", raw, error=f"the tool call is not valid JSON: {e}"))
+                continue
+            calls.append(_as_call(obj, raw))
+        outside.append(action[pos:])
+        return ParseResult(calls, "".join(outside).strip())
+
+    def format_result(self, result: ToolResult) -> Message:
+        return Message(
+            role="tool",
+            content=_result_text(result),
+            name=result.name,
+            tool_call_id=result.call_id or None,
+            images=list(result.images),
+        )
+
+    def format_error(self, error: str) -> Message:
+        return Message(role="tool", content=f"Error: {error}")
+
+    def instructions(self, tools: list[Any]) -> str:
+        specs = "\n".join(json.dumps(t.to_openai(), ensure_ascii=False) for t in tools)
+        return (
+            "You may call one or more functions. Function signatures:\n<tools>\n"
+            f"{specs}\n</tools>\n"
+            "For each call, write a JSON object with the function name and arguments inside tags:\n"
+            '<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+        )
+
+
+class OpenAIParser:
+    """Structured ``tool_calls`` on an assistant ``Message`` (OpenAI function calling)."""
+
+    name = "openai"
+
+    def parse(self, action: str | Message) -> ParseResult:
+        if isinstance(action, str):  # a JSON list/object of calls in text
+            try:
+                obj = _loads(action)
+            except json.JSONDecodeError as e:
+                return ParseResult([ParsedCall("invalid_json", action, error=f"not valid JSON: {e}")])
+            items = obj if isinstance(obj, list) else [obj]
+            return ParseResult([_as_call(o, json.dumps(o)) for o in items])
+        calls = [ParsedCall("ok", c.model_dump_json(), call=c) for c in action.tool_calls]
+        return ParseResult(calls, action.content)
+
+    format_result = HermesParser.format_result
+    format_error = HermesParser.format_error
+
+    def instructions(self, tools: list[Any]) -> str:
+        return ""  # the API passes tools natively
+
+
+class TagParser:
+    """Tag protocol (Search-R1 style): ``<search>q</search>``, ``<answer>a</answer>``.
+
+    ``tags`` maps a tag to ``(tool name, argument name)``. Results come back wrapped in
+    ``result_tag`` (``<information>...</information>``) as a user message.
+    """
+
+    name = "tags"
+
+    def __init__(
+        self,
+        tags: dict[str, tuple[str, str]] | None = None,
+        result_tag: str = "information",
+        first_only: bool = True,
+    ):
+        self.tags = tags or {"search": ("search", "query"), "answer": ("answer", "text")}
+        self.result_tag = result_tag
+        self.first_only = first_only
+        names = "|".join(re.escape(t) for t in self.tags)
+        self._open = re.compile(rf"<({names})>", re.DOTALL)
+
+    def parse(self, action: str | Message) -> ParseResult:
+        text = action.content if isinstance(action, Message) else action
+        if not isinstance(text, str):
+            return ParseResult([ParsedCall("invalid_call", repr(text), error="the action must be text")])
+        calls: list[ParsedCall] = []
+        outside: list[str] = []
+        pos = 0
+        while True:
+            m = self._open.search(text, pos)
+            if m is None:
+                break
+            tag = m.group(1)
+            close = text.find(f"</{tag}>", m.end())
+            outside.append(text[pos : m.start()])
+            if close < 0:
+                calls.append(
+                    ParsedCall("unclosed", text[m.start() :], error=f"<{tag}> was opened but never closed")
+                )
+                pos = len(text)
+                break
+            raw = text[m.start() : close + len(tag) + 3]
+            tool_name, arg = self.tags[tag]
+            calls.append(
+                ParsedCall(
+                    "ok", raw, call=ToolCall(name=tool_name, arguments={arg: text[m.end() : close].strip()})
+                )
+            )
+            pos = close + len(tag) + 3
+            if self.first_only:
+                break
+        outside.append(text[pos:])
+        return ParseResult(calls, "".join(outside).strip())
+
+    def format_result(self, result: ToolResult) -> Message:
+        return Message(
+            role="user",
+            content=f"<{self.result_tag}>{_result_text(result)}</{self.result_tag}>",
+            images=list(result.images),
+        )
+
+    def format_error(self, error: str) -> Message:
+        return Message(role="user", content=f"<{self.result_tag}>Error: {error}</{self.result_tag}>")
+
+    def instructions(self, tools: list[Any]) -> str:
+        parts = [f"<{tag}>…</{tag}> calls {tool}({arg}=…)" for tag, (tool, arg) in self.tags.items()]
+        return (
+            "Use tags to act: " + "; ".join(parts) + f". Results come back inside <{self.result_tag}> tags."
+        )
+
+
+def _result_text(result: ToolResult) -> str:
+    if result.ok:
+        return result.content
+    return f"Error: {result.error}" + (f"\n{result.content}" if result.content else "")
+
+
+PARSERS: dict[str, type] = {"hermes": HermesParser, "openai": OpenAIParser, "tags": TagParser}
+
+
+def get_parser(spec: str | ToolCallParser | None) -> ToolCallParser:
+    """A parser by name (``hermes``, ``openai``, ``tags``) or the instance given."""
+    if spec is None:
+        return HermesParser()
+    if isinstance(spec, str):
+        try:
+            return PARSERS[spec]()
+        except KeyError:
+            raise ValueError(f"unknown tool-call parser {spec!r}; choose one of {sorted(PARSERS)}") from None
+    return spec
