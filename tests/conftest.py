@@ -1,0 +1,59 @@
+"""Shared test configuration.
+
+Markers: ``slow``, ``gpu``, ``docker``, ``browser``, ``vllm``, ``reliability``. A test that needs a
+component this machine lacks is skipped with the reason — unless the component is listed in
+``TURNGYM_REQUIRE`` (comma-separated; CI sets it), in which case the test runs and fails loudly.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+
+import pytest
+
+
+def _required() -> set[str]:
+    return {x.strip() for x in os.environ.get("TURNGYM_REQUIRE", "").split(",") if x.strip()}
+
+
+@functools.cache
+def _has_gpu() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+@functools.cache
+def _has_docker() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    return subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
+
+
+@functools.cache
+def _has_browser() -> bool:
+    return shutil.which("chromium") is not None or os.path.exists("/usr/bin/chromium")
+
+
+@functools.cache
+def _has_vllm() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+_PROBES = {"gpu": _has_gpu, "docker": _has_docker, "browser": _has_browser, "vllm": _has_vllm}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    required = _required()
+    for item in items:
+        for name, probe in _PROBES.items():
+            if name in item.keywords and name not in required and not probe():
+                item.add_marker(pytest.mark.skip(reason=f"needs {name} (not available on this machine)"))

@@ -1,0 +1,64 @@
+import json
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from turngym.cli import CLIError, app, parse_typed_call
+from turngym.core.types import ToolSpec
+
+runner = CliRunner()
+
+
+def test_import_is_light():
+    code = "import sys, turngym; print(json.dumps(sorted(m for m in ('torch','transformers','docker','playwright','vllm','ray','pandas') if m in sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", "import json;" + code], capture_output=True, text=True, check=True
+    )
+    assert json.loads(out.stdout) == []
+
+
+def test_envs_json():
+    r = runner.invoke(app, ["envs", "--json"])
+    assert r.exit_code == 0
+    ids = [row["id"] for row in json.loads(r.stdout)]
+    assert "arith-v0" in ids
+
+
+def test_info_and_check():
+    r = runner.invoke(app, ["info", "arith"])
+    assert r.exit_code == 0 and "calculate" in r.stdout
+    r = runner.invoke(app, ["check", "arith", "--json"])
+    assert r.exit_code == 0
+    assert json.loads(r.stdout)[0]["ok"] is True
+
+
+def test_play_expert_and_typed_input():
+    r = runner.invoke(app, ["play", "arith", "--expert", "-n", "2"])
+    assert r.exit_code == 0 and "2/2 episodes with positive return" in r.stdout
+    r = runner.invoke(app, ["play", "arith", "--kw", "depth=1"], input="answer 0\n")
+    assert r.exit_code == 0 and "terminated" in r.stdout
+
+
+def test_errors_are_one_line_with_nonzero_exit():
+    out = subprocess.run(
+        [sys.executable, "-m", "turngym.cli", "info", "no-such-env"], capture_output=True, text=True
+    )
+    assert out.returncode == 2
+    assert out.stderr.strip().startswith("error: unknown env 'no-such-env'")
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_parse_typed_call():
+    tools = [ToolSpec(name="search", parameters={"type": "object", "properties": {"query": {}, "k": {}}})]
+    assert json.loads(parse_typed_call('search("a b", k=2)', tools)[11:-12]) == {
+        "name": "search",
+        "arguments": {"query": "a b", "k": 2},
+    }
+    assert json.loads(parse_typed_call("search cats and dogs", tools)[11:-12])["arguments"] == {
+        "query": "cats and dogs"
+    }
+    assert parse_typed_call("<answer>x</answer>", tools) == "<answer>x</answer>"
+    with pytest.raises(CLIError):
+        parse_typed_call("search(", tools)

@@ -1,0 +1,38 @@
+"""Every registered env that needs no external component passes the conformance suite here.
+
+Envs that need Docker, a browser or a server are checked in their own family's tests.
+"""
+
+import pytest
+
+import turngym
+from turngym.testing import check_env
+
+LIGHT = [s.id for s in turngym.registry.latest() if not s.requires]
+
+
+@pytest.mark.parametrize("env_id", LIGHT)
+def test_registered_env_conforms(env_id):
+    check_env(env_id).raise_for_failures()
+
+
+def test_suite_catches_a_broken_env():
+    from turngym.core.env import Env, Task
+    from turngym.core.types import Message
+    from turngym.tools import tool
+
+    class Nondeterministic(Env):
+        count = 0
+
+        @tool
+        def noop(self) -> str:
+            """Nothing."""
+            return ""
+
+        def _reset(self, rng, options):
+            Nondeterministic.count += 1
+            return Task([Message(role="user", content=str(self.count))], task_id=str(self.count))
+
+    report = check_env(Nondeterministic())
+    assert not report.ok
+    assert "determinism" in {r.name for r in report.failures}

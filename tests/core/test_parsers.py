@@ -1,0 +1,121 @@
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from turngym.core.types import Message, ToolCall, ToolResult
+from turngym.tools import HermesParser, OpenAIParser, TagParser, get_parser
+
+
+def test_hermes_several_calls_and_text():
+    text = (
+        'Let me look.\n<tool_call>{"name": "search", "arguments": {"query": "a"}}</tool_call>\n'
+        '<tool_call>\n{"name": "search", "arguments": {"query": "b", "k": 2}}\n</tool_call> done'
+    )
+    r = HermesParser().parse(text)
+    assert [c.status for c in r.calls] == ["ok", "ok"]
+    assert [c.arguments for c in r.valid_calls] == [{"query": "a"}, {"query": "b", "k": 2}]
+    assert r.text == "Let me look.\n\n done"
+
+
+def test_hermes_statuses():
+    p = HermesParser()
+    assert p.parse("<tool_call>{bad</tool_call>").calls[0].status == "invalid_json"
+    assert p.parse('<tool_call>{"arguments": {}}</tool_call>').calls[0].status == "invalid_call"
+    assert p.parse('<tool_call>{"name": "x", "arguments": 3}</tool_call>').calls[0].status == "invalid_call"
+    assert p.parse('<tool_call>{"name": "x"').calls[0].status == "unclosed"
+    assert p.parse("no calls here").calls == []
+    # OpenAI-style nesting and string arguments are accepted
+    r = p.parse('<tool_call>{"function": {"name": "x", "arguments": "{\\"a\\": 1}"}}</tool_call>')
+    assert r.valid_calls[0] == ToolCall(name="x", arguments={"a": 1})
+    assert (
+        p.parse('<tool_call>{"name": "x", "arguments": "{nope"}</tool_call>').calls[0].status
+        == "invalid_json"
+    )
+
+
+def test_openai_structured_calls():
+    msg = Message(role="assistant", content="hi", tool_calls=[ToolCall(id="1", name="a", arguments={"x": 1})])
+    r = OpenAIParser().parse(msg)
+    assert r.valid_calls == msg.tool_calls and r.text == "hi"
+    # the Hermes parser hands structured calls to the OpenAI path
+    assert HermesParser().parse(msg).valid_calls == msg.tool_calls
+    r = OpenAIParser().parse(json.dumps([{"name": "a", "arguments": {}}, {"bad": 1}]))
+    assert [c.status for c in r.calls] == ["ok", "invalid_call"]
+
+
+def test_tag_protocol():
+    p = TagParser()
+    r = p.parse("<think>hmm</think><search> capital of France </search>")
+    assert r.valid_calls[0].name == "search" and r.valid_calls[0].arguments == {"query": "capital of France"}
+    r = p.parse("<answer>Paris</answer>")
+    assert r.valid_calls[0].name == "answer" and r.valid_calls[0].arguments == {"text": "Paris"}
+    assert p.parse("<search>unclosed").calls[0].status == "unclosed"
+    assert p.parse("plain").calls == []
+    out = p.format_result(ToolResult(name="search", content="Doc 1"))
+    assert out.role == "user" and out.content == "<information>Doc 1</information>"
+    custom = TagParser(tags={"bash": ("bash", "command")}, result_tag="output", first_only=False)
+    r = custom.parse("<bash>ls</bash><bash>pwd</bash>")
+    assert [c.arguments["command"] for c in r.valid_calls] == ["ls", "pwd"]
+
+
+def test_get_parser():
+    assert get_parser("tags").name == "tags"
+    assert get_parser(None).name == "hermes"
+    try:
+        get_parser("nope")
+    except ValueError as e:
+        assert "hermes" in str(e)
+    else:
+        raise AssertionError
+
+
+fragments = st.sampled_from(
+    [
+        "<tool_call>",
+        "</tool_call>",
+        "{",
+        "}",
+        '"name"',
+        ":",
+        '"arguments"',
+        "[",
+        "]",
+        ",",
+        "<search>",
+        "</search>",
+        "<answer>",
+        "</answer>",
+        '"',
+        "\\",
+        "null",
+        "1e999",
+        "\x00",
+    ]
+)
+noisy = st.lists(st.one_of(fragments, st.text(max_size=8)), max_size=40).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(st.text(), noisy))
+def test_parsers_never_raise(text):
+    for parser in (HermesParser(), OpenAIParser(), TagParser()):
+        r = parser.parse(text)
+        for c in r.calls:
+            assert c.status in ("ok", "invalid_json", "invalid_call", "unclosed")
+            assert c.ok == (c.call is not None)
+            if not c.ok:
+                assert c.error
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.text(max_size=20).filter(lambda s: s.strip()),
+    st.dictionaries(st.text(max_size=10), st.integers() | st.text(max_size=10), max_size=4),
+)
+def test_hermes_round_trip(name, args):
+    text = f"<tool_call>{json.dumps({'name': name, 'arguments': args})}</tool_call>"
+    r = HermesParser().parse(text)
+    if "</tool_call>" in json.dumps(name) or "</tool_call>" in json.dumps(args):
+        return
+    assert r.valid_calls[0].name == name.strip() and r.valid_calls[0].arguments == args

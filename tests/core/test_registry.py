@@ -1,0 +1,104 @@
+import subprocess
+import sys
+import textwrap
+
+import gymnasium
+import pytest
+
+import turngym
+from turngym.core.registry import Registry, UnknownEnvError, parse_id
+
+
+def test_parse_id():
+    assert parse_id("search-qa-v2") == ("search-qa", 2)
+    assert parse_id("search-qa") == ("search-qa", None)
+    assert parse_id("turngym/arith-v0") == ("arith", 0)
+    with pytest.raises(ValueError):
+        parse_id("Bad Id!")
+
+
+def test_versions_defaults_and_overrides():
+    reg = Registry()
+    reg.register("toy-v0", "turngym.envs.arith.env:ArithEnv", depth=1)
+    reg.register("toy-v1", "turngym.envs.arith.env:ArithEnv", depth=2, max_turns=5)
+    assert reg.spec("toy").id == "toy-v1"  # bare name = latest
+    env = reg.make("toy")
+    assert env.depth == 2 and env.max_turns == 5
+    env = reg.make("toy-v0", depth=4)
+    assert env.depth == 4
+    with pytest.raises(ValueError, match="already registered"):
+        reg.register("toy-v1", "x:Y")
+    with pytest.raises(UnknownEnvError, match="registered: toy-v0, toy-v1"):
+        reg.spec("toy-v7")
+    with pytest.raises(UnknownEnvError, match="Did you mean: toy"):
+        reg.spec("tyo")
+
+
+def test_entry_point_is_lazy(tmp_path, monkeypatch):
+    (tmp_path / "lazy_env_mod.py").write_text(
+        textwrap.dedent(
+            """
+            from turngym.envs.arith.env import ArithEnv
+            IMPORTED = True
+            class LazyEnv(ArithEnv):
+                pass
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg = Registry()
+    reg.register("lazy-v0", "lazy_env_mod:LazyEnv")
+    assert "lazy_env_mod" not in sys.modules
+    env = reg.make("lazy")
+    assert type(env).__name__ == "LazyEnv" and "lazy_env_mod" in sys.modules
+    bad = reg.register("broken-v0", "no_such_module_xyz:Env", requires=("docker",))
+    with pytest.raises(ImportError, match=r"turngym\[docker\]"):
+        bad.make()
+
+
+def test_gymnasium_registry_mirror():
+    assert "turngym/arith-v0" in gymnasium.registry
+    env = gymnasium.make("turngym/arith-v0", depth=2)
+    assert env.unwrapped.depth == 2
+    obs, info = env.reset(seed=0)
+    assert info["task_id"].startswith("arith-d2")
+
+
+def test_plugin_discovery_through_entry_points(tmp_path):
+    """A third-party package registers through the ``turngym.envs`` entry-point group."""
+    (tmp_path / "myplugin.py").write_text(
+        textwrap.dedent(
+            """
+            import turngym
+            def register():
+                turngym.register("plugin-env-v3", "turngym.envs.arith.env:ArithEnv", depth=1, source="myplugin")
+            """
+        )
+    )
+    dist = tmp_path / "myplugin-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: myplugin\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[turngym.envs]\nmyplugin = myplugin:register\n")
+    code = textwrap.dedent(
+        """
+        import turngym
+        env = turngym.make("plugin-env")
+        print(turngym.spec("plugin-env").id, turngym.spec("plugin-env").source, env.depth)
+        print("plugin-env-v3" in list(turngym.registry))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={"PYTHONPATH": str(tmp_path), "PATH": ""},
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["plugin-env-v3", "myplugin", "1", "True"]
+
+
+def test_builtin_registry_contents():
+    ids = [s.id for s in turngym.registry.latest()]
+    assert "arith-v0" in ids
+    assert "arith-v0" in turngym.registry
+    assert 42 not in turngym.registry
