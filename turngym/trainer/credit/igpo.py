@@ -1,0 +1,106 @@
+"""``igpo``: information-gain turn rewards (IGPO, arXiv 2510.14967).
+
+Tool turns are paid the change in the policy's belief in the gold answer (computed by
+:mod:`turngym.trainer.credit.info_gain` and stored in ``turn.info["info_gain"]``); the answer turn
+is paid the outcome. Rewards are normalised over all reward positions of the group, then
+discounted turn by turn and broadcast.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from turngym.trainer.credit.base import GroupCredit, OutcomeReward, broadcast
+from turngym.trainer.credit.grpo import grpo
+from turngym.trainer.credit.normalize import discounted_returns, ragged_zscore
+
+IG_KEY = "info_gain"
+Norm = Literal["joint", "separate"]
+
+
+def igpo(
+    ig_rewards: Sequence[Sequence[float | None]],
+    outcomes: Sequence[float],
+    gamma: float = 1.0,
+    norm: Norm = "joint",
+) -> list[list[float]]:
+    """Turn advantages of a group: one per tool turn of ``ig_rewards[i]``, then one for the answer turn.
+
+    ``None`` in ``ig_rewards[i]`` marks a turn that is not a reward position (reward 0, left out of
+    the normalisation pool); a turn whose IG is exactly 0 is still a reward position.
+    ``norm="joint"``: one mean/std over the outcome and IG positions of all trajectories;
+    ``"separate"``: outcome positions and IG positions each with their own stats. Population std;
+    a pool of <= 1 element uses std 1. Then ``A_t = r̂_t + gamma * A_{t+1}``.
+    """
+    if len(ig_rewards) != len(outcomes):
+        raise ValueError(f"{len(ig_rewards)} IG lists for {len(outcomes)} outcomes")
+    if norm not in ("joint", "separate"):
+        raise ValueError(f"norm must be 'joint' or 'separate', got {norm!r}")
+    pools: dict[object, list[tuple[int, int, float]]] = {"outcome": [], "ig": []}
+    shape = []
+    for i, (igs, outcome) in enumerate(zip(ig_rewards, outcomes, strict=True)):
+        for t, v in enumerate(igs):
+            if v is not None:
+                pools["ig" if norm == "separate" else "outcome"].append((i, t, float(v)))
+        pools["outcome"].append((i, len(igs), float(outcome)))
+        shape.append(len(igs) + 1)
+    normed = ragged_zscore(pools, shape)
+    return [discounted_returns(r, gamma) for r in normed]
+
+
+def valid_info_gain(values: Sequence[float] | None, tool_turns: int) -> bool:
+    """IG is usable when there is one finite value per tool turn."""
+    return (
+        values is not None
+        and len(values) == tool_turns
+        and all(v is not None and math.isfinite(v) for v in values)
+    )
+
+
+@dataclass
+class IGPO:
+    """IGPO over trajectories whose tool turns carry ``turn.info["info_gain"]``.
+
+    A group without a gold answer (``traj.reference`` has no ``answer_key``) falls back to ``grpo``;
+    a trajectory with missing/non-finite IG or an IG count that does not match its tool turns uses
+    its outcome only (metric ``igpo/ig_fallback``).
+    """
+
+    gamma: float = 1.0
+    norm: Norm = "joint"
+    answer_key: str = "answer"
+    outcome: OutcomeReward = field(default_factory=lambda: OutcomeReward(missing=-2.0))
+    name: str = "igpo"
+
+    def group_advantages(self, group) -> GroupCredit:
+        outcomes = [self.outcome(t) for t in group]
+        turns = [t.turns for t in group]
+        if not any(gold_answer(t, self.answer_key) is not None for t in group):
+            return GroupCredit(broadcast(grpo(outcomes), turns), {"igpo/no_reference": 1.0})
+        ig_rewards: list[list[float | None]] = []
+        fallbacks = 0
+        for traj in group:
+            tool_turns = max(len(traj.turns) - 1, 0)
+            values = [t.info.get(IG_KEY) for t in traj.turns[:-1]]
+            if valid_info_gain(values, tool_turns):
+                ig_rewards.append([float(v) for v in values])
+            else:
+                fallbacks += 1
+                ig_rewards.append([None] * tool_turns)
+        adv = igpo(ig_rewards, outcomes, self.gamma, self.norm)
+        # a trajectory with no turns at all has one (answer) slot in ``adv``; keep the shapes of ``turns``
+        adv = [a[: len(ts)] for a, ts in zip(adv, turns, strict=True)]
+        return GroupCredit(adv, {"igpo/ig_fallback": float(fallbacks)})
+
+
+def gold_answer(traj, key: str = "answer") -> str | None:
+    """The gold answer (first alternative when several) from the trajectory's reference, as text."""
+    value = traj.reference.get(key)
+    if isinstance(value, (list, tuple)):
+        value = value[0] if value else None
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    return str(value)
