@@ -43,7 +43,7 @@ def test_grpo_properties(outcomes, by_std, loo, shift):
     shifted = grpo([r + shift for r in outcomes], by_std, loo)
     assert shifted == approx(adv, abs=1e-5)
     # order-preserving: a better outcome never gets a lower advantage
-    for (ra, aa), (rb, ab) in zip(zip(outcomes, adv), zip(outcomes[1:], adv[1:])):
+    for (ra, aa), (rb, ab) in zip(zip(outcomes, adv, strict=True), zip(outcomes[1:], adv[1:], strict=True), strict=False):
         assert (ra - rb) * (aa - ab) >= -1e-9
 
 
@@ -124,7 +124,7 @@ def test_gated_total_multi_level():
 def test_gated_gate_closed_means_outcome_only(group, delta):
     high = [g[0] for g in group]
     low = [g[1] for g in group]
-    for h, lows, r in zip(high, low, gated(high, low, delta)):
+    for h, lows, r in zip(high, low, gated(high, low, delta), strict=True):
         if h < delta:
             assert r[:-1] == [0.0] * (len(lows) - 1) and r[-1] == approx(h)
         else:
@@ -160,8 +160,8 @@ def test_gigpo_properties(group, mode, step_std):
     # the step advantages of one anchor group sum to zero
     ep = grpo(out, norm_by_std=mode == "mean_std_norm")
     sums: dict = {}
-    for i, (row, keys) in enumerate(zip(adv, k)):
-        for a, key in zip(row, keys):
+    for i, (row, keys) in enumerate(zip(adv, k, strict=True)):
+        for a, key in zip(row, keys, strict=True):
             if key is not None:
                 sums[key] = sums.get(key, 0.0) + a - ep[i]
     assert all(abs(v) < 1e-4 for v in sums.values())
