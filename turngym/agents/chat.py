@@ -1,0 +1,169 @@
+"""Token bookkeeping for multi-turn chat: the ids a model saw, the ids it sampled, and the masks.
+
+``ChatFormat`` renders conversations with a tokenizer's chat template. ``ChatTokens`` keeps one
+trajectory's token sequence as it grows turn by turn:
+
+* the first prompt is the template's rendering of the first observation plus the generation prompt;
+* sampled ids are appended exactly as sampled (loss mask 1, their logprobs);
+* after the env answers, the observation ids are the *template delta*: the rendering of the
+  conversation with the observation and the next generation prompt, minus the rendering up to the
+  end of the assistant turn. The template's closing tokens of the assistant turn that the model did
+  not sample (``\\n`` after ``<|im_end|>``, or the whole closing when generation hit ``max_tokens``)
+  are appended with the observation (loss mask 0);
+* on every turn the new rendering must extend the previous one token for token. A template that
+  rewrites history (e.g. drops earlier reasoning blocks) violates this: ``TokenMismatch`` is raised
+  and the rollout engine masks the trajectory with reason ``token_mismatch``.
+
+The sequence tiles as ``prompt | gen_0 | obs_0 | gen_1 | obs_1 | ... | gen_last``: each turn's
+``gen_span``/``obs_span`` are half-open ranges into ``token_ids``; the final observation (after the
+episode ended) is not tokenised, so the last turn has ``obs_span = None``.
+
+Tool instructions: by default the environment writes them into its system prompt
+(``tools_in_prompt=True``) and no ``tools`` are passed to the template. To use a template's native
+tool rendering instead, build the env with ``tools_in_prompt=False`` and the agent with
+``native_tools=True`` (the agent then passes ``env.tools`` to the template); the engine refuses the
+mix of both, which would show the model the tools twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from turngym.core.types import Message
+
+_SENTINEL = "\u2063TURNGYM_SENTINEL\u2063"
+
+
+class TokenMismatch(Exception):
+    """The re-rendered conversation does not extend the previous rendering token for token."""
+
+
+class ChatFormat:
+    """A tokenizer plus its chat template (and optional native tools)."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        tools: list[dict[str, Any]] | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+    ):
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise ValueError("the tokenizer has no chat template")
+        self.tokenizer = tokenizer
+        self.tools = tools or None
+        self.template_kwargs = dict(template_kwargs or {})
+        self.stop_token_ids = _stop_ids(tokenizer)
+        self.assistant_suffix_ids = self._assistant_suffix()
+
+    def render(self, messages: list[Message] | list[dict[str, Any]], add_generation_prompt: bool) -> str:
+        chat = [m.to_chat() if isinstance(m, Message) else m for m in messages]
+        return self.tokenizer.apply_chat_template(
+            chat,
+            tools=self.tools,
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+            **self.template_kwargs,
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def _assistant_suffix(self) -> list[int]:
+        """The ids the template writes after an assistant message's content (e.g. ``<|im_end|>\\n``)."""
+        msgs = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _SENTINEL}]
+        text = self.render(msgs, add_generation_prompt=False)
+        idx = text.rfind(_SENTINEL)
+        if idx < 0:
+            raise ValueError("the chat template does not render assistant content verbatim")
+        return self.encode(text[idx + len(_SENTINEL) :])
+
+
+class ChatTokens:
+    """One trajectory's token sequence, loss mask and logprobs (see the module docstring)."""
+
+    def __init__(self, fmt: ChatFormat, prompt: list[Message]):
+        self.fmt = fmt
+        self.messages: list[Message] = list(prompt)
+        self._rendered = fmt.encode(fmt.render(self.messages, add_generation_prompt=True))
+        self.token_ids: list[int] = list(self._rendered)
+        self.loss_mask: list[int] = [0] * len(self.token_ids)
+        self.logprobs: list[float] = [0.0] * len(self.token_ids)
+        self.prompt_len = len(self.token_ids)
+        self.retokenization_drift = 0  # turns whose sampled ids differ from the template's re-rendering
+        self._last_gen: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    def add_generation(self, token_ids: list[int], logprobs: list[float]) -> tuple[int, int]:
+        """Append sampled ids (loss mask 1); returns their span."""
+        if len(token_ids) != len(logprobs):
+            raise ValueError("token_ids and logprobs differ in length")
+        start = len(self.token_ids)
+        self.token_ids.extend(token_ids)
+        self.loss_mask.extend([1] * len(token_ids))
+        self.logprobs.extend(float(x) for x in logprobs)
+        self._last_gen = list(token_ids)
+        return start, len(self.token_ids)
+
+    def add_observation(self, action: Message, observation: list[Message]) -> tuple[int, int]:
+        """Append the template delta for ``action`` + ``observation`` + the next generation prompt.
+
+        Raises ``TokenMismatch`` when the new rendering does not extend the previous one.
+        """
+        fmt = self.fmt
+        with_action = [*self.messages, action]
+        closed = fmt.encode(fmt.render(with_action, add_generation_prompt=False))
+        full = fmt.encode(fmt.render([*with_action, *observation], add_generation_prompt=True))
+        _check_prefix(self._rendered, closed, "the conversation up to the assistant turn")
+        _check_prefix(closed, full, "the conversation with the observation")
+        tail = self._closing_tail()
+        if closed[len(self._rendered) :] != self._last_gen + tail:
+            self.retokenization_drift += 1
+        delta = tail + full[len(closed) :]
+        start = len(self.token_ids)
+        self.token_ids.extend(delta)
+        self.loss_mask.extend([0] * len(delta))
+        self.logprobs.extend([0.0] * len(delta))
+        self.messages = [*with_action, *observation]
+        self._rendered = full
+        return start, len(self.token_ids)
+
+    def _closing_tail(self) -> list[int]:
+        """Closing ids of the assistant turn that were not sampled."""
+        suffix = self.fmt.assistant_suffix_ids
+        stops = self.fmt.stop_token_ids
+        if self._last_gen and self._last_gen[-1] in stops:
+            # the sampled stop token closes the turn; keep what the template writes after its own stop
+            for i, t in enumerate(suffix):
+                if t in stops:
+                    return suffix[i + 1 :]
+            return []
+        return list(suffix)
+
+
+def _check_prefix(prev: list[int], new: list[int], what: str) -> None:
+    if new[: len(prev)] == prev:
+        return
+    at = next(
+        (i for i, (a, b) in enumerate(zip(prev, new, strict=False)) if a != b), min(len(prev), len(new))
+    )
+    raise TokenMismatch(
+        f"{what} does not extend the previous rendering: first difference at token {at} "
+        f"(previous length {len(prev)}, new length {len(new)})"
+    )
+
+
+def _stop_ids(tokenizer: Any) -> frozenset[int]:
+    ids: set[int] = set()
+    eos = getattr(tokenizer, "eos_token_id", None)
+    if isinstance(eos, int):
+        ids.add(eos)
+    for tok in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>"):
+        tid = tokenizer.convert_tokens_to_ids(tok) if tok in tokenizer.get_vocab() else None
+        if isinstance(tid, int):
+            ids.add(tid)
+    return frozenset(ids)

@@ -1,0 +1,296 @@
+"""The async rollout engine: one coroutine per trajectory, G samples per task, bounded concurrency.
+
+    engine = RolloutEngine("arith", agent, RolloutConfig(group_size=8, max_concurrency=64))
+    trajectories = await engine.run(seeds=range(32))        # 32 tasks x 8 samples
+    # or, as they finish:
+    async for traj in engine.stream(range(32)): ...
+
+* Each trajectory gets its own env (``make(env_id, **env_kwargs)`` or a factory), driven only
+  through ``areset``/``astep``/``aclose``. Samples of one task share the seed (same task) and the
+  group id ``"<env_id>/<seed>"``; ``sample`` is 0..G-1.
+* ``max_concurrency`` bounds live trajectories (and so live envs); backends batch the
+  concurrent generations.
+* Timeouts: ``turn_timeout`` covers reset and each turn (generation + env step);
+  ``trajectory_timeout`` covers the whole episode. Env closing has its own ``close_timeout``.
+* Faults never hang or crash the run: the trajectory is returned with ``masked=True`` and
+  ``mask_reason`` one of ``MASK_REASONS``; the error text is in ``metadata["error"]``. Running out
+  of context truncates the trajectory (not masked; ``metrics["context_full"] = 1``).
+* ``engine.stats`` is updated live (for progress bars) and reconciles at the end:
+  ``requested == completed + masked``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import traceback
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from turngym.agents.backend import BackendError
+from turngym.agents.base import Agent, AgentSession, ContextFull
+from turngym.agents.chat import TokenMismatch
+from turngym.core.registry import make
+from turngym.core.types import Trajectory
+
+MASK_REASONS = (
+    "env_error",
+    "backend_error",
+    "agent_error",
+    "token_mismatch",
+    "turn_timeout",
+    "trajectory_timeout",
+)
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    group_size: int = 1
+    max_concurrency: int = 64
+    turn_timeout: float | None = 300.0
+    trajectory_timeout: float | None = 3600.0
+    close_timeout: float = 30.0
+    max_turns: int | None = None  # a cap on top of the env's own turn limit
+
+    def __post_init__(self) -> None:
+        if self.group_size < 1 or self.max_concurrency < 1:
+            raise ValueError("group_size and max_concurrency must be >= 1")
+
+
+@dataclass
+class RolloutStats:
+    """Live counters of a run."""
+
+    requested: int = 0
+    completed: int = 0
+    masked: int = 0
+    live: int = 0
+    turns: int = 0
+    generated_tokens: int = 0
+    mask_reasons: Counter = field(default_factory=Counter)
+    started: float = field(default_factory=time.monotonic)
+    finished_at: float | None = None
+
+    @property
+    def finished(self) -> int:
+        return self.completed + self.masked
+
+    @property
+    def wall_s(self) -> float:
+        return (self.finished_at or time.monotonic()) - self.started
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.generated_tokens / max(self.wall_s, 1e-9)
+
+    def reconciles(self) -> bool:
+        return (
+            self.requested == self.completed + self.masked and sum(self.mask_reasons.values()) == self.masked
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "requested": self.requested,
+            "completed": self.completed,
+            "masked": self.masked,
+            "mask_reasons": dict(self.mask_reasons),
+            "turns": self.turns,
+            "generated_tokens": self.generated_tokens,
+            "wall_s": round(self.wall_s, 3),
+            "tokens_per_s": round(self.tokens_per_s, 1),
+        }
+
+
+class _Fault(Exception):
+    def __init__(self, reason: str, error: BaseException | str):
+        super().__init__(reason)
+        self.reason = reason
+        self.error = error
+
+
+class RolloutEngine:
+    def __init__(
+        self,
+        env: str | Callable[[], Any],
+        agent: Agent,
+        config: RolloutConfig | None = None,
+        *,
+        env_kwargs: dict[str, Any] | None = None,
+        env_id: str | None = None,
+        on_trajectory: Callable[[Trajectory], Any] | None = None,
+    ):
+        self.env = env
+        self.env_kwargs = dict(env_kwargs or {})
+        self.env_id = env_id or (
+            env if isinstance(env, str) else getattr(env, "__name__", type(env).__name__)
+        )
+        self.agent = agent
+        self.config = config or RolloutConfig()
+        self.on_trajectory = on_trajectory
+        self.stats = RolloutStats()
+
+    # ----------------------------------------------------------------- API
+    async def run(self, seeds: int | Iterable[int]) -> list[Trajectory]:
+        """All trajectories, ordered by seed then sample."""
+        out = [t async for t in self.stream(seeds)]
+        order = {s: i for i, s in enumerate(_seeds(seeds))}
+        return sorted(out, key=lambda t: (order.get(t.seed, 0), t.sample))
+
+    async def stream(self, seeds: int | Iterable[int]) -> AsyncIterator[Trajectory]:
+        """Trajectories as they finish. Leaving the loop early cancels and closes the rest."""
+        jobs = [(s, k) for s in _seeds(seeds) for k in range(self.config.group_size)]
+        self.stats = RolloutStats(requested=len(jobs))
+        sem = asyncio.Semaphore(self.config.max_concurrency)
+        tasks = [asyncio.create_task(self._bounded(sem, s, k)) for s, k in jobs]
+        try:
+            for fut in asyncio.as_completed(tasks):
+                traj = await fut
+                if self.on_trajectory is not None:
+                    self.on_trajectory(traj)
+                yield traj
+        finally:
+            pending = [t for t in tasks if not t.done()]
+            for t in pending:
+                t.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+            self.stats.finished_at = time.monotonic()
+
+    # ------------------------------------------------------------ internals
+    async def _bounded(self, sem: asyncio.Semaphore, seed: int, sample: int) -> Trajectory:
+        async with sem:
+            self.stats.live += 1
+            try:
+                traj = await self._one(seed, sample)
+            finally:
+                self.stats.live -= 1
+        if traj.masked:
+            self.stats.masked += 1
+            self.stats.mask_reasons[traj.mask_reason] += 1
+        else:
+            self.stats.completed += 1
+        return traj
+
+    def _make_env(self) -> Any:
+        if isinstance(self.env, str):
+            return make(self.env, **self.env_kwargs)
+        return self.env(**self.env_kwargs)
+
+    async def _one(self, seed: int, sample: int) -> Trajectory:
+        cfg = self.config
+        traj = Trajectory(env_id=self.env_id, seed=seed, group=f"{self.env_id}/{seed}", sample=sample)
+        t0 = time.monotonic()
+        env: Any = None
+        sessions: list[AgentSession] = []  # filled by _episode, so a masked trajectory still exports tokens
+        try:
+            async with asyncio.timeout(cfg.trajectory_timeout):
+                try:
+                    env = self._make_env()
+                except Exception as e:  # noqa: BLE001 - any construction failure is an env fault
+                    raise _Fault("env_error", e) from e
+                await self._episode(env, traj, seed, sample, sessions)
+        except _Fault as f:
+            _mask(traj, f.reason, f.error)
+        except TimeoutError as e:
+            _mask(traj, "trajectory_timeout", f"the episode exceeded {cfg.trajectory_timeout}s: {e}")
+        finally:
+            if env is not None:
+                await self._close(env, traj)
+        for session in sessions:
+            session.export(traj)
+        traj.metrics["wall_s"] = time.monotonic() - t0
+        return traj
+
+    async def _episode(
+        self, env: Any, traj: Trajectory, seed: int, sample: int, sessions: list[AgentSession]
+    ) -> None:
+        cfg = self.config
+        route = f"{traj.group}#{sample}"
+        async with _turn_timeout(cfg.turn_timeout, "reset"):
+            try:
+                obs, info = await env.areset(seed=seed)
+            except Exception as e:  # noqa: BLE001
+                raise _Fault("env_error", e) from e
+        start = Trajectory.start(obs, info)
+        traj.prompt, traj.task_id, traj.reference = start.prompt, start.task_id, start.reference
+        traj.start_state_key = start.start_state_key
+        try:
+            session = self.agent.start(env, list(obs), seed=seed * 1000 + sample, route=route)
+        except Exception as e:  # noqa: BLE001
+            raise _Fault("agent_error", e) from e
+        sessions.append(session)
+        while True:
+            if cfg.max_turns is not None and len(traj.turns) >= cfg.max_turns:
+                traj.truncated = True
+                if traj.turns:
+                    traj.turns[-1].truncated = True
+                break
+            async with _turn_timeout(cfg.turn_timeout, f"turn {len(traj.turns)}"):
+                try:
+                    step = await session.act()
+                except ContextFull as e:
+                    traj.truncated = True
+                    traj.metrics["context_full"] = 1.0
+                    traj.metadata["truncation"] = str(e)
+                    break
+                except BackendError as e:
+                    raise _Fault("backend_error", e) from e
+                except Exception as e:  # noqa: BLE001
+                    raise _Fault("agent_error", e) from e
+                try:
+                    obs, reward, terminated, truncated, info = await env.astep(step.action)
+                except Exception as e:  # noqa: BLE001
+                    raise _Fault("env_error", e) from e
+            turn = traj.record_step(step.action, obs, reward, terminated, truncated, info)
+            turn.gen_span = step.gen_span
+            turn.finish_reason = step.finish_reason
+            self.stats.turns += 1
+            if step.gen_span is not None:
+                self.stats.generated_tokens += step.gen_span[1] - step.gen_span[0]
+            if terminated or truncated:
+                break
+            try:
+                turn.obs_span = session.observe(step.action, obs)
+            except TokenMismatch as e:
+                raise _Fault("token_mismatch", e) from e
+
+    async def _close(self, env: Any, traj: Trajectory) -> None:
+        try:
+            await asyncio.wait_for(env.aclose(), self.config.close_timeout)
+        except Exception as e:  # noqa: BLE001 - recorded, never raised
+            traj.metadata["close_error"] = f"{type(e).__name__}: {e}"
+
+
+class _turn_timeout:
+    """``asyncio.timeout`` that reports its own expiry as a ``turn_timeout`` fault."""
+
+    def __init__(self, seconds: float | None, what: str):
+        self.seconds, self.what = seconds, what
+        self._cm = asyncio.timeout(seconds)
+
+    async def __aenter__(self) -> None:
+        await self._cm.__aenter__()
+
+    async def __aexit__(self, et, ev, tb) -> bool:
+        try:
+            await self._cm.__aexit__(et, ev, tb)
+        except TimeoutError as e:
+            raise _Fault("turn_timeout", f"{self.what} exceeded {self.seconds}s") from e
+        return False
+
+
+def _mask(traj: Trajectory, reason: str, error: BaseException | str) -> None:
+    traj.masked = True
+    traj.mask_reason = reason
+    if isinstance(error, BaseException):
+        tb = traceback.format_exception(type(error), error, error.__traceback__, limit=-3)
+        traj.metadata["error"] = f"{type(error).__name__}: {error}"
+        traj.metadata["traceback"] = "".join(tb)[-4000:]
+    else:
+        traj.metadata["error"] = str(error)
+
+
+def _seeds(seeds: int | Iterable[int]) -> list[int]:
+    return list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
