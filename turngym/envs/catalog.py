@@ -11,3 +11,20 @@ register(
     family="arith",
     description="Evaluate a nested arithmetic expression with a calculator tool (the minimal example env).",
 )
+
+register(
+    "search-qa-v0",
+    "turngym.envs.search.env:SearchQAEnv",
+    family="search",
+    requires=("search",),
+    description="Multi-hop QA with search(query, k) and answer(text) tools over a BM25-indexed corpus "
+    "(a generated world by default; Search-R1 / FlashRAG / HotpotQA files on request).",
+)
+register(
+    "search-r1-v0",
+    "turngym.envs.search.env:SearchQAEnv",
+    family="search",
+    requires=("search",),
+    parser="tags",
+    description="search-qa with Search-R1's tag protocol and prompt (<search>, <information>, <answer>).",
+)

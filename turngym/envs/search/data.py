@@ -1,0 +1,77 @@
+"""Where the env's corpus and tasks come from, cached on disk and shared within a process.
+
+``synthetic_dataset`` generates a world and its questions once, writes ``corpus.jsonl`` and
+``tasks.jsonl`` under ``<cache>/search/worlds/<key>/`` and reads them back afterwards; the
+files are ordinary corpus/FlashRAG files a user can inspect or reuse. ``load_corpus`` and
+``load_task_file`` read user files. All three keep one copy per process, so many envs over
+the same data share it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from turngym.envs.search.corpus import Corpus, cache_root
+from turngym.envs.search.loaders import load_flashrag_jsonl, load_tasks
+from turngym.envs.search.questions import generate_questions
+from turngym.envs.search.tasks import QATask, write_tasks
+from turngym.envs.search.world import World, WorldConfig
+
+DATASET_FORMAT = 1
+
+_MEMO: dict[tuple, object] = {}
+_LOCK = threading.Lock()
+
+
+def _memo(key: tuple, build):
+    with _LOCK:
+        if key not in _MEMO:
+            _MEMO[key] = build()
+        return _MEMO[key]
+
+
+def _file_key(path: str | os.PathLike[str]) -> tuple:
+    p = Path(path).expanduser().resolve()
+    st = p.stat()
+    return (str(p), st.st_mtime_ns, st.st_size)
+
+
+def synthetic_dataset(
+    n_passages: int = 10_000,
+    n_tasks: int = 2_000,
+    seed: int = 0,
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> tuple[Corpus, list[QATask]]:
+    """The generated world's corpus and ``n_tasks`` questions (cached on disk, keyed by the config)."""
+    config = WorldConfig(seed=seed, n_passages=n_passages)
+    folder = cache_root(cache_dir) / "search" / "worlds" / f"{config.key()}-{n_tasks}-v{DATASET_FORMAT}"
+
+    def build() -> tuple[Corpus, list[QATask]]:
+        corpus_path, tasks_path = folder / "corpus.jsonl", folder / "tasks.jsonl"
+        if corpus_path.is_file() and tasks_path.is_file():
+            try:
+                return Corpus.from_jsonl(corpus_path), load_flashrag_jsonl(tasks_path)
+            except (OSError, ValueError):
+                pass  # a damaged cache entry is regenerated below
+        world = World.generate(config)
+        tasks = generate_questions(world, n_tasks, seed=seed)
+        try:
+            write_tasks(tasks, tasks_path)
+            world.corpus.to_jsonl(corpus_path)
+        except OSError:
+            pass  # read-only cache: keep the in-memory copy
+        return world.corpus, tasks
+
+    return _memo(("synthetic", config, n_tasks, str(folder)), build)  # type: ignore[return-value]
+
+
+def load_corpus(path: str | os.PathLike[str]) -> Corpus:
+    return _memo(("corpus", *_file_key(path)), lambda: Corpus.from_jsonl(path))  # type: ignore[return-value]
+
+
+def load_task_file(
+    path: str | os.PathLike[str], format: str | None = None
+) -> tuple[list[QATask], Corpus | None]:
+    return _memo(("tasks", format, *_file_key(path)), lambda: load_tasks(path, format))  # type: ignore[return-value]
