@@ -28,3 +28,19 @@ register(
     parser="tags",
     description="search-qa with Search-R1's tag protocol and prompt (<search>, <information>, <answer>).",
 )
+
+register(
+    "travel-planner-v0",
+    "turngym.envs.travel.env:TravelPlannerEnv",
+    family="travel",
+    requires=("travel",),
+    description="TravelPlanner: plan a multi-day trip with search tools over a seeded sandbox database; "
+    "8 commonsense + 5 hard checks.",
+)
+register(
+    "travel-open-v0",
+    "turngym.envs.travel.env:TravelOpenEnv",
+    family="travel",
+    requires=("travel",),
+    description="Open-ended travel requests in the travel-planner world; no checkable answer, judged pairwise (arena).",
+)

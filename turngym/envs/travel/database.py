@@ -128,7 +128,11 @@ class TravelDB:
     @functools.cached_property
     def _name_index(self) -> dict[str, dict[tuple[str, str], dict[str, Any]]]:
         return {
-            table: {(r["NAME" if table == ACCOMMODATIONS else "Name"], city): r for city, rs in g.items() for r in rs}
+            table: {
+                (r["NAME" if table == ACCOMMODATIONS else "Name"], city): r
+                for city, rs in g.items()
+                for r in rs
+            }
             for table, g in self._by_city.items()
         }
 
@@ -352,7 +356,9 @@ def load_travelplanner_csv(root: str | Path) -> TravelDB:
     root = Path(root)
     absent = [rel for rel in _CSV_FILES.values() if not (root / rel).exists()]
     if absent:
-        raise FileNotFoundError(f"{root} is not a TravelPlanner database folder; missing: {', '.join(absent)}")
+        raise FileNotFoundError(
+            f"{root} is not a TravelPlanner database folder; missing: {', '.join(absent)}"
+        )
     tables: dict[str, pd.DataFrame] = {}
     for name in (FLIGHTS, ACCOMMODATIONS, RESTAURANTS, ATTRACTIONS):
         df = pd.read_csv(root / _CSV_FILES[name])
@@ -378,7 +384,9 @@ def _distance_from_csv(raw: pd.DataFrame) -> pd.DataFrame:
     frames = []
     for mode in ROAD_MODES:
         rows = []
-        for o, d, dur, dist in zip(raw["origin"], raw["destination"], raw["duration"], raw["distance"], strict=True):
+        for o, d, dur, dist in zip(
+            raw["origin"], raw["destination"], raw["duration"], raw["distance"], strict=True
+        ):
             m = _KM.search(str(dist))
             km = float(m.group(0).replace(",", "")) if m else None
             cost = None if km is None or "day" in str(dur) else road_cost(km, mode)

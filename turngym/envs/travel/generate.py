@@ -32,48 +32,220 @@ from turngym.envs.travel.schema import (
 
 # ---------------------------------------------------------------- vocabularies
 _ACC_ADJ = (
-    "Cozy", "Sunny", "Spacious", "Charming", "Modern", "Bright", "Quiet", "Stylish", "Rustic", "Elegant",
-    "Lovely", "Renovated", "Private", "Peaceful", "Luxury", "Budget", "Artsy", "Classic", "Airy", "Warm",
+    "Cozy",
+    "Sunny",
+    "Spacious",
+    "Charming",
+    "Modern",
+    "Bright",
+    "Quiet",
+    "Stylish",
+    "Rustic",
+    "Elegant",
+    "Lovely",
+    "Renovated",
+    "Private",
+    "Peaceful",
+    "Luxury",
+    "Budget",
+    "Artsy",
+    "Classic",
+    "Airy",
+    "Warm",
 )
 _ACC_KIND = {
-    "Entire home/apt": ("apartment", "loft", "townhouse", "studio", "cottage", "bungalow", "2BR flat", "condo"),
+    "Entire home/apt": (
+        "apartment",
+        "loft",
+        "townhouse",
+        "studio",
+        "cottage",
+        "bungalow",
+        "2BR flat",
+        "condo",
+    ),
     "Private room": ("room", "bedroom", "guest room", "suite", "queen room", "attic room"),
     "Shared room": ("shared room", "bunk bed", "hostel bed", "couch", "dorm bed"),
 }
 _ACC_WHERE = (
-    "near downtown", "by the park", "close to the river", "in the old town", "near the university",
-    "with garden", "with city views", "near the station", "in a quiet street", "by the lake",
-    "near the museum district", "with free parking", "by the beach", "in the arts quarter",
-    "near the stadium", "on the hill", "with balcony", "near the market", "in a historic house",
+    "near downtown",
+    "by the park",
+    "close to the river",
+    "in the old town",
+    "near the university",
+    "with garden",
+    "with city views",
+    "near the station",
+    "in a quiet street",
+    "by the lake",
+    "near the museum district",
+    "with free parking",
+    "by the beach",
+    "in the arts quarter",
+    "near the stadium",
+    "on the hill",
+    "with balcony",
+    "near the market",
+    "in a historic house",
 )
 _REST_FIRST = (
-    "Golden", "Blue", "Red", "Little", "Old", "Happy", "Lucky", "Royal", "Silver", "Green", "Urban",
-    "Rustic", "Smoky", "Sunny", "Wild", "Cozy", "Grand", "Hidden", "Crimson", "Iron", "Salty", "Sweet",
-    "Mama's", "Papa's", "Uncle Joe's", "Rosa's", "Tony's", "Lin's", "Maya's", "Sam's", "Nina's", "Raj's",
+    "Golden",
+    "Blue",
+    "Red",
+    "Little",
+    "Old",
+    "Happy",
+    "Lucky",
+    "Royal",
+    "Silver",
+    "Green",
+    "Urban",
+    "Rustic",
+    "Smoky",
+    "Sunny",
+    "Wild",
+    "Cozy",
+    "Grand",
+    "Hidden",
+    "Crimson",
+    "Iron",
+    "Salty",
+    "Sweet",
+    "Mama's",
+    "Papa's",
+    "Uncle Joe's",
+    "Rosa's",
+    "Tony's",
+    "Lin's",
+    "Maya's",
+    "Sam's",
+    "Nina's",
+    "Raj's",
 )
 _REST_SECOND = (
-    "Spoon", "Table", "Kitchen", "Grill", "Bistro", "Diner", "Oven", "Garden", "Lantern", "Bowl", "Fork",
-    "Plate", "Tavern", "Cantina", "Trattoria", "House", "Corner", "Cafe", "Bakery", "Noodle Bar",
-    "Taqueria", "Brasserie", "Curry House", "Dumpling Room", "Smokehouse", "Deli", "Eatery", "Pantry",
+    "Spoon",
+    "Table",
+    "Kitchen",
+    "Grill",
+    "Bistro",
+    "Diner",
+    "Oven",
+    "Garden",
+    "Lantern",
+    "Bowl",
+    "Fork",
+    "Plate",
+    "Tavern",
+    "Cantina",
+    "Trattoria",
+    "House",
+    "Corner",
+    "Cafe",
+    "Bakery",
+    "Noodle Bar",
+    "Taqueria",
+    "Brasserie",
+    "Curry House",
+    "Dumpling Room",
+    "Smokehouse",
+    "Deli",
+    "Eatery",
+    "Pantry",
 )
 _CUISINE_TAGS = (
-    ("American", 0.30), ("Italian", 0.18), ("Chinese", 0.15), ("Mexican", 0.14), ("Indian", 0.10),
-    ("Mediterranean", 0.09), ("French", 0.07), ("Fast Food", 0.22), ("Cafe", 0.20), ("Desserts", 0.18),
-    ("Bakery", 0.15), ("Pizza", 0.16), ("Seafood", 0.12), ("BBQ", 0.10), ("Tea", 0.12), ("Japanese", 0.08),
-    ("Thai", 0.07), ("Beverages", 0.10), ("Steak", 0.06), ("Vegan", 0.05),
+    ("American", 0.30),
+    ("Italian", 0.18),
+    ("Chinese", 0.15),
+    ("Mexican", 0.14),
+    ("Indian", 0.10),
+    ("Mediterranean", 0.09),
+    ("French", 0.07),
+    ("Fast Food", 0.22),
+    ("Cafe", 0.20),
+    ("Desserts", 0.18),
+    ("Bakery", 0.15),
+    ("Pizza", 0.16),
+    ("Seafood", 0.12),
+    ("BBQ", 0.10),
+    ("Tea", 0.12),
+    ("Japanese", 0.08),
+    ("Thai", 0.07),
+    ("Beverages", 0.10),
+    ("Steak", 0.06),
+    ("Vegan", 0.05),
 )
 _ATTR_FIRST = (
-    "Riverside", "Old Mill", "Lakeview", "Pioneer", "Heritage", "Liberty", "Founders", "Cedar", "Maple",
-    "Granite", "Eagle", "Harbor", "Sunset", "Highland", "Union", "Prairie", "Canyon", "Willow", "Oak Hill",
-    "Veterans", "Grand", "Bayfront", "Meadow", "Rock Creek", "Echo", "Twin Pines", "Silver Lake", "Bluff",
+    "Riverside",
+    "Old Mill",
+    "Lakeview",
+    "Pioneer",
+    "Heritage",
+    "Liberty",
+    "Founders",
+    "Cedar",
+    "Maple",
+    "Granite",
+    "Eagle",
+    "Harbor",
+    "Sunset",
+    "Highland",
+    "Union",
+    "Prairie",
+    "Canyon",
+    "Willow",
+    "Oak Hill",
+    "Veterans",
+    "Grand",
+    "Bayfront",
+    "Meadow",
+    "Rock Creek",
+    "Echo",
+    "Twin Pines",
+    "Silver Lake",
+    "Bluff",
 )
 _ATTR_SECOND = (
-    "Art Museum", "History Museum", "Botanical Garden", "State Park", "Zoo", "Aquarium", "Science Center",
-    "Historic District", "Memorial", "Observatory", "Nature Preserve", "Sculpture Garden", "Farmers Market",
-    "Lighthouse", "Children's Museum", "Railroad Museum", "Waterfall Trail", "Amphitheater", "Arboretum",
-    "Covered Bridge", "Opera House", "Heritage Village", "Wildlife Refuge", "Beach", "Pier", "Castle",
+    "Art Museum",
+    "History Museum",
+    "Botanical Garden",
+    "State Park",
+    "Zoo",
+    "Aquarium",
+    "Science Center",
+    "Historic District",
+    "Memorial",
+    "Observatory",
+    "Nature Preserve",
+    "Sculpture Garden",
+    "Farmers Market",
+    "Lighthouse",
+    "Children's Museum",
+    "Railroad Museum",
+    "Waterfall Trail",
+    "Amphitheater",
+    "Arboretum",
+    "Covered Bridge",
+    "Opera House",
+    "Heritage Village",
+    "Wildlife Refuge",
+    "Beach",
+    "Pier",
+    "Castle",
 )
-_STREETS = ("Main", "Oak", "Pine", "Elm", "Maple", "Cedar", "Washington", "Lake", "Hill", "Park", "River", "Market")
+_STREETS = (
+    "Main",
+    "Oak",
+    "Pine",
+    "Elm",
+    "Maple",
+    "Cedar",
+    "Washington",
+    "Lake",
+    "Hill",
+    "Park",
+    "River",
+    "Market",
+)
 _STREET_KIND = ("St", "Ave", "Blvd", "Rd", "Dr", "Way")
 
 
@@ -268,7 +440,11 @@ def _accommodations(rng, city: str, size: float) -> pd.DataFrame:
         names.append(name)
         mu = {"Entire home/apt": 5.55, "Private room": 4.85, "Shared room": 4.25}[room]
         price = float(np.clip(round(rng.lognormal(mu + 0.35 * size, 0.45)), 25, 1200))
-        rules = [rule for rule, p in zip(HOUSE_RULES, (0.5, 0.42, 0.28, 0.22, 0.35), strict=True) if rng.random() < p]
+        rules = [
+            rule
+            for rule, p in zip(HOUSE_RULES, (0.5, 0.42, 0.28, 0.22, 0.35), strict=True)
+            if rng.random() < p
+        ]
         if not rules:
             rules = [HOUSE_RULES[int(rng.integers(len(HOUSE_RULES)))]]
         occ_hi = {"Entire home/apt": 9, "Private room": 4, "Shared room": 3}[room]
@@ -291,7 +467,9 @@ def _restaurants(rng, city: str, size: float) -> pd.DataFrame:
     count = int(rng.integers(14, 20) + 50 * size)
     names = _unique_names(
         rng,
-        lambda r: f"{_REST_FIRST[r.integers(len(_REST_FIRST))]} {_REST_SECOND[r.integers(len(_REST_SECOND))]}",
+        lambda r: (
+            f"{_REST_FIRST[r.integers(len(_REST_FIRST))]} {_REST_SECOND[r.integers(len(_REST_SECOND))]}"
+        ),
         count,
     )
     tags, weights = zip(*_CUISINE_TAGS, strict=True)
@@ -303,7 +481,13 @@ def _restaurants(rng, city: str, size: float) -> pd.DataFrame:
         cost = int(np.clip(round(rng.lognormal(3.6 + 0.1 * k, 0.4)), 10, 110))
         rating = 0.0 if rng.random() < 0.08 else float(np.clip(round(rng.normal(3.8, 0.45), 1), 2.0, 4.9))
         rows.append(
-            {"Name": name, "Average Cost": cost, "Cuisines": ", ".join(cuisines), "Aggregate Rating": rating, "City": city}
+            {
+                "Name": name,
+                "Average Cost": cost,
+                "Cuisines": ", ".join(cuisines),
+                "Aggregate Rating": rating,
+                "City": city,
+            }
         )
     return pd.DataFrame(rows)
 
@@ -312,7 +496,9 @@ def _attractions(rng, city: str, state: str, lat: float, lon: float, size: float
     count = int(rng.integers(6, 10) + 22 * size)
     names = _unique_names(
         rng,
-        lambda r: f"{_ATTR_FIRST[r.integers(len(_ATTR_FIRST))]} {_ATTR_SECOND[r.integers(len(_ATTR_SECOND))]}",
+        lambda r: (
+            f"{_ATTR_FIRST[r.integers(len(_ATTR_FIRST))]} {_ATTR_SECOND[r.integers(len(_ATTR_SECOND))]}"
+        ),
         count,
     )
     rows = []

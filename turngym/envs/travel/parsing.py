@@ -103,7 +103,9 @@ def parse_leg(transportation: str, current_city: str = "") -> Leg:
 
 def flight_text(number: str, origin: str, destination: str, dep: str, arr: str) -> str:
     """A flight entry in TravelPlanner's format."""
-    return f"Flight Number: {number}, from {origin} to {destination}, Departure Time: {dep}, Arrival Time: {arr}"
+    return (
+        f"Flight Number: {number}, from {origin} to {destination}, Departure Time: {dep}, Arrival Time: {arr}"
+    )
 
 
 def road_text(mode: str, origin: str, destination: str, duration: str, distance: str, cost: int) -> str:

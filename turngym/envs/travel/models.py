@@ -1,0 +1,183 @@
+"""Pydantic models of TravelPlanner's query and plan formats.
+
+* :class:`Query`: one line of TravelPlanner's query files (``org, dest, days,
+  visiting_city_number, date, people_number, local_constraint, budget, query, level``);
+  ``local_constraint`` may also be the Python-literal string the published dataset uses.
+* :class:`DayPlan`: one day of a plan (``days, current_city, transportation, breakfast,
+  attraction, lunch, dinner, accommodation``). A field left out stays ``None`` — *absent*,
+  which the "complete information" check counts against the plan, exactly like a missing
+  key in TravelPlanner; ``"-"`` means "nothing on purpose".
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+PLAN_FIELDS = (
+    "current_city",
+    "transportation",
+    "breakfast",
+    "attraction",
+    "lunch",
+    "dinner",
+    "accommodation",
+)
+Level = Literal["easy", "medium", "hard"]
+
+
+class PlanError(ValueError):
+    """A submitted plan that cannot be read (the message says what to fix)."""
+
+
+class LocalConstraint(BaseModel):
+    """The hard constraints of a query; ``None`` = not constrained."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+    house_rule: str | None = Field(None, alias="house rule")
+    cuisine: list[str] | None = None
+    room_type: str | None = Field(None, alias="room type")
+    transportation: str | None = None
+
+    @field_validator("house_rule")
+    @classmethod
+    def _rule_alias(cls, v: str | None) -> str | None:
+        return "parties" if v == "parities" else v  # TravelPlanner's evaluator spells it "parities"
+
+    @field_validator("cuisine", mode="before")
+    @classmethod
+    def _cuisine_list(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return [v]
+        return v or None
+
+    def to_travelplanner(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True)
+
+    def active(self) -> list[str]:
+        """The names (TravelPlanner's keys) of the constraints that are set."""
+        return [k for k, v in self.to_travelplanner().items() if v is not None]
+
+
+class Query(BaseModel):
+    """A travel request in TravelPlanner's format."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    org: str
+    dest: str
+    days: int = Field(ge=1, le=30)
+    visiting_city_number: int = Field(ge=1)
+    date: list[str]
+    people_number: int = Field(ge=1)
+    local_constraint: LocalConstraint = Field(default_factory=LocalConstraint)
+    budget: float = Field(ge=0)
+    query: str = ""
+    level: Level = "easy"
+
+    @field_validator("local_constraint", mode="before")
+    @classmethod
+    def _literal(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return ast.literal_eval(v)  # the published dataset stores a Python dict literal
+        return v if v is not None else {}
+
+    @field_validator("date", mode="before")
+    @classmethod
+    def _dates(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = v.strip()
+            return ast.literal_eval(v) if v.startswith("[") else [v]
+        return v
+
+    def to_travelplanner(self) -> dict[str, Any]:
+        out = self.model_dump()
+        out["local_constraint"] = self.local_constraint.to_travelplanner()
+        return out
+
+
+def load_queries_jsonl(path: str | Path) -> list[Query]:
+    """Read a TravelPlanner query file (one JSON object per line); errors name the line."""
+    out = []
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(Query.model_validate(json.loads(line)))
+        except (ValueError, SyntaxError, ValidationError) as e:
+            raise ValueError(f"{path}:{n}: not a TravelPlanner query: {e}") from e
+    return out
+
+
+class DayPlan(BaseModel):
+    """One day of a plan in TravelPlanner's format (``None`` = field absent)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    days: int
+    current_city: str | None = None
+    transportation: str | None = None
+    breakfast: str | None = None
+    attraction: str | None = None
+    lunch: str | None = None
+    dinner: str | None = None
+    accommodation: str | None = None
+
+    @field_validator(*PLAN_FIELDS, mode="before")
+    @classmethod
+    def _text(cls, v: Any) -> Any:
+        if isinstance(v, list) and all(isinstance(x, str) for x in v):
+            return ";".join(v) + (";" if v else "")  # a list of attractions, written TravelPlanner's way
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return str(v)
+        return v
+
+    def unit(self) -> dict[str, Any]:
+        """The TravelPlanner dict of this day (absent fields left out)."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+def parse_plan(obj: Any) -> list[DayPlan]:
+    """A plan from a list of day dicts, a ``{"plan": [...]}`` dict or the JSON text of either.
+
+    Raises :class:`PlanError` with a message fit for the model to read.
+    """
+    if isinstance(obj, str):
+        text = obj.strip()
+        if text.startswith("```"):
+            text = text.strip("`").removeprefix("json").strip()
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise PlanError(
+                f"the plan is not valid JSON ({e.msg} at line {e.lineno} column {e.colno})"
+            ) from e
+    if isinstance(obj, dict) and "plan" in obj:
+        obj = obj["plan"]
+    if isinstance(obj, BaseModel):
+        obj = obj.model_dump()
+    if not isinstance(obj, list) or not obj:
+        raise PlanError("the plan must be a non-empty JSON list of days")
+    days = []
+    for i, day in enumerate(obj, 1):
+        if isinstance(day, DayPlan):
+            days.append(day)
+            continue
+        if not isinstance(day, dict):
+            raise PlanError(
+                f"day {i} of the plan must be an object with the fields days, {', '.join(PLAN_FIELDS)}"
+            )
+        day = {"days": i, **day}
+        try:
+            days.append(DayPlan.model_validate(day))
+        except ValidationError as e:
+            errs = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors())
+            raise PlanError(f"day {i} of the plan is malformed: {errs}") from e
+    if len(days) > 60:
+        raise PlanError(f"the plan has {len(days)} days; at most 60 are read")
+    return days
