@@ -268,18 +268,26 @@ def _prompt_action(env: Any) -> str | None:
 # -------------------------------------------------------------------------------- check
 @app.command("check")
 def check_command(
-    env_ids: Annotated[
-        list[str] | None, typer.Argument(help="Env ids (default: every registered env).")
+    targets: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Env ids, or paths of Python files/packages defining envs (default: all registered)."
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     kw: KwOption = None,
 ) -> None:
     """Run the conformance suite on environments; exit code 1 if any check fails."""
+    from pathlib import Path
+
     from turngym.core.registry import registry
+    from turngym.sdk.check_path import load_envs_from_path
     from turngym.testing import check_env
 
-    ids = env_ids or [s.id for s in registry.latest()]
-    reports = [check_env(i, **_parse_kwargs(kw or [])) for i in ids]
+    envs: list[Any] = []
+    for target in targets or [s.id for s in registry.latest()]:
+        envs.extend(load_envs_from_path(target) if Path(target).exists() else [target])
+    reports = [check_env(e, **(_parse_kwargs(kw or []) if isinstance(e, str) else {})) for e in envs]
     if as_json:
         print(json.dumps([r.to_dict() for r in reports], indent=2))
     else:
@@ -299,7 +307,9 @@ def check_command(
 
 # ------------------------------------------------------------- commands from other areas
 #: (command name, module, function). Modules stay light at import; heavy work happens inside.
-EXTERNAL_COMMANDS: list[tuple[str, str, str]] = []
+EXTERNAL_COMMANDS: list[tuple[str, str, str]] = [
+    ("new", "turngym.sdk.commands", "new_command"),
+]
 EXTERNAL_GROUPS: list[tuple[str, str, str]] = []
 
 
