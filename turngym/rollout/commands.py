@@ -1,0 +1,272 @@
+"""CLI commands ``turngym rollout`` and ``turngym eval`` (typer functions; wired in ``turngym/cli.py``).
+
+    turngym rollout arith --backend hf --model tiny -n 8 -g 4 --out runs/arith
+    turngym rollout arith --backend vllm --model /ckpt --url http://127.0.0.1:8000 -n 64 -g 8 --out runs/x
+    turngym eval arith --backend scripted -n 100
+
+Backends: ``vllm`` (``--url`` servers, or a local server started for ``--model``), ``hf``
+(transformers in-process), ``openai`` (chat API with native tools; ``--base-url``), ``scripted``
+(the env's expert), ``random``. ``--model tiny`` builds a tiny random model. Both commands show a
+progress bar (trajectories, turns, tokens/s, errors) and write ``trajectories.jsonl`` +
+``trajectories.parquet`` (+ ``stats.json``; ``eval.json`` for eval) to ``--out``.
+Heavy imports happen inside the functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+BACKENDS = ("vllm", "hf", "openai", "scripted", "random")
+
+EnvArg = Annotated[str, typer.Argument(help="Environment id (see `turngym envs`).")]
+BackendOpt = Annotated[str, typer.Option("--backend", "-b", help="vllm | hf | openai | scripted | random")]
+ModelOpt = Annotated[
+    str | None, typer.Option("--model", "-m", help="Model path or hub id; 'tiny' builds a tiny random model.")
+]
+NOpt = Annotated[int, typer.Option("-n", help="Number of tasks (seeds seed..seed+n-1).")]
+GOpt = Annotated[int, typer.Option("-g", help="Samples per task (group size).")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="First task seed.")]
+ConcOpt = Annotated[int, typer.Option("--concurrency", "-c", help="Live trajectories at most.")]
+MaxTokOpt = Annotated[int, typer.Option("--max-tokens", help="Tokens per generation at most.")]
+TempOpt = Annotated[float, typer.Option("--temperature", help="Sampling temperature (0 = greedy).")]
+CtxOpt = Annotated[int, typer.Option("--max-context", help="Context length (prompt + all turns) at most.")]
+UrlOpt = Annotated[list[str] | None, typer.Option("--url", help="vLLM server URL (repeat for several).")]
+BaseUrlOpt = Annotated[str | None, typer.Option("--base-url", help="OpenAI-compatible API base URL.")]
+EnvKwOpt = Annotated[
+    list[str] | None,
+    typer.Option("--env-arg", help="Env constructor argument KEY=VALUE (VALUE parsed as JSON)."),
+]
+TurnTOpt = Annotated[float, typer.Option("--turn-timeout", help="Seconds per turn (generation + step).")]
+TrajTOpt = Annotated[float, typer.Option("--trajectory-timeout", help="Seconds per trajectory.")]
+DtypeOpt = Annotated[str, typer.Option("--dtype", help="Model dtype (auto, float32, bfloat16).")]
+
+
+def rollout(
+    env: EnvArg,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")],
+    backend: BackendOpt = "scripted",
+    model: ModelOpt = None,
+    n: NOpt = 8,
+    g: GOpt = 1,
+    seed: SeedOpt = 0,
+    concurrency: ConcOpt = 64,
+    max_tokens: MaxTokOpt = 256,
+    temperature: TempOpt = 1.0,
+    max_context: CtxOpt = 4096,
+    url: UrlOpt = None,
+    base_url: BaseUrlOpt = None,
+    env_arg: EnvKwOpt = None,
+    turn_timeout: TurnTOpt = 300.0,
+    trajectory_timeout: TrajTOpt = 3600.0,
+    dtype: DtypeOpt = "auto",
+) -> None:
+    """Generate trajectories and save them as JSONL and parquet."""
+    stats, _ = _run(**locals())
+    typer.echo(json.dumps(stats, indent=2))
+
+
+def eval(  # noqa: A001 - the command is called eval
+    env: EnvArg,
+    backend: BackendOpt = "scripted",
+    model: ModelOpt = None,
+    n: NOpt = 32,
+    g: GOpt = 1,
+    seed: SeedOpt = 0,
+    concurrency: ConcOpt = 64,
+    max_tokens: MaxTokOpt = 256,
+    temperature: TempOpt = 0.0,
+    max_context: CtxOpt = 4096,
+    url: UrlOpt = None,
+    base_url: BaseUrlOpt = None,
+    env_arg: EnvKwOpt = None,
+    turn_timeout: TurnTOpt = 300.0,
+    trajectory_timeout: TrajTOpt = 3600.0,
+    dtype: DtypeOpt = "auto",
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Also save trajectories and eval.json.")
+    ] = None,
+    threshold: Annotated[float, typer.Option("--threshold", help="Success: outcome reward >= this.")] = 1.0,
+) -> None:
+    """Success rate (Wilson 95% interval) and mean reward (95% interval) of an agent on an env."""
+    from rich.console import Console
+    from rich.table import Table
+
+    args = {k: v for k, v in locals().items() if k != "threshold"}
+    stats, trajectories = _run(**args)
+    report = summarize(trajectories, threshold)
+    report["stats"] = stats
+    table = Table(title=f"{env} — {backend}{' ' + model if model else ''}")
+    for col in ("episodes", "success", "95% CI", "mean reward", "95% CI ", "masked"):
+        table.add_column(col)
+    lo, hi = report["success_ci"]
+    rlo, rhi = report["reward_ci"]
+    table.add_row(
+        str(report["episodes"]),
+        f"{report['success_rate']:.3f}",
+        f"[{lo:.3f}, {hi:.3f}]",
+        f"{report['mean_reward']:.3f}",
+        f"[{rlo:.3f}, {rhi:.3f}]",
+        str(report["masked"]),
+    )
+    Console().print(table)
+    if out is not None:
+        (Path(out) / "eval.json").write_text(json.dumps(report, indent=2))
+
+
+def summarize(trajectories: list[Any], threshold: float = 1.0) -> dict[str, Any]:
+    """Success rate with a Wilson interval and mean reward with a normal interval (masked excluded)."""
+    valid = [t for t in trajectories if not t.masked]
+    k = sum(t.outcome >= threshold for t in valid)
+    rewards = [t.total_reward for t in valid]
+    mean = sum(rewards) / len(rewards) if rewards else 0.0
+    var = sum((r - mean) ** 2 for r in rewards) / (len(rewards) - 1) if len(rewards) > 1 else 0.0
+    half = 1.96 * math.sqrt(var / len(rewards)) if rewards else 0.0
+    return {
+        "episodes": len(valid),
+        "masked": len(trajectories) - len(valid),
+        "successes": k,
+        "success_rate": k / len(valid) if valid else 0.0,
+        "success_ci": list(wilson_interval(k, len(valid))),
+        "mean_reward": mean,
+        "reward_ci": [mean - half, mean + half],
+        "mean_turns": sum(t.num_turns for t in valid) / len(valid) if valid else 0.0,
+    }
+
+
+def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    if n == 0:
+        return (0.0, 1.0)
+    p = k / n
+    denom = 1 + z * z / n
+    center = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, center - half), min(1.0, center + half))
+
+
+def parse_env_args(items: list[str] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"--env-arg needs KEY=VALUE, got {item!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def _run(**a: Any) -> tuple[dict[str, Any], list[Any]]:
+    if a["backend"] not in BACKENDS:
+        raise typer.BadParameter(f"--backend must be one of {', '.join(BACKENDS)}")
+    if a["backend"] in ("vllm", "hf", "openai") and not a["model"]:
+        raise typer.BadParameter(f"--backend {a['backend']} needs --model")
+    return asyncio.run(_run_async(a))
+
+
+async def _run_async(a: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
+    from turngym.rollout.engine import RolloutConfig, RolloutEngine
+    from turngym.rollout.store import TrajectoryWriter
+
+    env_kwargs = parse_env_args(a["env_arg"])
+    if a["backend"] == "openai":
+        env_kwargs.setdefault("tools_in_prompt", False)
+    config = RolloutConfig(
+        group_size=a["g"],
+        max_concurrency=a["concurrency"],
+        turn_timeout=a["turn_timeout"],
+        trajectory_timeout=a["trajectory_timeout"],
+    )
+    async with AsyncExitStack() as stack:
+        agent = await _make_agent(a, stack)
+        writer = TrajectoryWriter(a["out"]) if a.get("out") else None
+        if writer is not None:
+            stack.callback(writer.close)
+        engine = RolloutEngine(
+            a["env"], agent, config, env_kwargs=env_kwargs, on_trajectory=writer.write if writer else None
+        )
+        trajectories = await _with_progress(engine, range(a["seed"], a["seed"] + a["n"]))
+    stats = engine.stats.as_dict()
+    examples: dict[str, str] = {}
+    for t in trajectories:
+        if t.masked:
+            examples.setdefault(t.mask_reason, t.metadata.get("error", ""))
+    if examples:
+        stats["example_errors"] = examples
+    if a.get("out"):
+        (Path(a["out"]) / "stats.json").write_text(json.dumps(stats, indent=2))
+    return stats, trajectories
+
+
+async def _make_agent(a: dict[str, Any], stack: AsyncExitStack) -> Any:
+    from turngym.agents import LLMAgent, RandomAgent, SamplingParams, ScriptedAgent
+
+    kind = a["backend"]
+    if kind == "scripted":
+        return ScriptedAgent()
+    if kind == "random":
+        return RandomAgent(seed=a["seed"])
+    if kind == "openai":
+        from turngym.agents.openai_chat import OpenAIChatAgent
+
+        return OpenAIChatAgent(
+            a["model"], base_url=a["base_url"], temperature=a["temperature"], max_tokens=a["max_tokens"]
+        )
+    from turngym.agents.models import load_tokenizer
+
+    tokenizer = load_tokenizer(a["model"])
+    sampling = SamplingParams(max_tokens=a["max_tokens"], temperature=a["temperature"])
+    if kind == "hf":
+        from turngym.agents.hf import HFBackend
+
+        dtype = None if a["dtype"] == "auto" else a["dtype"]
+        backend: Any = HFBackend(a["model"], tokenizer, dtype=dtype, max_batch_size=a["concurrency"])
+    else:
+        from turngym.agents.vllm import VLLMBackend, VLLMServer
+
+        urls = a["url"]
+        if not urls:
+            server = VLLMServer(
+                a["model"], max_model_len=a["max_context"], dtype=a["dtype"], enable_lora=False
+            )
+            typer.echo(f"starting a vLLM server for {a['model']} (log: {server.log_path}) ...", err=True)
+            await asyncio.to_thread(server.start)
+            stack.callback(server.stop)
+            urls = [server.url]
+        backend = VLLMBackend(urls)
+    stack.push_async_callback(backend.aclose)
+    return LLMAgent(backend, tokenizer, sampling, max_context=a["max_context"])
+
+
+async def _with_progress(engine: Any, seeds: range) -> list[Any]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("turns {task.fields[turns]}  {task.fields[tps]:.0f} tok/s  errors {task.fields[errors]}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, transient=False) as progress:
+        bar = progress.add_task(
+            "trajectories", total=len(seeds) * engine.config.group_size, turns=0, tps=0.0, errors=0
+        )
+
+        def refresh() -> None:
+            s = engine.stats
+            progress.update(bar, completed=s.finished, turns=s.turns, tps=s.tokens_per_s, errors=s.masked)
+
+        run = asyncio.ensure_future(engine.run(seeds))
+        while not run.done():
+            refresh()
+            await asyncio.wait([run], timeout=0.2)
+        refresh()
+        return run.result()
