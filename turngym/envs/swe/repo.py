@@ -1,0 +1,191 @@
+"""The repository inside a sandbox: seed it, run its tests, take the agent's patch, grade a patch.
+
+The repository never lives in the image: the host uploads the task's files into the ``/testbed``
+tmpfs at reset and commits them as the base commit (fixed author and date, so the commit is the
+same every time). The image therefore never holds a fixed copy an agent could diff against, and
+grading starts a fresh container with pristine tests, so edits to tests, ``conftest.py`` or a
+broken sandbox cannot change the verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from turngym.envs.swe.packages import PLUGIN_DIR, PLUGIN_NAME, REPO_DIR, plugin_source
+from turngym.sandboxes.docker import DockerSandbox, SandboxError
+
+_GIT_ENV = (
+    "GIT_AUTHOR_NAME=turngym GIT_AUTHOR_EMAIL=turngym@localhost GIT_COMMITTER_NAME=turngym "
+    "GIT_COMMITTER_EMAIL=turngym@localhost GIT_AUTHOR_DATE='2024-01-01T00:00:00Z' "
+    "GIT_COMMITTER_DATE='2024-01-01T00:00:00Z'"
+)
+_REPORT = "/tmp/.turngym-report.json"
+
+
+def seed_repo(sb: DockerSandbox, files: Mapping[str, bytes], *, timeout: float = 120.0) -> str:
+    """Upload ``files`` (repo-relative path -> bytes) to ``/testbed`` and commit them; returns HEAD."""
+    upload = {f"{REPO_DIR}/{rel}": data for rel, data in files.items()}
+    upload[f"{PLUGIN_DIR}/{PLUGIN_NAME}.py"] = plugin_source()
+    sb.put_files(upload, timeout=timeout)
+    script = (
+        f"cd {REPO_DIR} && git init -q -b main && "
+        f"printf '__pycache__/\\n*.pyc\\n*.egg-info/\\n.pytest_cache/\\n' > .git/info/exclude && "
+        f"git add -A && {_GIT_ENV} git commit -q --no-verify -m 'base' && git rev-parse HEAD"
+    )
+    res = sb.exec(script, timeout=timeout)
+    if res.exit_code != 0:
+        raise SandboxError(f"could not commit the repository: {res.output[-2000:]}")
+    return res.output.strip().splitlines()[-1]
+
+
+def current_patch(sb: DockerSandbox, *, timeout: float = 60.0) -> str:
+    """The agent's changes against the base commit (new files included), as a binary git diff."""
+    res = sb.exec(
+        f"cd {REPO_DIR} && git add -A >/dev/null 2>&1; git diff --cached --binary HEAD",
+        timeout=timeout,
+        max_output_bytes=64 << 20,
+    )
+    if res.exit_code != 0:
+        raise SandboxError(f"git diff failed: {res.output[-2000:]}")
+    return res.output
+
+
+_DIFF_HEADER = re.compile(r"^diff --git a/(.+?) b/(.+?)$", re.M)
+
+
+def split_patch(patch: str) -> list[tuple[str, str]]:
+    """A git diff as ``(path, section)`` pairs, one per file."""
+    heads = list(_DIFF_HEADER.finditer(patch))
+    out = []
+    for i, m in enumerate(heads):
+        end = heads[i + 1].start() if i + 1 < len(heads) else len(patch)
+        out.append((m.group(2), patch[m.start() : end]))
+    return out
+
+
+def without_tests(patch: str, is_test_path: Callable[[str], bool]) -> str:
+    """``patch`` minus the sections that touch test files (graded on pristine tests)."""
+    return "".join(section for path, section in split_patch(patch) if not is_test_path(path))
+
+
+def changed_paths(patch: str) -> list[str]:
+    return [path for path, _ in split_patch(patch)]
+
+
+@dataclass
+class TestRun:
+    """Per-test outcomes of one pytest run (``passed``/``failed``/``error``/``skipped``)."""
+
+    outcomes: dict[str, str]
+    messages: dict[str, str] = field(default_factory=dict)
+    output: str = ""
+    timed_out: bool = False
+    exit_code: int = 0
+
+    def passed(self, nodeid: str) -> bool:
+        return self.outcomes.get(nodeid) == "passed"
+
+
+def run_tests(
+    sb: DockerSandbox,
+    targets: list[str],
+    *,
+    timeout: float = 300.0,
+    extra_env: Mapping[str, str] | None = None,
+) -> TestRun:
+    """Run pytest on ``targets`` (files or node ids) in ``/testbed`` and read the per-test report."""
+    env = {"TURNGYM_REPORT": _REPORT, "PYTHONPATH": PLUGIN_DIR, **dict(extra_env or {})}
+    assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    args = " ".join(shlex.quote(t) for t in targets)
+    res = sb.exec(
+        f"rm -f {_REPORT}; cd {REPO_DIR} && {assigns} python3 -m pytest -p {PLUGIN_NAME} -q --tb=line "
+        f"-p no:cacheprovider {args}",
+        timeout=timeout,
+        max_output_bytes=200_000,
+    )
+    try:
+        report = json.loads(sb.get_file(_REPORT))
+    except (SandboxError, ValueError):
+        return TestRun({}, output=res.output, timed_out=res.timed_out, exit_code=res.exit_code)
+    tests: dict[str, Any] = report.get("tests", {})
+    return TestRun(
+        outcomes={k: v["outcome"] for k, v in tests.items()},
+        messages={k: v.get("message", "") for k, v in tests.items() if v.get("message")},
+        output=res.output,
+        timed_out=res.timed_out,
+        exit_code=res.exit_code,
+    )
+
+
+@dataclass
+class Grade:
+    """The verdict on a patch: ``resolved`` iff every FAIL_TO_PASS and PASS_TO_PASS test passed."""
+
+    resolved: bool
+    applied: bool
+    f2p_passed: int = 0
+    f2p_total: int = 0
+    p2p_passed: int = 0
+    p2p_total: int = 0
+    detail: str = ""
+    failing: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "resolved": self.resolved,
+            "applied": self.applied,
+            "FAIL_TO_PASS": f"{self.f2p_passed}/{self.f2p_total}",
+            "PASS_TO_PASS": f"{self.p2p_passed}/{self.p2p_total}",
+            "detail": self.detail,
+            "failing": self.failing[:20],
+        }
+
+
+def grade_patch(
+    sb: DockerSandbox,
+    files: Mapping[str, bytes],
+    patch: str,
+    *,
+    fail_to_pass: list[str],
+    pass_to_pass: list[str],
+    test_files: list[str],
+    test_patch: str = "",
+    timeout: float = 300.0,
+) -> Grade:
+    """Seed a fresh sandbox with the task's files, apply ``patch`` (+ ``test_patch``) and run the tests."""
+    seed_repo(sb, files)
+    for name, p in (("patch", patch), ("test_patch", test_patch)):
+        if not p.strip():
+            continue
+        sb.put_files({f"/tmp/.turngym-{name}.diff": p})
+        res = sb.exec(
+            f"cd {REPO_DIR} && git apply --binary --whitespace=nowarn /tmp/.turngym-{name}.diff", timeout=60
+        )
+        if res.exit_code != 0:
+            return Grade(
+                False,
+                applied=False,
+                f2p_total=len(fail_to_pass),
+                p2p_total=len(pass_to_pass),
+                detail=f"{name} does not apply: {res.output.strip()[:1000]}",
+            )
+    run = run_tests(sb, test_files or sorted({t.split("::")[0] for t in fail_to_pass}), timeout=timeout)
+    f2p = [t for t in fail_to_pass if run.passed(t)]
+    p2p = [t for t in pass_to_pass if run.passed(t)]
+    failing = [t for t in fail_to_pass + pass_to_pass if not run.passed(t)]
+    detail = "tests timed out" if run.timed_out else ("" if run.outcomes else run.output[-1000:])
+    return Grade(
+        resolved=not failing,
+        applied=True,
+        f2p_passed=len(f2p),
+        f2p_total=len(fail_to_pass),
+        p2p_passed=len(p2p),
+        p2p_total=len(pass_to_pass),
+        detail=detail,
+        failing=failing,
+    )

@@ -1,0 +1,417 @@
+"""SWE tasks: the SWE-bench instance format, loaders, and synthesis from real packages.
+
+Synthesis (:func:`synthesize`, CLI ``turngym swe synth``) follows SWE-smith: run a package's own test
+suite in a sandbox (recording which functions the tests execute), inject one AST mutation into a
+covered function (:mod:`turngym.envs.swe.mutations`), run the suite again, and keep the mutation
+only if some tests now fail (FAIL_TO_PASS) and every other test of those test files still passes
+(PASS_TO_PASS). Collection errors (the module no longer imports) are rejected. The issue text is
+written from the failing behaviour (exception messages), never from the test source.
+
+Instances are stored in SWE-bench's JSON format (``instance_id, repo, base_commit, patch,
+test_patch, problem_statement, FAIL_TO_PASS, PASS_TO_PASS`` ...) plus a ``turngym`` field holding
+what synthesis knows (package, mutation, the expert's revert edit). :func:`load_instances` also reads
+plain SWE-bench instances given the repository snapshot (a directory or tarball at
+``base_commit``) and, optionally, an image with the repository's dependencies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import random
+import tarfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from turngym.envs.swe.mutations import Mutation, mutations_of, still_parses, unified_patch
+from turngym.envs.swe.packages import PACKAGES, PackageSpec, env_image, sdist_files
+
+DEFAULT_TASKS = Path(__file__).with_name("data") / "tasks.json"
+SWEBENCH_FIELDS = (
+    "instance_id",
+    "repo",
+    "base_commit",
+    "patch",
+    "test_patch",
+    "problem_statement",
+    "hints_text",
+    "created_at",
+    "version",
+    "FAIL_TO_PASS",
+    "PASS_TO_PASS",
+    "environment_setup_commit",
+)
+
+
+@dataclass
+class SweTask:
+    """One task: the repository at its buggy state, the tests that decide it, and the gold patch."""
+
+    instance_id: str
+    repo: str
+    problem_statement: str
+    patch: str
+    fail_to_pass: list[str]
+    pass_to_pass: list[str]
+    test_files: list[str] = field(default_factory=list)
+    test_patch: str = ""
+    base_commit: str = ""
+    version: str = ""
+    hints_text: str = ""
+    created_at: str = ""
+    package: str | None = None
+    snapshot: str | None = None
+    image: str | None = None
+    src_root: str = ""
+    test_requires: tuple[str, ...] = ()
+    mutation: dict[str, Any] | None = None
+    expert_edits: list[dict[str, str]] = field(default_factory=list)
+    _files: dict[str, bytes] | None = field(default=None, repr=False, compare=False)
+
+    # ------------------------------------------------------------ the repository
+    @property
+    def spec(self) -> PackageSpec | None:
+        if self.package is None:
+            return None
+        for spec in PACKAGES.values():
+            if spec.key == self.package:
+                return spec
+        raise KeyError(f"task {self.instance_id}: unknown package {self.package!r}")
+
+    def files(self) -> dict[str, bytes]:
+        """The repository at the task's base commit (with the bug), as repo-relative path -> bytes."""
+        if self._files is None:
+            spec = self.spec
+            if spec is not None:
+                files = sdist_files(spec)
+                for edit in self.expert_edits:  # the synthetic bug = the expert's edit, reversed
+                    text = files[edit["path"]].decode()
+                    if text.count(edit["new_str"]) != 1:
+                        raise ValueError(f"task {self.instance_id}: cannot place the bug in {edit['path']}")
+                    files[edit["path"]] = text.replace(edit["new_str"], edit["old_str"], 1).encode()
+            elif self.snapshot:
+                files = read_snapshot(self.snapshot)
+            else:
+                raise ValueError(f"task {self.instance_id} has neither a package nor a repository snapshot")
+            self._files = files
+        return self._files
+
+    def is_test_path(self, path: str) -> bool:
+        spec = self.spec
+        if spec is not None:
+            return spec.is_test_path(path)
+        patched = {p for p, _ in _diff_paths(self.test_patch)}
+        name = os.path.basename(path)
+        return path in patched or path in self.test_files or name == "conftest.py" or name.startswith("test_")
+
+    def image_tag(self, base: str | None = None) -> str:
+        """The image this task runs in (built and cached on first use)."""
+        if self.image:
+            return self.image
+        spec = self.spec
+        if spec is not None:
+            return env_image(base=base, src_root=spec.src_root, test_requires=spec.test_requires)
+        return env_image(base=base, src_root=self.src_root, test_requires=self.test_requires)
+
+    # ------------------------------------------------------------ SWE-bench format
+    def to_swebench(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "instance_id": self.instance_id,
+            "repo": self.repo,
+            "base_commit": self.base_commit,
+            "patch": self.patch,
+            "test_patch": self.test_patch,
+            "problem_statement": self.problem_statement,
+            "hints_text": self.hints_text,
+            "created_at": self.created_at,
+            "version": self.version,
+            "FAIL_TO_PASS": json.dumps(self.fail_to_pass),
+            "PASS_TO_PASS": json.dumps(self.pass_to_pass),
+            "environment_setup_commit": "",
+        }
+        out["turngym"] = {
+            "package": self.package,
+            "test_files": self.test_files,
+            "mutation": self.mutation,
+            "expert_edits": self.expert_edits,
+        }
+        return out
+
+    @classmethod
+    def from_swebench(
+        cls,
+        d: dict[str, Any],
+        *,
+        snapshot: str | None = None,
+        image: str | None = None,
+        src_root: str = "",
+        test_requires: Iterable[str] = (),
+    ) -> SweTask:
+        missing = [k for k in ("instance_id", "patch", "FAIL_TO_PASS", "PASS_TO_PASS") if k not in d]
+        if missing:
+            raise ValueError(f"not a SWE-bench instance (missing {missing}): {str(d)[:200]}")
+        extra = d.get("turngym") or {}
+        f2p, p2p = _json_list(d["FAIL_TO_PASS"]), _json_list(d["PASS_TO_PASS"])
+        test_files = list(extra.get("test_files") or [])
+        if not test_files:
+            test_files = sorted({t.split("::")[0] for t in f2p + p2p if "::" in t} | set(_diff_paths_only(d.get("test_patch", ""))))
+        return cls(
+            instance_id=str(d["instance_id"]),
+            repo=str(d.get("repo", "")),
+            problem_statement=str(d.get("problem_statement", "")),
+            patch=str(d["patch"]),
+            fail_to_pass=f2p,
+            pass_to_pass=p2p,
+            test_files=test_files,
+            test_patch=str(d.get("test_patch", "") or ""),
+            base_commit=str(d.get("base_commit", "") or ""),
+            version=str(d.get("version", "") or ""),
+            hints_text=str(d.get("hints_text", "") or ""),
+            created_at=str(d.get("created_at", "") or ""),
+            package=extra.get("package"),
+            snapshot=snapshot,
+            image=image,
+            src_root=src_root,
+            test_requires=tuple(test_requires),
+            mutation=extra.get("mutation"),
+            expert_edits=list(extra.get("expert_edits") or []),
+        )
+
+
+def _json_list(value: Any) -> list[str]:
+    if isinstance(value, str):
+        value = json.loads(value) if value.strip() else []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"FAIL_TO_PASS / PASS_TO_PASS must be a list of test ids, got {str(value)[:100]}")
+    return list(value)
+
+
+def _diff_paths(patch: str) -> list[tuple[str, str]]:
+    from turngym.envs.swe.repo import split_patch
+
+    return split_patch(patch)
+
+
+def _diff_paths_only(patch: str) -> list[str]:
+    return [p for p, _ in _diff_paths(patch)]
+
+
+def read_snapshot(path: str | os.PathLike[str]) -> dict[str, bytes]:
+    """A repository snapshot (a directory, or a tarball whose single top directory is stripped)."""
+    p = Path(path)
+    files: dict[str, bytes] = {}
+    if p.is_dir():
+        for f in sorted(p.rglob("*")):
+            rel = f.relative_to(p).as_posix()
+            if f.is_file() and not f.is_symlink() and not rel.startswith(".git/"):
+                files[rel] = f.read_bytes()
+        return files
+    with tarfile.open(p) as tar:
+        members = [m for m in tar.getmembers() if m.isfile()]
+        tops = {m.name.lstrip("./").split("/", 1)[0] for m in members}
+        strip = len(tops) == 1 and all("/" in m.name.lstrip("./") for m in members)
+        for m in members:
+            name = m.name.lstrip("./")
+            rel = name.split("/", 1)[1] if strip else name
+            if rel.startswith(".git/") or ".." in rel.split("/"):
+                continue
+            fobj = tar.extractfile(m)
+            files[rel] = fobj.read() if fobj else b""
+    return files
+
+
+def save_instances(tasks: Iterable[SweTask], path: str | os.PathLike[str]) -> Path:
+    """Write tasks as a JSON list of SWE-bench instances."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps([t.to_swebench() for t in tasks], indent=1) + "\n")
+    return out
+
+
+def load_instances(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    snapshot: str | None = None,
+    snapshots: dict[str, str] | None = None,
+    image: str | None = None,
+    src_root: str = "",
+    test_requires: Iterable[str] = (),
+) -> list[SweTask]:
+    """Tasks from a JSON list or JSONL file of SWE-bench instances (default: the shipped task set).
+
+    For plain SWE-bench instances give the repository at ``base_commit``: ``snapshot`` (one for all)
+    or ``snapshots`` (instance id -> directory or tarball); ``image`` names an image that has the
+    repository's dependencies (else one is built from ``test_requires``).
+    """
+    p = Path(path) if path is not None else DEFAULT_TASKS
+    text = p.read_text()
+    if p.suffix == ".jsonl":
+        raw = [json.loads(line) for line in text.splitlines() if line.strip()]
+    else:
+        data = json.loads(text)
+        raw = data if isinstance(data, list) else [data]
+    tasks = []
+    for d in raw:
+        snap = (snapshots or {}).get(str(d.get("instance_id")), snapshot)
+        task = SweTask.from_swebench(d, snapshot=snap, image=image, src_root=src_root, test_requires=test_requires)
+        if task.package is None and task.snapshot is None and task.image is None:
+            raise ValueError(
+                f"instance {task.instance_id}: a SWE-bench instance needs the repository at base_commit "
+                "(snapshot=DIR_OR_TARBALL or snapshots={id: path})"
+            )
+        tasks.append(task)
+    return tasks
+
+
+# ---------------------------------------------------------------- synthesis
+def issue_text(spec: PackageSpec, failing: dict[str, str], total_failing: int) -> str:
+    """An issue written from the observed failures (exception messages), not from the test code."""
+    lines = [
+        f"`{spec.name}` ({spec.version}) misbehaves: {total_failing} test(s) of its own test suite fail.",
+        "",
+        "Observed behaviour:",
+        "",
+    ]
+    for nodeid, message in list(failing.items())[:3]:
+        test = nodeid.split("::", 1)[-1]
+        msg = "\n".join(message.strip().splitlines()[:12])[:800] or "(no message)"
+        lines += [f"* `{test}`:", "", "```", msg, "```", ""]
+    lines.append(
+        "The rest of the test suite passes. The tests describe the intended behaviour; please fix the "
+        "library code so that they pass."
+    )
+    return "\n".join(lines)
+
+
+def _order_candidates(cands: list[Mutation], rng: random.Random) -> list[Mutation]:
+    """Round-robin over functions (shuffled), one candidate per function per round, kinds varied."""
+    by_fn: dict[tuple[str, str], list[Mutation]] = {}
+    for m in cands:
+        by_fn.setdefault((m.path, m.function), []).append(m)
+    keys = sorted(by_fn)
+    rng.shuffle(keys)
+    for k in keys:
+        rng.shuffle(by_fn[k])
+    out: list[Mutation] = []
+    while any(by_fn.values()):
+        for k in keys:
+            if by_fn[k]:
+                out.append(by_fn[k].pop())
+    return out
+
+
+def synthesize(
+    spec: PackageSpec,
+    *,
+    max_tasks: int = 25,
+    max_candidates: int = 80,
+    max_per_function: int = 2,
+    max_fail_to_pass: int = 40,
+    seed: int = 0,
+    base: str | None = None,
+    test_timeout: float = 180.0,
+    log: Callable[[str], None] | None = None,
+) -> list[SweTask]:
+    """Validated tasks for one package (see the module docstring for the procedure)."""
+    from turngym.envs.swe.repo import run_tests, seed_repo
+    from turngym.sandboxes.docker import DockerSandbox, Limits
+
+    say = log or (lambda s: None)
+    files = sdist_files(spec)
+    image = env_image(base=base, src_root=spec.src_root, test_requires=spec.test_requires)
+    limits = Limits(cpus=2.0, memory_mb=2048, pids=1024, disk_mb=1024)
+    tasks: list[SweTask] = []
+    with DockerSandbox.create(image, limits=limits, run_id="swe-synth") as sb:
+        seed_repo(sb, files)
+        profile = "/tmp/.turngym-profile.json"
+        base_run = run_tests(
+            sb, list(spec.tests), timeout=test_timeout, extra_env={"TURNGYM_PROFILE": profile}
+        )
+        passing = {t for t, o in base_run.outcomes.items() if o == "passed"}
+        if not passing:
+            raise RuntimeError(f"{spec.key}: no test passes on the pristine package:\n{base_run.output[-2000:]}")
+        covered: dict[str, set[int]] = {}
+        for fname, line in json.loads(sb.get_file(profile)):
+            covered.setdefault(os.path.relpath(fname, "/testbed"), set()).add(int(line))
+        say(f"{spec.key}: {len(passing)} passing tests, {sum(map(len, covered.values()))} covered functions")
+        cands: list[Mutation] = []
+        for path in spec.sources:
+            source = files[path].decode()
+            cands += [m for m in mutations_of(path, source, covered.get(path, set())) if still_parses(m.apply(source))]
+        ordered = _order_candidates(cands, random.Random(f"{spec.key}:{seed}"))
+        per_fn: dict[str, int] = {}
+        tried = 0
+        for m in ordered:
+            if len(tasks) >= max_tasks or tried >= max_candidates:
+                break
+            if per_fn.get(f"{m.path}:{m.function}", 0) >= max_per_function:
+                continue
+            original = files[m.path].decode()
+            try:
+                edit = m.revert_edit(original)
+            except ValueError:
+                continue
+            tried += 1
+            sb.put_files({f"/testbed/{m.path}": m.apply(original)})
+            run = run_tests(sb, list(spec.tests), timeout=test_timeout)
+            sb.put_files({f"/testbed/{m.path}": original})
+            broke = sorted(t for t in passing if run.outcomes.get(t) != "passed")
+            collection_error = any("::" not in t for t, o in run.outcomes.items() if o == "error")
+            if run.timed_out or collection_error or not broke or len(broke) > max_fail_to_pass:
+                continue
+            test_files = sorted({t.split("::")[0] for t in broke})
+            p2p = sorted(t for t in passing if t.split("::")[0] in test_files and t not in broke)
+            digest = hashlib.sha1(f"{m.path}:{m.start}:{m.replacement}".encode()).hexdigest()[:8]
+            fn_id = m.function.replace(".", "_")
+            task = SweTask(
+                instance_id=f"{spec.name}-{spec.version}__{m.kind}__{fn_id}__{digest}",
+                repo=spec.name,
+                problem_statement=issue_text(spec, {t: run.messages.get(t, "") for t in broke}, len(broke)),
+                patch=unified_patch(m.path, m.apply(original), original),
+                fail_to_pass=broke,
+                pass_to_pass=p2p,
+                test_files=test_files,
+                version=spec.version,
+                package=spec.key,
+                mutation={
+                    "kind": m.kind,
+                    "function": m.function,
+                    "path": m.path,
+                    "line": m.line,
+                    "description": m.description,
+                },
+                expert_edits=[edit],
+            )
+            tasks.append(task)
+            per_fn[f"{m.path}:{m.function}"] = per_fn.get(f"{m.path}:{m.function}", 0) + 1
+            say(f"  + {task.instance_id}: {len(broke)} FAIL_TO_PASS, {len(p2p)} PASS_TO_PASS")
+        say(f"{spec.key}: {len(tasks)} tasks from {tried} candidates")
+    return tasks
+
+
+def synthesize_all(
+    packages: Iterable[str] | None = None, *, out: str | os.PathLike[str] | None = None, **kwargs: Any
+) -> list[SweTask]:
+    """Synthesise tasks for several packages and write them to ``out`` (default: the shipped set)."""
+    tasks: list[SweTask] = []
+    for name in packages or PACKAGES:
+        if name not in PACKAGES:
+            raise KeyError(f"unknown package {name!r}; known: {', '.join(PACKAGES)}")
+        tasks += synthesize(PACKAGES[name], **kwargs)
+    save_instances(tasks, out or DEFAULT_TASKS)
+    return tasks
+
+
+def snapshot_tarball(files: dict[str, bytes]) -> bytes:
+    """A ``.tar`` of a repository's files (a convenient way to hand a snapshot to the loader)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for rel, data in sorted(files.items()):
+            info = tarfile.TarInfo(rel)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()

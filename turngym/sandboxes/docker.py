@@ -1,0 +1,544 @@
+"""``DockerSandbox``: one locked-down container on the local Docker Engine (through the ``docker`` SDK).
+
+A sandbox is created from an image with no network, CPU / memory / pids limits and a read-only
+root file system whose writable paths are size-limited tmpfs mounts (Docker copies the image's
+content into them, so ``/testbed`` starts with the repository). PID 1 is a tiny Python init that
+reaps zombies and ignores signals, so neither ``kill 1`` nor a fork bomb from inside ends the
+container; only the host can.
+
+``exec`` runs a shell command with a timeout that kills the command's whole process group (and, as
+a fallback, every process but PID 1) while the container lives on; output is capped in memory
+(head and tail kept) and decoded leniently, so binary or huge output cannot hurt the host.
+
+Every container carries labels naming its owner process (host, pid, process start time) and run
+id; :func:`reap_orphans` removes the containers of processes that no longer exist. The first
+sandbox a process creates starts one reaper pass in the background, so a driver killed with
+SIGKILL leaves nothing behind after the next driver starts (or ``turngym sandbox prune``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import io
+import os
+import socket
+import tarfile
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+LABEL_MANAGED = "turngym.managed"
+LABEL_HOST = "turngym.owner.host"
+LABEL_PID = "turngym.owner.pid"
+LABEL_START = "turngym.owner.start"
+LABEL_RUN_ID = "turngym.run_id"
+LABEL_IMAGE = "turngym.image"
+
+#: Exit code reported when a command is killed for running past its timeout (as GNU ``timeout``).
+TIMEOUT_EXIT_CODE = 124
+
+# PID 1: reap every child, ignore the signals a process inside may send to it.
+_INIT = (
+    "import os,signal\n"
+    "for s in (signal.SIGTERM,signal.SIGINT,signal.SIGHUP,signal.SIGUSR1,signal.SIGUSR2):\n"
+    "    signal.signal(s,signal.SIG_IGN)\n"
+    "def reap(*_):\n"
+    "    while True:\n"
+    "        try:\n"
+    "            pid,_=os.waitpid(-1,os.WNOHANG)\n"
+    "        except ChildProcessError:\n"
+    "            return\n"
+    "        if pid==0:\n"
+    "            return\n"
+    "signal.signal(signal.SIGCHLD,reap)\n"
+    "while True:\n"
+    "    signal.pause()\n"
+)
+
+_EXECUTOR: ThreadPoolExecutor | None = None
+_EXECUTOR_LOCK = threading.Lock()
+_REAPER_STARTED = False
+_LIVE: set[DockerSandbox] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+class SandboxError(RuntimeError):
+    """A sandbox operation failed (daemon error, bad path, ...)."""
+
+
+class SandboxDead(SandboxError):
+    """The container is gone or stopped (killed from outside, removed, daemon restarted)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of a sandbox.
+
+    ``writable`` paths become tmpfs mounts of ``disk_mb`` each (the rest of the root file system is
+    read-only when ``read_only`` is set); tmpfs pages count against ``memory_mb`` as well.
+    """
+
+    cpus: float = 1.0
+    memory_mb: int = 1024
+    pids: int = 256
+    disk_mb: int = 512
+    writable: tuple[str, ...] = ("/tmp", "/root", "/testbed")
+    read_only: bool = True
+    network: str = "none"
+
+
+@dataclass
+class ExecResult:
+    """What a command did: exit code, combined stdout+stderr (capped), and how it ended."""
+
+    exit_code: int
+    output: str
+    timed_out: bool = False
+    truncated: bool = False
+    output_bytes: int = 0
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+@dataclass
+class _Capped:
+    """Keeps the first and last ``limit // 2`` bytes of a stream, counting the rest."""
+
+    limit: int
+    head: bytearray = field(default_factory=bytearray)
+    tail: bytearray = field(default_factory=bytearray)
+    total: int = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        half = max(self.limit // 2, 1)
+        room = half - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > half:
+                del self.tail[: len(self.tail) - half]
+
+    def text(self) -> tuple[str, bool]:
+        head = self.head.decode("utf-8", errors="replace")
+        if self.total <= len(self.head) + len(self.tail):
+            return head + self.tail.decode("utf-8", errors="replace"), False
+        dropped = self.total - len(self.head) - len(self.tail)
+        marker = f"\n[... {dropped} bytes of output truncated ...]\n"
+        return head + marker + self.tail.decode("utf-8", errors="replace"), True
+
+
+def executor() -> ThreadPoolExecutor:
+    """The thread pool that runs blocking Docker calls for the async API (wider than asyncio's default)."""
+    global _EXECUTOR
+    with _EXECUTOR_LOCK:
+        if _EXECUTOR is None:
+            _EXECUTOR = ThreadPoolExecutor(max_workers=64, thread_name_prefix="turngym-docker")
+        return _EXECUTOR
+
+
+async def run_blocking(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run a blocking call on :func:`executor` from async code."""
+    return await asyncio.get_running_loop().run_in_executor(executor(), partial(fn, *args, **kwargs))
+
+
+_CLIENT: Any = None
+
+
+def docker_client() -> Any:
+    """A process-wide ``docker.DockerClient`` from the environment; a clear error if no daemon answers."""
+    global _CLIENT
+    if _CLIENT is None:
+        import docker
+
+        try:
+            client = docker.from_env(timeout=120)
+            client.ping()
+        except Exception as e:  # noqa: BLE001 - any failure means: no usable daemon
+            raise SandboxError(
+                f"cannot reach the Docker daemon ({type(e).__name__}: {e}). Start it, e.g. "
+                "`dockerd > /tmp/dockerd.log 2>&1 &`, and check `docker info`."
+            ) from e
+        _CLIENT = client
+    return _CLIENT
+
+
+def docker_available() -> bool:
+    try:
+        docker_client()
+    except SandboxError:
+        return False
+    return True
+
+
+def process_start_time(pid: int) -> str | None:
+    """The start time of a process in clock ticks since boot (``/proc/PID/stat`` field 22); None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def owner_labels(run_id: str | None = None) -> dict[str, str]:
+    """Labels that tie a container to this process (and a run id) for reaping."""
+    pid = os.getpid()
+    return {
+        LABEL_MANAGED: "1",
+        LABEL_HOST: socket.gethostname(),
+        LABEL_PID: str(pid),
+        LABEL_START: process_start_time(pid) or "",
+        LABEL_RUN_ID: run_id or "",
+    }
+
+
+def owner_alive(labels: Mapping[str, str]) -> bool:
+    """Whether the process named in a container's labels still runs (unknown hosts count as alive)."""
+    if labels.get(LABEL_HOST) != socket.gethostname():
+        return True
+    try:
+        pid = int(labels.get(LABEL_PID, ""))
+    except ValueError:
+        return False
+    start = process_start_time(pid)
+    return start is not None and start == labels.get(LABEL_START, start)
+
+
+def managed_containers(client: Any = None, run_id: str | None = None) -> list[Any]:
+    """All containers (running or not) that turngym created, optionally of one run."""
+    client = client or docker_client()
+    filters = [f"{LABEL_MANAGED}=1"] + ([f"{LABEL_RUN_ID}={run_id}"] if run_id else [])
+    return client.containers.list(all=True, filters={"label": filters})
+
+
+def reap_orphans(client: Any = None, *, run_id: str | None = None, everything: bool = False) -> list[str]:
+    """Remove turngym containers whose owner process is dead (or all of them with ``everything``).
+
+    Returns the names of the removed containers. Containers of live processes are left alone.
+    """
+    client = client or docker_client()
+    import docker.errors
+
+    removed = []
+    for c in managed_containers(client, run_id):
+        if not everything and owner_alive(c.labels):
+            continue
+        try:
+            c.remove(force=True)
+            removed.append(c.name)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as e:
+            if "already in progress" not in str(e):
+                raise
+    return removed
+
+
+def _start_reaper_once(client: Any) -> None:
+    global _REAPER_STARTED
+    with _LIVE_LOCK:
+        if _REAPER_STARTED:
+            return
+        _REAPER_STARTED = True
+
+    def run() -> None:
+        try:
+            reap_orphans(client)
+        except Exception:  # noqa: BLE001 - best effort; `turngym sandbox prune` reports errors
+            pass
+
+    threading.Thread(target=run, name="turngym-reaper", daemon=True).start()
+
+
+@atexit.register
+def _close_live_sandboxes() -> None:
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for sb in live:
+        try:
+            sb.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown: do what we can
+            pass
+
+
+def _tar_of(files: Mapping[str, bytes | str], mode: int) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for path, data in files.items():
+            raw = data.encode() if isinstance(data, str) else bytes(data)
+            info = tarfile.TarInfo(name=path.lstrip("/"))
+            info.size = len(raw)
+            info.mode = mode
+            info.mtime = int(time.time())
+            tar.addfile(info, io.BytesIO(raw))
+    return buf.getvalue()
+
+
+class DockerSandbox:
+    """One running container. Use :meth:`create`; always :meth:`close` (also a context manager)."""
+
+    def __init__(self, container: Any, client: Any, *, image: str, run_id: str = ""):
+        self.container = container
+        self.client = client
+        self.image = image
+        self.run_id = run_id
+        self.id: str = container.id
+        self.name: str = container.name
+        self.created_at = time.time()
+        self._closed = False
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+
+    # ------------------------------------------------------------ lifecycle
+    @classmethod
+    def create(
+        cls,
+        image: str,
+        *,
+        limits: Limits | None = None,
+        run_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+        environment: Mapping[str, str] | None = None,
+        client: Any = None,
+    ) -> DockerSandbox:
+        """Create and start a container from ``image`` with ``limits``; raises :class:`SandboxError`."""
+        import docker.errors
+
+        client = client or docker_client()
+        _start_reaper_once(client)
+        limits = limits or Limits()
+        all_labels = {**owner_labels(run_id), LABEL_IMAGE: image, **dict(labels or {})}
+        tmpfs = {p: f"rw,exec,size={limits.disk_mb}m" for p in limits.writable}
+        name = f"turngym-{uuid.uuid4().hex[:12]}"
+        try:
+            container = client.containers.run(
+                image,
+                command=["python3", "-c", _INIT],
+                name=name,
+                detach=True,
+                labels=all_labels,
+                network_mode=limits.network,
+                nano_cpus=int(limits.cpus * 1e9),
+                mem_limit=f"{limits.memory_mb}m",
+                memswap_limit=f"{limits.memory_mb}m",
+                pids_limit=limits.pids,
+                read_only=limits.read_only,
+                tmpfs=tmpfs,
+                working_dir=workdir,
+                environment=dict(environment or {}),
+                cap_drop=["NET_RAW", "SYS_ADMIN", "MKNOD", "SYS_CHROOT"],
+                security_opt=["no-new-privileges"],
+                init=False,
+            )
+        except docker.errors.ImageNotFound as e:
+            raise SandboxError(f"image {image!r} not found; build it with `turngym sandbox build`") from e
+        except docker.errors.APIError as e:
+            try:
+                client.containers.get(name).remove(force=True)
+            except docker.errors.APIError:
+                pass
+            raise SandboxError(f"could not start a container from {image!r}: {e}") from e
+        return cls(container, client, image=image, run_id=run_id or "")
+
+    def close(self) -> None:
+        """Remove the container (idempotent; a container already gone is fine)."""
+        import docker.errors
+
+        if self._closed:
+            return
+        self._closed = True
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+        try:
+            self.client.api.remove_container(self.id, force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as e:
+            if "already in progress" not in str(e):
+                raise SandboxError(f"could not remove container {self.name}: {e}") from e
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def alive(self) -> bool:
+        """True if the container exists and runs."""
+        import docker.errors
+
+        if self._closed:
+            return False
+        try:
+            state = self.client.api.inspect_container(self.id)["State"]
+        except docker.errors.APIError:
+            return False
+        return bool(state.get("Running")) and not state.get("Restarting")
+
+    def __enter__(self) -> DockerSandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"DockerSandbox({self.name}, image={self.image!r}{', closed' if self._closed else ''})"
+
+    # ------------------------------------------------------------ commands
+    def exec(
+        self,
+        command: str,
+        *,
+        timeout: float = 60.0,
+        workdir: str | None = None,
+        environment: Mapping[str, str] | None = None,
+        max_output_bytes: int = 1 << 20,
+        stdin: bytes | None = None,
+    ) -> ExecResult:
+        """Run ``command`` with bash; kill it (not the container) after ``timeout`` seconds.
+
+        stdout and stderr come back interleaved; beyond ``max_output_bytes`` only the head and tail
+        are kept, with a marker. ``stdin`` bytes are fed to the command. Raises :class:`SandboxDead`
+        when the container is not running.
+        """
+        secs = max(float(timeout), 0.001)
+        argv = ["timeout", "-s", "KILL", f"{secs:.3f}", "bash", "-c", command]
+        start = time.perf_counter()
+        code, out = self._exec_raw(argv, secs, workdir, environment, max_output_bytes, stdin)
+        elapsed = time.perf_counter() - start
+        text, truncated = out.text()
+        timed_out = code in (137, TIMEOUT_EXIT_CODE, -1) and elapsed >= secs * 0.98
+        if code == 137 and not timed_out and not self.alive():
+            raise SandboxDead(f"container {self.name} died while running a command")
+        return ExecResult(
+            exit_code=TIMEOUT_EXIT_CODE if timed_out else int(code),
+            output=text,
+            timed_out=timed_out,
+            truncated=truncated,
+            output_bytes=out.total,
+            elapsed_s=elapsed,
+        )
+
+    def _exec_raw(
+        self,
+        argv: list[str],
+        timeout: float,
+        workdir: str | None = None,
+        environment: Mapping[str, str] | None = None,
+        max_output_bytes: int = 1 << 20,
+        stdin: bytes | None = None,
+    ) -> tuple[int, _Capped]:
+        import docker.errors
+        from docker.utils.socket import frames_iter
+
+        if self._closed:
+            raise SandboxDead(f"sandbox {self.name} is closed")
+        api = self.client.api
+        try:
+            exec_id = api.exec_create(
+                self.id,
+                argv,
+                stdout=True,
+                stderr=True,
+                stdin=stdin is not None,
+                tty=False,
+                workdir=workdir,
+                environment=dict(environment) if environment else None,
+            )["Id"]
+            sock = api.exec_start(exec_id, socket=True)
+        except docker.errors.APIError as e:
+            raise self._dead_or_error(e) from e
+        # Fallback: a process that left the process group keeps the stream open; kill all but PID 1.
+        guard = threading.Timer(timeout + 5.0, self._kill_strays)
+        guard.daemon = True
+        guard.start()
+        out = _Capped(max_output_bytes)
+        try:
+            if stdin is not None:
+                raw = getattr(sock, "_sock", sock)
+                raw.sendall(stdin)
+                raw.shutdown(socket.SHUT_WR)
+            for _stream, chunk in frames_iter(sock, tty=False):
+                out.add(chunk)
+        except Exception as e:  # noqa: BLE001 - a broken stream: the container probably died
+            if not self.alive():
+                raise SandboxDead(f"container {self.name} died while running a command") from e
+            raise SandboxError(f"lost the output stream of a command: {e}") from e
+        finally:
+            guard.cancel()
+            sock.close()
+        try:
+            code = api.exec_inspect(exec_id).get("ExitCode")
+        except docker.errors.APIError as e:
+            raise self._dead_or_error(e) from e
+        return (-1 if code is None else int(code)), out
+
+    def _kill_strays(self) -> None:
+        try:
+            self.client.api.exec_start(
+                self.client.api.exec_create(self.id, ["kill", "-9", "-1"])["Id"], detach=True
+            )
+        except Exception:  # noqa: BLE001 - the container may be gone; the stream then ends anyway
+            pass
+
+    def _dead_or_error(self, e: Exception) -> SandboxError:
+        if not self.alive():
+            return SandboxDead(f"container {self.name} is not running (killed or removed from outside)")
+        return SandboxError(f"docker error in {self.name}: {e}")
+
+    # ------------------------------------------------------------ files
+    def put_files(self, files: Mapping[str, bytes | str], *, mode: int = 0o644, timeout: float = 120.0) -> None:
+        """Write files (absolute paths -> content) into the container, creating parent directories.
+
+        The files travel as a tar archive on the stdin of ``tar -x`` inside the container, which
+        also works for tmpfs mounts and read-only root file systems (``docker cp`` does not).
+        """
+        if not files:
+            return
+        for path in files:
+            if not path.startswith("/") or ".." in path.split("/"):
+                raise SandboxError(f"put_files needs absolute paths without '..', got {path!r}")
+        code, out = self._exec_raw(["tar", "-x", "-C", "/", "-f", "-"], timeout, stdin=_tar_of(files, mode))
+        if code != 0:
+            raise SandboxError(f"writing {len(files)} file(s) failed: {out.text()[0].strip()[:2000]}")
+
+    def get_file(self, path: str, *, max_bytes: int = 16 << 20, timeout: float = 60.0) -> bytes:
+        """Read one regular file from the container (raises :class:`SandboxError` if missing or too big)."""
+        script = 'test -f "$1" || { echo "no such file: $1" >&2; exit 3; }; s=$(stat -c %s "$1"); '
+        script += f'[ "$s" -le {int(max_bytes)} ] || {{ echo "$1 is $s bytes, over the limit" >&2; exit 4; }}; '
+        script += 'exec cat -- "$1"'
+        code, out = self._exec_raw(["bash", "-c", script, "get", path], timeout, max_output_bytes=max_bytes + 1)
+        data = bytes(out.head + out.tail)
+        if code != 0:
+            raise SandboxError(data.decode(errors="replace").strip() or f"reading {path} failed ({code})")
+        return data
+
+    # ------------------------------------------------------------ async API
+    async def aexec(self, command: str, **kwargs: Any) -> ExecResult:
+        return await run_blocking(self.exec, command, **kwargs)
+
+    async def aput_files(self, files: Mapping[str, bytes | str], **kwargs: Any) -> None:
+        await run_blocking(self.put_files, files, **kwargs)
+
+    async def aget_file(self, path: str, **kwargs: Any) -> bytes:
+        return await run_blocking(self.get_file, path, **kwargs)
+
+    async def aalive(self) -> bool:
+        return await run_blocking(self.alive)
+
+    async def aclose(self) -> None:
+        await run_blocking(self.close)
+
