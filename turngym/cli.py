@@ -309,6 +309,7 @@ def check_command(
 #: (command name, module, function). Modules stay light at import; heavy work happens inside.
 EXTERNAL_COMMANDS: list[tuple[str, str, str]] = [
     ("new", "turngym.sdk.commands", "new_command"),
+    ("view", "turngym.viewer.commands", "view_command"),
 ]
 EXTERNAL_GROUPS: list[tuple[str, str, str]] = []
 

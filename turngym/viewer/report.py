@@ -1,0 +1,225 @@
+"""Build a self-contained HTML report of a run (no server, no network, no external assets).
+
+Per task, the group of trajectories side by side; per turn the assistant text, parsed tool
+calls, observations (screenshots inline), reward components, per-method turn advantages and
+token counts; filters by outcome; run-level plots (reward and success over steps, turns per
+episode, tool-error rate by turn index) rendered by matplotlib as inline SVG.
+
+Advantages are read from ``turn.info["advantages"]`` (``{method: value}``) or from
+``trajectory.metadata["advantages"]`` (``{method: [value per turn]}``). Training metrics are
+read from ``metrics.jsonl`` in the run directory when present (one JSON object per step).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from turngym.core.types import Trajectory, Turn
+
+TEMPLATE_DIR = Path(__file__).parent / "templates"
+
+
+def outcome_of(t: Trajectory) -> str:
+    if t.masked:
+        return "masked"
+    success = t.metrics.get("success")
+    if success is None:
+        success = float(t.total_reward > 0)
+    return "success" if success > 0 else "failure"
+
+
+def _turn_advantages(t: Trajectory, turn: Turn) -> dict[str, float]:
+    out = {k: float(v) for k, v in (turn.info.get("advantages") or {}).items()}
+    for method, values in (t.metadata.get("advantages") or {}).items():
+        if isinstance(values, list) and turn.index < len(values):
+            out.setdefault(method, float(values[turn.index]))
+    return out
+
+
+def _turn_view(t: Trajectory, turn: Turn) -> dict[str, Any]:
+    gen = turn.gen_span[1] - turn.gen_span[0] if turn.gen_span else None
+    obs = turn.obs_span[1] - turn.obs_span[0] if turn.obs_span else None
+    return {
+        "index": turn.index,
+        "action": turn.action.content,
+        "structured_calls": [c.model_dump() for c in turn.action.tool_calls],
+        "calls": [
+            {
+                "name": r.name or "(parse)",
+                "ok": r.ok,
+                "error": r.error or "",
+                "kind": r.error_kind or "",
+                "s": r.elapsed_s,
+            }
+            for r in turn.tool_results
+        ],
+        "observations": [
+            {
+                "role": m.role,
+                "name": m.name or "",
+                "content": m.content,
+                "images": [base64.b64encode(img).decode() for img in m.images],
+            }
+            for m in turn.observation
+        ],
+        "reward": turn.reward,
+        "components": turn.reward_components,
+        "advantages": _turn_advantages(t, turn),
+        "invalid": turn.invalid_action,
+        "error": turn.error,
+        "gen_tokens": gen,
+        "obs_tokens": obs,
+        "state_key": turn.state_key or "",
+    }
+
+
+def _svg(fig: Any) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    text = buf.getvalue()
+    return text[text.index("<svg") :]
+
+
+def _plots(trajs: list[Trajectory], metrics: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plots: list[tuple[str, str]] = []
+    steps = sorted({int(t.metadata.get("step", 0)) for t in trajs})
+    if metrics:
+        xs = [m.get("step", i) for i, m in enumerate(metrics)]
+        keys = [
+            k
+            for k in ("reward/outcome", "reward/total", "reward", "success", "outcome")
+            if any(k in m for m in metrics)
+        ]
+        if keys:
+            fig, ax = plt.subplots(figsize=(5, 3))
+            for k in keys:
+                ax.plot(xs, [m.get(k, float("nan")) for m in metrics], marker="o", label=k)
+            ax.set_xlabel("step")
+            ax.legend(fontsize=7)
+            ax.set_title("training metrics")
+            plots.append(("reward and success over steps", _svg(fig)))
+            plt.close(fig)
+    if not metrics or len(steps) > 1:
+        by_step: dict[int, list[Trajectory]] = defaultdict(list)
+        for t in trajs:
+            by_step[int(t.metadata.get("step", 0))].append(t)
+        xs = sorted(by_step)
+        fig, ax = plt.subplots(figsize=(5, 3))
+        ax.plot(
+            xs,
+            [sum(t.total_reward for t in by_step[s]) / len(by_step[s]) for s in xs],
+            marker="o",
+            label="mean return",
+        )
+        ax.plot(
+            xs,
+            [sum(outcome_of(t) == "success" for t in by_step[s]) / len(by_step[s]) for s in xs],
+            marker="s",
+            label="success rate",
+        )
+        ax.set_xlabel("step")
+        ax.legend(fontsize=7)
+        ax.set_title("return and success by step")
+        plots.append(("return and success by step", _svg(fig)))
+        plt.close(fig)
+    fig, ax = plt.subplots(figsize=(5, 3))
+    turns = [t.num_turns for t in trajs]
+    ax.hist(turns, bins=range(0, max(turns, default=0) + 2), align="left", rwidth=0.8)
+    ax.set_xlabel("turns per episode")
+    ax.set_ylabel("episodes")
+    ax.set_title("turns per episode")
+    plots.append(("turns per episode", _svg(fig)))
+    plt.close(fig)
+    errors: dict[int, list[float]] = defaultdict(list)
+    for t in trajs:
+        for turn in t.turns:
+            calls = turn.tool_results
+            errors[turn.index].append(sum(not r.ok for r in calls) / len(calls) if calls else 0.0)
+    if errors:
+        xs = sorted(errors)
+        fig, ax = plt.subplots(figsize=(5, 3))
+        ax.bar(xs, [sum(errors[i]) / len(errors[i]) for i in xs])
+        ax.set_xlabel("turn index")
+        ax.set_ylabel("tool-error rate")
+        ax.set_ylim(0, 1)
+        ax.set_title("tool errors by turn")
+        plots.append(("tool-error rate", _svg(fig)))
+        plt.close(fig)
+    return plots
+
+
+def build_report(
+    trajs: list[Trajectory], title: str = "turngym run", metrics: list[dict[str, Any]] | None = None
+) -> str:
+    """The report's HTML as a string."""
+    import jinja2
+
+    groups: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in trajs:
+        groups[t.group or t.task_id or "(no task)"].append(t)
+    group_views = []
+    for key, members in groups.items():
+        members.sort(key=lambda t: t.sample)
+        group_views.append(
+            {
+                "key": key,
+                "task_id": members[0].task_id,
+                "env_id": members[0].env_id,
+                "prompt": [{"role": m.role, "content": m.content} for m in members[0].prompt],
+                "reference": json.dumps(members[0].reference, default=str)[:2000],
+                "trajs": [
+                    {
+                        "sample": t.sample,
+                        "outcome": outcome_of(t),
+                        "total_reward": t.total_reward,
+                        "num_turns": t.num_turns,
+                        "mask_reason": t.mask_reason,
+                        "n_tokens": len(t.token_ids),
+                        "n_sampled": sum(t.loss_mask),
+                        "status": "terminated"
+                        if t.terminated
+                        else "truncated"
+                        if t.truncated
+                        else "unfinished",
+                        "turns": [_turn_view(t, turn) for turn in t.turns],
+                    }
+                    for t in members
+                ],
+            }
+        )
+    counts = defaultdict(int)
+    for t in trajs:
+        counts[outcome_of(t)] += 1
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE_DIR), autoescape=True)
+    return env.get_template("report.html.j2").render(
+        title=title,
+        groups=group_views,
+        n=len(trajs),
+        counts=dict(counts),
+        plots=_plots(trajs, metrics or []) if trajs else [],
+    )
+
+
+def write_report(run: str | Path, out: str | Path | None = None) -> Path:
+    """Read a run directory (or a trajectories file) and write ``report.html`` (or ``out``)."""
+    from turngym.rollout.store import load_trajectories
+
+    run = Path(run)
+    trajs = load_trajectories(run)
+    metrics_path = (run if run.is_dir() else run.parent) / "metrics.jsonl"
+    metrics = []
+    if metrics_path.exists():
+        metrics = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+    out = Path(out) if out is not None else (run if run.is_dir() else run.parent) / "report.html"
+    out.write_text(build_report(trajs, title=f"turngym · {run.name}", metrics=metrics), encoding="utf-8")
+    return out
