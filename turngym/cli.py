@@ -310,6 +310,8 @@ def check_command(
 EXTERNAL_COMMANDS: list[tuple[str, str, str]] = [
     ("new", "turngym.sdk.commands", "new_command"),
     ("view", "turngym.viewer.commands", "view_command"),
+    ("rollout", "turngym.rollout.commands", "rollout"),
+    ("eval", "turngym.rollout.commands", "eval"),
 ]
 EXTERNAL_GROUPS: list[tuple[str, str, str]] = []
 
