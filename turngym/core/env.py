@@ -6,7 +6,8 @@ A subclass writes:
   * ``_reset(rng, options) -> Task``: pick a task, set up state, return the first messages;
   * ``_turn_reward(results, done) -> dict[str, float]``: reward components of this turn;
   * optionally ``_observe(results)`` (extra messages after tool results, e.g. a new page
-    state), ``_state_key()``, ``_close()`` and ``expert_action()`` (a scripted expert).
+    state), ``_state_key()``, ``_close()``, ``_step_info()`` (extra info keys) and
+    ``expert_action()`` (a scripted expert).
 Any hook may be ``async``. The base class parses actions, dispatches tools through a
 ``ToolBox`` (every failure becomes an error observation), counts turns, truncates at the
 turn limit, and fills the standard ``info`` keys.
@@ -112,6 +113,11 @@ class Env(gymnasium.Env[list[Message], str]):
 
     def _close(self) -> None | Awaitable[None]:
         return None
+
+    def _step_info(self) -> dict[str, Any] | Awaitable[dict[str, Any]]:
+        """Extra ``info`` keys for this step (e.g. ``masked``/``mask_reason`` after a sandbox fault);
+        they never replace the standard keys."""
+        return {}
 
     def expert_action(self) -> str | None:
         """The next action of a scripted expert that may read privileged state; None if none."""
@@ -226,6 +232,8 @@ class Env(gymnasium.Env[list[Message], str]):
             "reference": copy.deepcopy(self.task.reference),
             "tool_results": results,
         }
+        for k, v in (await _maybe_await(self._step_info())).items():
+            info.setdefault(k, v)
         return obs, reward, terminated, truncated, info
 
     async def aclose(self) -> None:

@@ -1,0 +1,1 @@
+"""``web-miniwob``: MiniWoB++ tasks in a real Chromium, through the DOM."""

@@ -1,0 +1,244 @@
+"""``MiniWoBEnvBase``: what the DOM and the pixel MiniWoB++ envs share.
+
+One episode = one fresh browser context from a :class:`~turngym.sandboxes.browser.BrowserPool`
+(the process-wide shared pool unless one is passed in), a task page started through the
+task's own JavaScript, and the task's own reward. The episode ends when the task reports
+done (its ``core.endEpisode``), on a terminal tool, or at the turn limit.
+
+Faults: a browser that dies mid-episode ends the episode with an error observation and
+``info["masked"] = True`` (the pool relaunches it for the next episode); a page that does not
+load in ``load_timeout_s`` makes ``reset`` raise :class:`~turngym.sandboxes.browser.BrowserError`;
+JavaScript exceptions in the page are reported in the next observation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import numpy as np
+
+from turngym.core.env import AsyncEnv, Task
+from turngym.core.types import Message, ToolResult
+from turngym.envs.web import page as wp
+from turngym.envs.web.dom import Snapshot
+from turngym.envs.web.tasks import get_task, html_dir, resolve_tasks
+from turngym.sandboxes.browser import BrowserCrashed, BrowserError, BrowserPool, PageLease
+from turngym.tools import ToolError
+
+T = TypeVar("T")
+RewardMode = Literal["raw", "binary", "timed"]
+
+
+class MiniWoBEnvBase(AsyncEnv):
+    """Shared machinery of ``web-miniwob`` and ``gui-miniwob`` (not registered itself).
+
+    Args:
+        task: one task name, a list of names, ``"deterministic"`` (default: the tasks the wheel
+            does not flag nondeterministic), ``"all"`` (all 130) or ``"expert"``. Each reset picks
+            one with the episode's RNG unless ``options={"task": name}`` names it.
+        reward: ``"raw"`` (the task's reward in [-1, 1], no time penalty), ``"binary"``
+            (1 if raw > 0 else 0) or ``"timed"`` (the benchmark's time-scaled reward; set
+            ``time_limit_s``).
+        time_limit_s: the page's own episode timer; None (default) disables it.
+        pool: a :class:`BrowserPool`; default the process-wide shared one.
+        viewport: browser viewport in CSS px.
+        scale: device scale factor (screenshots have ``scale`` pixels per CSS px).
+        action_timeout_s: limit of one browser action (a click on a covered element fails after it).
+        load_timeout_s: limit for loading and starting the task page.
+        animations: keep jQuery animations (default off, so every observation is a settled page).
+        html: folder holding ``miniwob/<task>.html`` (default: the ``miniwob`` wheel's).
+    """
+
+    default_max_turns = 10
+    #: what the subclass calls its agent in the system prompt
+    system_intro = ""
+
+    def __init__(
+        self,
+        task: str | list[str] | None = None,
+        *,
+        reward: RewardMode = "raw",
+        time_limit_s: float | None = None,
+        pool: BrowserPool | None = None,
+        viewport: tuple[int, int] = (500, 320),
+        scale: float = 1.0,
+        action_timeout_s: float = 2.0,
+        load_timeout_s: float = 10.0,
+        animations: bool = False,
+        html: str | Path | None = None,
+        **kwargs: Any,
+    ):
+        if reward not in ("raw", "binary", "timed"):
+            raise ValueError(f"reward must be 'raw', 'binary' or 'timed', got {reward!r}")
+        if scale <= 0:
+            raise ValueError("scale must be > 0")
+        self.html = Path(html) if html is not None else html_dir()
+        self.task_names = (
+            resolve_tasks(task) if html is None else ([task] if isinstance(task, str) else list(task or []))
+        )
+        if not self.task_names:
+            raise ValueError("no task given")
+        self.reward_mode: RewardMode = reward
+        self.time_limit_s = time_limit_s
+        self._pool = pool
+        self.viewport = (int(viewport[0]), int(viewport[1]))
+        self.scale = float(scale)
+        self.action_timeout_s = action_timeout_s
+        self.load_timeout_s = load_timeout_s
+        self.animations = animations
+        super().__init__(**kwargs)
+        self.lease: PageLease | None = None
+        self.task_name = ""
+        self.instruction = ""
+        self.fields: dict[str, str] = {}
+        self.status = wp.Status(False, 0.0, 0.0, None)
+        self.snap = Snapshot()
+        self.fault = ""
+        self._paid = False
+        self._seen_errors = 0
+
+    # ------------------------------------------------------------------ browser plumbing
+    @property
+    def pool(self) -> BrowserPool:
+        if self._pool is None or self._pool.closed:
+            self._pool = BrowserPool.shared()
+        return self._pool
+
+    async def call_page(self, fn: Callable[..., Awaitable[T]], *args: Any, timeout: float | None = None) -> T:
+        """Run ``fn(page, *args)`` in this episode's page; a playwright failure becomes a ``ToolError``."""
+        from playwright.async_api import Error as PlaywrightError
+
+        if self.lease is None:
+            raise BrowserError("no page: the episode has not started or the browser crashed")
+        try:
+            return await self.lease.run(fn, *args, timeout=timeout)
+        except (BrowserCrashed, BrowserError):
+            raise
+        except TimeoutError as e:
+            raise ToolError(f"the browser action timed out: {e}") from e
+        except PlaywrightError as e:
+            raise ToolError(_short_error(e)) from e
+
+    async def _release(self) -> None:
+        lease, self.lease = self.lease, None
+        if lease is not None:
+            with contextlib.suppress(Exception):
+                await lease.close()
+
+    async def _start(self, name: str, seed: int) -> wp.Started:
+        url = (self.html / "miniwob" / f"{name}.html").as_uri()
+        max_ms = int(self.time_limit_s * 1000) if self.time_limit_s else wp.NO_TIME_LIMIT_MS
+        for attempt in (0, 1):  # one retry: a browser that crashed between episodes is relaunched
+            await self._release()
+            self.lease = await self.pool.lease(
+                self.viewport, device_scale_factor=self.scale, timeout_s=self.action_timeout_s
+            )
+            try:
+                return await self.lease.run(
+                    wp.start_episode,
+                    url,
+                    seed,
+                    max_time_ms=max_ms,
+                    no_animations=not self.animations,
+                    load_timeout_s=self.load_timeout_s,
+                    timeout=self.load_timeout_s * 2 + 5,
+                )
+            except BrowserCrashed:
+                if attempt == 1:
+                    await self._release()
+                    raise
+            except Exception as e:
+                await self._release()
+                raise BrowserError(f"MiniWoB task {name!r} did not start: {_short_error(e)}") from e
+        raise AssertionError("unreachable")
+
+    # ------------------------------------------------------------------ env hooks
+    async def _reset(self, rng: np.random.Generator, options: dict[str, Any]) -> Task:
+        name = str(options.get("task") or self.task_names[int(rng.integers(len(self.task_names)))])
+        if self.html == html_dir():
+            get_task(name)  # clear error for unknown names
+        js_seed = int(options.get("page_seed", rng.integers(0, 2**31 - 1)))
+        started = await self._start(name, js_seed)
+        self.task_name, self.instruction, self.fields = name, started.instruction, started.fields
+        self.status = wp.Status(False, 0.0, 0.0, None)
+        self.fault = ""
+        self._paid = False
+        self._seen_errors = len(self.lease.page_errors) if self.lease else 0
+        first = await self._page_message(initial=True)
+        system = (self.system_intro + "\n\n" + self.tool_instructions()).strip()
+        return Task(
+            messages=[Message(role="system", content=system), first],
+            task_id=f"miniwob/{name}/{js_seed}",
+            reference={"task": name, "page_seed": js_seed, "fields": dict(self.fields)},
+            info={"instruction": self.instruction},
+        )
+
+    async def _page_message(self, initial: bool) -> Message:
+        """The observation of the current page (subclasses say what it shows)."""
+        raise NotImplementedError
+
+    async def _observe(self, results: list[ToolResult]) -> list[Message]:
+        if self.fault:
+            return []
+        if self.lease is None or self.lease.crashed:
+            return [self._crash("the browser crashed during this turn")]
+        try:
+            self.status = await self.lease.run(wp.read_status, timeout=self.load_timeout_s)
+            msg = await self._page_message(initial=False)
+        except BrowserCrashed:
+            return [self._crash("the browser crashed during this turn")]
+        except Exception as e:  # noqa: BLE001 - a hung or broken page is a fault, reported not raised
+            return [self._crash(f"the page stopped responding: {_short_error(e)}")]
+        notes = []
+        errors = self.lease.page_errors[self._seen_errors :] if self.lease else []
+        self._seen_errors += len(errors)
+        if errors:
+            notes.append("JavaScript errors on the page: " + " | ".join(errors[:3]))
+        if self.status.done:
+            self.end_episode()
+            notes.append(f"The task is over (task reward {self._reward_value():g}).")
+            await self._release()
+        if notes:
+            msg = msg.model_copy(update={"content": (msg.content + "\n\n" + "\n".join(notes)).strip()})
+        return [msg]
+
+    def _crash(self, why: str) -> Message:
+        self.fault = why
+        self.end_episode()
+        return Message(role="user", content=f"Error: {why}. The episode is over and will not be scored.")
+
+    def _reward_value(self) -> float:
+        if self.reward_mode == "binary":
+            return 1.0 if self.status.raw_reward > 0 else 0.0
+        if self.reward_mode == "timed":
+            return self.status.reward
+        return self.status.raw_reward
+
+    def _turn_reward(self, results: list[ToolResult], done: bool) -> dict[str, float]:
+        if self.fault or self._paid:
+            return {}
+        if self.status.done:
+            self._paid = True
+            return {"task": self._reward_value()}
+        return {"task": 0.0} if done else {}
+
+    def _step_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = {"task_done": self.status.done, "task_reason": self.status.reason}
+        if self.fault:
+            info.update(masked=True, mask_reason=f"browser fault: {self.fault}")
+        return info
+
+    def _state_key(self) -> str:
+        return f"{self.task_name}:{self.snap.key()}"
+
+    async def _close(self) -> None:
+        await self._release()  # the pool (shared or the caller's) outlives the env
+
+
+def _short_error(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    first = text[0] if text else type(e).__name__
+    return first.replace("Locator.", "").replace("Page.", "")[:300]

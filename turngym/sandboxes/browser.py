@@ -1,0 +1,612 @@
+"""A pool of headless Chromium browsers driven by playwright; one fresh context per episode.
+
+The pool runs playwright on a private event-loop thread, so one pool serves any number of
+callers on any event loop (the rollout engine's loop, or each sync env's own loop).
+Callers lease a :class:`PageLease` (a new browser context and page) and run coroutines
+against its page with :meth:`PageLease.run`; everything playwright does stays on the
+pool's thread.
+
+* bounded: at most ``size * contexts_per_browser`` leases at once (others wait);
+* crash-aware: a browser that disconnects (killed, crashed) fails its leases with
+  :class:`BrowserCrashed` and is relaunched on the next lease;
+* always closed: leases close their context on exit (also on exceptions), the pool closes
+  its browsers and playwright on :meth:`BrowserPool.close`, at interpreter exit, and
+  browsers left behind by a dead process can be reaped by label (:func:`reap_orphan_browsers`).
+
+The browser is the Debian ``chromium`` package (``/usr/bin/chromium``), never a
+playwright-downloaded build.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import itertools
+import os
+import shutil
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from playwright.async_api import Browser, BrowserContext, Page, Playwright
+
+T = TypeVar("T")
+
+#: Flags that work for headless Debian Chromium on these machines (no GPU, no sandbox, no network chatter).
+CHROMIUM_ARGS: tuple[str, ...] = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--hide-scrollbars",
+    "--mute-audio",
+)
+#: Every browser we launch carries this flag (``=<owner pid>:<pool id>``), so it can be found and reaped.
+LABEL_FLAG = "--turngym-browser"
+_CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+class BrowserError(RuntimeError):
+    """A browser-side failure the caller should report (not a bug in the caller)."""
+
+
+class BrowserCrashed(BrowserError):
+    """The browser (or the page's renderer) died while a lease was using it."""
+
+
+class BrowserUnavailable(BrowserError):
+    """No browser could be launched (missing binary, launch failure)."""
+
+
+def find_chromium(executable: str | None = None) -> str:
+    """Path of the Chromium binary: the argument, ``$TURNGYM_CHROMIUM``, or the first one on ``$PATH``."""
+    for cand in (executable, os.environ.get("TURNGYM_CHROMIUM")):
+        if cand:
+            if not Path(cand).is_file():
+                raise BrowserUnavailable(f"Chromium binary {cand!r} does not exist")
+            return cand
+    for name in _CANDIDATES:
+        found = shutil.which(name)
+        if found:
+            return found
+    raise BrowserUnavailable(
+        "no Chromium binary found: install the Debian package (`apt-get install chromium`) "
+        "or set TURNGYM_CHROMIUM to a Chromium/Chrome executable"
+    )
+
+
+def chromium_available() -> bool:
+    try:
+        find_chromium()
+        import playwright.async_api  # noqa: F401
+    except (BrowserUnavailable, ImportError):
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------- process helpers
+def _cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+def _ppid(pid: int) -> int:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return -1
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def _all_pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def labelled_browser_pids(label: str | None = None) -> dict[int, str]:
+    """Main Chromium processes we launched (pid -> label value), optionally only one label."""
+    out = {}
+    for pid in _all_pids():
+        for arg in _cmdline(pid):
+            if arg.startswith(LABEL_FLAG + "="):
+                value = arg.split("=", 1)[1]
+                if label is None or value == label:
+                    out[pid] = value
+                break
+    # keep the top of each tree: children may inherit the flag on some builds
+    return {pid: v for pid, v in out.items() if _ppid(pid) not in out}
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants."""
+    children: dict[int, list[int]] = {}
+    for p in _all_pids():
+        children.setdefault(_ppid(p), []).append(p)
+    tree, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo.extend(children.get(p, []))
+    return tree
+
+
+def tree_memory_bytes(pid: int) -> int:
+    """Proportional set size (PSS, shared pages split fairly) of a process tree, in bytes."""
+    total = 0
+    for p in process_tree(pid):
+        try:
+            text = Path(f"/proc/{p}/smaps_rollup").read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("Pss:"):
+                total += int(line.split()[1]) * 1024
+                break
+    return total
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reap_orphan_browsers() -> list[int]:
+    """Kill labelled browsers whose owning Python process is gone; returns the killed pids."""
+    killed = []
+    for pid, value in labelled_browser_pids().items():
+        owner = int(value.split(":", 1)[0]) if value.split(":", 1)[0].isdigit() else -1
+        if owner > 0 and not _alive(owner):
+            for p in reversed(process_tree(pid)):
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            killed.append(pid)
+    return killed
+
+
+# --------------------------------------------------------------------------- loop thread
+class _LoopThread:
+    """An event loop running forever on a daemon thread."""
+
+    def __init__(self, name: str):
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._thread.start()
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def submit(self, coro: Awaitable[T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
+
+    def in_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def stop(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+async def _on_loop(lt: _LoopThread, coro: Awaitable[T]) -> T:
+    """Await ``coro`` on the pool's loop from any other loop (cancellation propagates)."""
+    if lt.in_thread():
+        return await coro
+    return await asyncio.wrap_future(lt.submit(coro))
+
+
+# --------------------------------------------------------------------------- pool
+@dataclass
+class _Slot:
+    """One browser process and its bookkeeping (touched only on the pool thread)."""
+
+    index: int
+    browser: Browser | None = None
+    label: str = ""
+    leases: int = 0
+    crashed: bool = False
+    closing: bool = False
+    launched_at: float = 0.0
+
+    @property
+    def live(self) -> bool:
+        return self.browser is not None and not self.crashed and self.browser.is_connected()
+
+
+@dataclass
+class PoolStats:
+    launches: int = 0
+    crashes: int = 0
+    leases: int = 0
+    active: int = 0
+    launch_s: list[float] = field(default_factory=list)
+
+
+class BrowserPool:
+    """``size`` Chromium processes; each lease gets a fresh context on the least-loaded one.
+
+    Args:
+        size: number of browser processes.
+        contexts_per_browser: leases one browser serves at once; the pool admits
+            ``size * contexts_per_browser`` leases and makes the rest wait.
+        executable: Chromium binary (default: :func:`find_chromium`).
+        headless: run without a window (default).
+        extra_args: more Chromium flags.
+        launch_timeout: seconds to wait for a browser to start.
+    """
+
+    _ids = itertools.count()
+
+    def __init__(
+        self,
+        size: int = 1,
+        contexts_per_browser: int = 4,
+        *,
+        executable: str | None = None,
+        headless: bool = True,
+        extra_args: tuple[str, ...] = (),
+        launch_timeout: float = 30.0,
+    ):
+        if size < 1 or contexts_per_browser < 1:
+            raise ValueError("size and contexts_per_browser must be >= 1")
+        self.size = size
+        self.contexts_per_browser = contexts_per_browser
+        self.executable = executable
+        self.headless = headless
+        self.extra_args = tuple(extra_args)
+        self.launch_timeout = launch_timeout
+        self.id = f"{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.stats = PoolStats()
+        self._slots = [_Slot(i) for i in range(size)]
+        self._lt: _LoopThread | None = None
+        self._pw: Playwright | None = None
+        self._sem: asyncio.Semaphore | None = None
+        self._launch_lock: asyncio.Lock | None = None
+        self._leases: set[PageLease] = set()
+        self._closed = False
+        self._start_lock = threading.Lock()
+
+    # ---- lifecycle ------------------------------------------------------------------------
+    @property
+    def capacity(self) -> int:
+        return self.size * self.contexts_per_browser
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _thread(self) -> _LoopThread:
+        if self._closed:
+            raise BrowserError("the browser pool is closed")
+        with self._start_lock:
+            if self._lt is None:
+                self._lt = _LoopThread(f"turngym-browser-pool-{next(self._ids)}")
+            return self._lt
+
+    async def _ensure_started(self) -> None:
+        if self._pw is None:
+            from playwright.async_api import async_playwright
+
+            self._pw = await async_playwright().start()
+            self._sem = asyncio.Semaphore(self.capacity)
+            self._launch_lock = asyncio.Lock()
+
+    async def _launch(self, slot: _Slot) -> None:
+        assert self._pw is not None
+        exe = find_chromium(self.executable)
+        slot.label = f"{self.id}:{slot.index}:{self.stats.launches}"
+        args = [a for a in CHROMIUM_ARGS if self.headless or a != "--headless"]
+        args += [*self.extra_args, f"{LABEL_FLAG}={slot.label}"]
+        t0 = time.perf_counter()
+        try:
+            browser = await self._pw.chromium.launch(
+                executable_path=exe,
+                headless=self.headless,
+                args=args,
+                timeout=self.launch_timeout * 1000,
+                handle_sigint=False,
+                handle_sigterm=False,
+                handle_sighup=False,
+            )
+        except Exception as e:  # noqa: BLE001 - surfaced as a clear error
+            raise BrowserUnavailable(f"could not launch Chromium ({exe}): {e}") from e
+        self.stats.launch_s.append(time.perf_counter() - t0)
+        self.stats.launches += 1
+        slot.browser, slot.crashed, slot.closing, slot.launched_at = browser, False, False, time.time()
+
+        def on_disconnect(_: Any, s: _Slot = slot, b: Any = browser) -> None:
+            if s.browser is b and not s.closing:
+                s.crashed = True
+                self.stats.crashes += 1
+
+        browser.on("disconnected", on_disconnect)
+
+    async def _pick_slot(self) -> _Slot:
+        assert self._launch_lock is not None
+        async with self._launch_lock:
+            for slot in self._slots:  # relaunch dead browsers lazily; their leases see the crash
+                if slot.browser is not None and not slot.live:
+                    await self._discard(slot)
+            live = [s for s in self._slots if s.live]
+            free = [s for s in live if s.leases < self.contexts_per_browser]
+            idle = [s for s in self._slots if s.browser is None]
+            # launch another browser before doubling up, while the pool has room for one
+            if idle and (not free or min(s.leases for s in free) > 0):
+                await self._launch(idle[0])
+                return idle[0]
+            if free:
+                return min(free, key=lambda s: s.leases)
+            raise BrowserError("no browser available (all crashed and still in use)")
+
+    async def _discard(self, slot: _Slot) -> None:
+        browser, slot.browser = slot.browser, None
+        slot.closing = True
+        if browser is not None:
+            try:
+                await asyncio.wait_for(browser.close(), 10)
+            except Exception:  # noqa: BLE001 - it may already be dead
+                pass
+            self._kill_label(slot.label)
+
+    @staticmethod
+    def _kill_label(label: str) -> None:
+        for pid in labelled_browser_pids(label):
+            for p in reversed(process_tree(pid)):
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    async def _lease(
+        self, viewport: tuple[int, int], device_scale_factor: float, timeout_s: float
+    ) -> PageLease:
+        await self._ensure_started()
+        assert self._sem is not None
+        await self._sem.acquire()
+        slot: _Slot | None = None
+        try:
+            slot = await self._pick_slot()
+            slot.leases += 1
+            assert slot.browser is not None
+            context = await slot.browser.new_context(
+                viewport={"width": viewport[0], "height": viewport[1]},
+                device_scale_factor=device_scale_factor,
+                reduced_motion="reduce",
+            )
+            context.set_default_timeout(timeout_s * 1000)
+            page = await context.new_page()
+        except BaseException as e:
+            if slot is not None:
+                slot.leases -= 1
+            self._sem.release()
+            if isinstance(e, BrowserError) or not isinstance(e, Exception):
+                raise
+            if slot is not None and not slot.live:
+                raise BrowserCrashed(f"the browser died while opening a page: {e}") from e
+            raise BrowserError(f"could not open a browser page: {e}") from e
+        lease = PageLease(self, slot, context, page)
+        self._leases.add(lease)
+        self.stats.leases += 1
+        self.stats.active += 1
+        return lease
+
+    async def _release(self, lease: PageLease) -> None:
+        if lease in self._leases:
+            self._leases.discard(lease)
+            lease.slot.leases -= 1
+            self.stats.active -= 1
+            assert self._sem is not None
+            self._sem.release()
+        try:
+            await asyncio.wait_for(lease.context.close(), 10)
+        except Exception:  # noqa: BLE001 - a crashed browser's context is gone already
+            pass
+
+    async def lease(
+        self,
+        viewport: tuple[int, int] = (1280, 720),
+        *,
+        device_scale_factor: float = 1.0,
+        timeout_s: float = 5.0,
+    ) -> PageLease:
+        """A fresh context and page (waits while the pool is full). Close it with ``await lease.close()``.
+
+        ``timeout_s`` is the default timeout of every playwright operation on the page.
+        """
+        lt = self._thread()
+        return await _on_loop(lt, self._lease(viewport, device_scale_factor, timeout_s))
+
+    async def aclose(self) -> None:
+        """Close every lease, browser and the playwright driver (idempotent)."""
+        if self._closed:
+            return
+        lt = self._lt
+        if lt is not None:
+            try:
+                await _on_loop(lt, self._shutdown())
+            finally:
+                self._closed = True
+                lt.stop()
+        self._closed = True
+
+    def close(self) -> None:
+        """Synchronous :meth:`aclose` (safe from any thread that is not the pool's)."""
+        if self._closed:
+            return
+        lt = self._lt
+        self._closed = True
+        if lt is None:
+            return
+        try:
+            lt.submit(self._shutdown()).result(timeout=60)
+        except Exception:  # noqa: BLE001 - kill what is left below
+            for slot in self._slots:
+                self._kill_label(slot.label)
+        finally:
+            lt.stop()
+
+    async def _shutdown(self) -> None:
+        for lease in list(self._leases):
+            await self._release(lease)
+            lease.closed = True
+        for slot in self._slots:
+            await self._discard(slot)
+        if self._pw is not None:
+            try:
+                await asyncio.wait_for(self._pw.stop(), 10)
+            except Exception:  # noqa: BLE001 - the driver may be gone
+                pass
+            self._pw = None
+
+    # ---- introspection (tests, benchmarks) ------------------------------------------------
+    def browser_pids(self) -> list[int]:
+        """Main process ids of this pool's live browsers."""
+        return [pid for s in self._slots if s.browser is not None for pid in labelled_browser_pids(s.label)]
+
+    def memory_bytes(self) -> int:
+        """PSS of all of this pool's browser process trees."""
+        return sum(tree_memory_bytes(pid) for pid in self.browser_pids())
+
+    async def __aenter__(self) -> BrowserPool:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    # ---- the process-wide shared pool -----------------------------------------------------
+    _shared: BrowserPool | None = None
+    _shared_lock = threading.Lock()
+
+    @classmethod
+    def shared(cls) -> BrowserPool:
+        """The process-wide pool envs use by default (size and contexts from
+        ``$TURNGYM_BROWSERS`` and ``$TURNGYM_CONTEXTS_PER_BROWSER``; closed at exit)."""
+        with cls._shared_lock:
+            if cls._shared is None or cls._shared.closed:
+                cls._shared = cls(
+                    size=int(os.environ.get("TURNGYM_BROWSERS", "1")),
+                    contexts_per_browser=int(os.environ.get("TURNGYM_CONTEXTS_PER_BROWSER", "8")),
+                )
+            return cls._shared
+
+
+@atexit.register
+def _close_shared_pool() -> None:
+    pool = BrowserPool._shared
+    if pool is not None:
+        pool.close()
+
+
+class PageLease:
+    """One episode's browser context and page. All page work goes through :meth:`run`."""
+
+    def __init__(self, pool: BrowserPool, slot: _Slot, context: BrowserContext, page: Page):
+        self.pool = pool
+        self.slot = slot
+        self.browser = slot.browser
+        self.context = context
+        self.page = page
+        self.closed = False
+        self.page_crashed = False
+        self.page_errors: list[str] = []
+        page.on("crash", lambda _: setattr(self, "page_crashed", True))
+        page.on("pageerror", lambda err: self.page_errors.append(str(err)[:500]))
+
+    @property
+    def crashed(self) -> bool:
+        """The browser or this page's renderer died."""
+        b = self.browser
+        return self.page_crashed or b is None or b is not self.slot.browser or not self.slot.live
+
+    async def run(
+        self, fn: Callable[..., Awaitable[T]], *args: Any, timeout: float | None = None, **kwargs: Any
+    ) -> T:
+        """Run ``await fn(page, *args, **kwargs)`` on the pool's thread.
+
+        Raises :class:`BrowserCrashed` when the browser or page died, ``TimeoutError`` when
+        ``timeout`` (seconds) passed, and playwright's own errors otherwise.
+        """
+        if self.closed:
+            raise BrowserError("the page lease is closed")
+        if self.crashed:
+            raise BrowserCrashed("the browser crashed")
+        lt = self.pool._thread()
+        return await _on_loop(lt, self._guarded(fn, args, kwargs, timeout))
+
+    async def _guarded(
+        self,
+        fn: Callable[..., Awaitable[T]],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        timeout: float | None,
+    ) -> T:
+        from playwright.async_api import Error as PlaywrightError
+        from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+        try:
+            if timeout is None:
+                return await fn(self.page, *args, **kwargs)
+            return await asyncio.wait_for(fn(self.page, *args, **kwargs), timeout)
+        except PlaywrightTimeout as e:
+            if self.crashed:
+                raise BrowserCrashed("the browser crashed") from e
+            raise TimeoutError(str(e).splitlines()[0]) from e
+        except PlaywrightError as e:
+            if self.crashed or "has been closed" in str(e) or "Target crashed" in str(e):
+                raise BrowserCrashed(f"the browser crashed: {str(e).splitlines()[0]}") from e
+            raise
+
+    async def close(self) -> None:
+        """Close the context (idempotent; safe after a crash)."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.pool.closed:
+            return
+        await _on_loop(self.pool._thread(), self.pool._release(self))
+
+    async def __aenter__(self) -> PageLease:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+
+__all__ = [
+    "CHROMIUM_ARGS",
+    "BrowserCrashed",
+    "BrowserError",
+    "BrowserPool",
+    "BrowserUnavailable",
+    "PageLease",
+    "chromium_available",
+    "find_chromium",
+    "labelled_browser_pids",
+    "process_tree",
+    "reap_orphan_browsers",
+    "tree_memory_bytes",
+]
