@@ -2,7 +2,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint format bench
+.PHONY: setup demo test lint format bench docs
 
 setup:
 	bash scripts/setup.sh
@@ -23,3 +23,6 @@ format:
 
 bench: setup
 	$(BIN)/python benchmarks/import_time.py
+
+docs:
+	$(BIN)/typer turngym.cli utils docs --name turngym --output docs/cli.md
