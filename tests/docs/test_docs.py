@@ -49,7 +49,7 @@ def turngym_lines() -> list[tuple[str, str]]:
     return lines
 
 
-@pytest.mark.parametrize(("where", "line"), turngym_lines(), ids=[f"{w}:{l}" for w, l in turngym_lines()])
+@pytest.mark.parametrize(("where", "line"), turngym_lines(), ids=[f"{w}:{cmd}" for w, cmd in turngym_lines()])
 def test_cli_snippet_runs(where, line, tmp_path):
     args = shlex.split(line)[1:]
     env = {**os.environ, "COLUMNS": "120"}
