@@ -44,3 +44,36 @@ register(
     requires=("travel",),
     description="Open-ended travel requests in the travel-planner world; no checkable answer, judged pairwise (arena).",
 )
+
+register(
+    "swe-docker-v0",
+    "turngym.envs.swe.env:SweDockerEnv",
+    family="swe",
+    requires=("docker",),
+    description="Fix a real bug in a real Python package (inflection, cachetools, toolz) inside a "
+    "network-less Docker container; reward = all FAIL_TO_PASS and PASS_TO_PASS tests pass.",
+)
+
+register(
+    "web-miniwob-v0",
+    "turngym.envs.web.env:WebMiniWoBEnv",
+    family="web",
+    requires=("web",),
+    description="MiniWoB++ (130 tasks) in headless Chromium through the pruned DOM; BrowserGym-style tools "
+    "by element id; the task's own JavaScript reward.",
+)
+register(
+    "gui-miniwob-v0",
+    "turngym.envs.gui.env:GuiMiniWoBEnv",
+    family="gui",
+    requires=("web",),
+    description="MiniWoB++ through screenshots only; OSWorld computer_13-style mouse/keyboard tools at pixels.",
+)
+register(
+    "gui-miniwob-grounding-v0",
+    "turngym.envs.gui.grounding:GroundingMiniWoBEnv",
+    family="gui",
+    requires=("web",),
+    description="Single-step GUI grounding on MiniWoB++ screenshots: click the named element; "
+    "reward 1 if the point is inside its DOM box.",
+)

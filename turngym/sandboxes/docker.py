@@ -45,6 +45,10 @@ LABEL_IMAGE = "turngym.image"
 #: Exit code reported when a command is killed for running past its timeout (as GNU ``timeout``).
 TIMEOUT_EXIT_CODE = 124
 
+# Runs a command under GNU timeout (its own process group); when it ends, whatever it left behind in
+# that group (background jobs, fork bombs) is killed too.
+_RUNNER = 'timeout -s KILL "$1" bash -c "$2" & t=$!; wait $t; rc=$?; kill -KILL -- -$t 2>/dev/null; exit $rc'
+
 # PID 1: reap every child, ignore the signals a process inside may send to it.
 _INIT = (
     "import os,signal\n"
@@ -326,11 +330,10 @@ class DockerSandbox:
         tmpfs = {p: f"rw,exec,size={limits.disk_mb}m" for p in limits.writable}
         name = f"turngym-{uuid.uuid4().hex[:12]}"
         try:
-            container = client.containers.run(
+            container = client.containers.create(  # create + start: never pulls from a registry
                 image,
                 command=["python3", "-c", _INIT],
                 name=name,
-                detach=True,
                 labels=all_labels,
                 network_mode=limits.network,
                 nano_cpus=int(limits.cpus * 1e9),
@@ -345,6 +348,7 @@ class DockerSandbox:
                 security_opt=["no-new-privileges"],
                 init=False,
             )
+            container.start()
         except docker.errors.ImageNotFound as e:
             raise SandboxError(f"image {image!r} not found; build it with `turngym sandbox build`") from e
         except docker.errors.APIError as e:
@@ -415,7 +419,7 @@ class DockerSandbox:
         when the container is not running.
         """
         secs = max(float(timeout), 0.001)
-        argv = ["timeout", "-s", "KILL", f"{secs:.3f}", "bash", "-c", command]
+        argv = ["bash", "-c", _RUNNER, "turngym-exec", f"{secs:.3f}", command]
         start = time.perf_counter()
         code, out = self._exec_raw(argv, secs, workdir, environment, max_output_bytes, stdin)
         elapsed = time.perf_counter() - start
@@ -520,7 +524,7 @@ class DockerSandbox:
         script = 'test -f "$1" || { echo "no such file: $1" >&2; exit 3; }; s=$(stat -c %s "$1"); '
         script += f'[ "$s" -le {int(max_bytes)} ] || {{ echo "$1 is $s bytes, over the limit" >&2; exit 4; }}; '
         script += 'exec cat -- "$1"'
-        code, out = self._exec_raw(["bash", "-c", script, "get", path], timeout, max_output_bytes=max_bytes + 1)
+        code, out = self._exec_raw(["bash", "-c", script, "get", path], timeout, max_output_bytes=max(max_bytes + 2, 8192))
         data = bytes(out.head + out.tail)
         if code != 0:
             raise SandboxError(data.decode(errors="replace").strip() or f"reading {path} failed ({code})")

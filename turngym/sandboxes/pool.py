@@ -68,17 +68,34 @@ class SandboxPool:
         self._starting = 0
         self._closed = False
         self._last_error: str = ""
+        self._users = 0
+        self._shared_key: tuple[Any, ...] | None = None
         self._fill()
 
     @classmethod
     def shared(cls, image: str, **kwargs: Any) -> SandboxPool:
-        """The process-wide pool for ``image`` with these settings (created on first use)."""
+        """The process-wide pool for ``image`` with these settings (created on first use).
+
+        Each call counts one user; :meth:`detach` uncounts it and closes the pool after the last.
+        """
         key = (image, tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
         with _SHARED_LOCK:
             pool = _SHARED.get(key)
             if pool is None or pool.closed:
                 pool = _SHARED[key] = cls(image, **kwargs)
+                pool._shared_key = key
+            pool._users += 1
             return pool
+
+    def detach(self) -> None:
+        """One user of a shared pool is done; the last one closes it (a private pool just closes)."""
+        with _SHARED_LOCK:
+            self._users -= 1
+            last = self._users <= 0
+            if last and self._shared_key is not None and _SHARED.get(self._shared_key) is self:
+                del _SHARED[self._shared_key]
+        if last:
+            self.close()
 
     @property
     def closed(self) -> bool:
@@ -183,6 +200,10 @@ class SandboxPool:
 
     async def arelease(self, sb: DockerSandbox) -> None:
         await run_blocking(self.release, sb)
+
+    def release_later(self, sb: DockerSandbox) -> None:
+        """Release in the background (container removal takes a while; nobody needs to wait for it)."""
+        executor().submit(self.release, sb)
 
     # ------------------------------------------------------------ shutdown
     def close(self) -> None:

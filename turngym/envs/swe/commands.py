@@ -1,0 +1,55 @@
+"""``turngym swe ...``: synthesise and check swe-docker tasks (typer command functions)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def swe_synth(
+    out: Path = typer.Option(None, help="Output JSON (SWE-bench instances); default: the shipped task set."),
+    package: list[str] = typer.Option(None, help="Package(s) to use (default: all known)."),
+    max_tasks: int = typer.Option(25, help="Validated tasks to keep per package."),
+    max_candidates: int = typer.Option(70, help="Mutations to try per package."),
+    seed: int = typer.Option(0, help="Seed of the candidate order."),
+    base: str = typer.Option(None, help="Existing base image to use instead of the debootstrap one."),
+) -> None:
+    """Synthesise validated bug-fix tasks from real PyPI packages (runs their test suites in Docker)."""
+    from rich.console import Console
+
+    from turngym.envs.swe.tasks import DEFAULT_TASKS, synthesize_all
+
+    console = Console()
+    tasks = synthesize_all(
+        package or None,
+        out=out,
+        max_tasks=max_tasks,
+        max_candidates=max_candidates,
+        seed=seed,
+        base=base,
+        log=console.print,
+    )
+    console.print(f"{len(tasks)} tasks written to {out or DEFAULT_TASKS}")
+
+
+def swe_validate(
+    tasks: Path = typer.Option(None, help="Task file (default: the shipped task set)."),
+    limit: int = typer.Option(0, help="Only the first N tasks (0 = all)."),
+    concurrency: int = typer.Option(2, help="Episodes at once."),
+) -> None:
+    """Run the scripted expert on every task: each must be resolved (reward 1)."""
+    import asyncio
+
+    from rich.console import Console
+
+    from turngym.envs.swe.validate import run_expert
+
+    console = Console()
+    results = asyncio.run(run_expert(tasks, limit=limit or None, concurrency=concurrency))
+    bad = {k: v for k, v in results.items() if v != 1.0}
+    console.print(f"{len(results) - len(bad)}/{len(results)} tasks resolved by the expert")
+    for k, v in bad.items():
+        console.print(f"  FAILED {k}: reward {v}")
+    if bad:
+        raise typer.Exit(1)

@@ -1,0 +1,482 @@
+"""``swe-docker``: fix a real bug in a real Python package inside a locked-down Docker container.
+
+Tools follow the R2E-Gym / SWE-agent convention: ``bash``, ``file_editor`` (view / create /
+str_replace / insert / undo_edit), ``search`` and the terminal ``submit``. Observations are
+mini-swe-agent style (``<returncode>`` + ``<output>``, long output cut in the middle with a marker).
+
+Reward: ``resolved`` (1.0 iff every FAIL_TO_PASS and PASS_TO_PASS test passes), graded in a *fresh*
+container seeded with the task's pristine files plus the agent's patch minus any test-file changes.
+``info["reward_components"]`` also carries the inputs of the ``gated`` (G-RA) credit method, which
+do not add to the reward (documented exception to the components-sum rule):
+
+* ``outcome_level`` (final turn only): 0 no submit, 1 empty patch, 2 patch fails the tests,
+  3 patch passes them;
+* ``format_ok`` (every turn): the action held well-formed calls of known tools;
+* ``edit_applied`` (every turn): a file edit of the repository succeeded this turn;
+* ``tests_run`` (every turn): a bash command ran tests this turn.
+
+A container that dies mid-episode (killed from outside) ends the episode with an error observation
+and ``info["sandbox_error"]``; the next reset gets a new container. ``info["grade"]`` holds the
+verdict's details after ``submit``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from turngym.core.env import AsyncEnv, Task
+from turngym.core.types import Message, ToolResult
+from turngym.envs.swe import editor
+from turngym.envs.swe.packages import REPO_DIR
+from turngym.envs.swe.tasks import SweTask, load_instances
+from turngym.tools import ToolError, tool
+
+_MALFORMED = frozenset({"parse_error", "no_call", "bad_arguments", "unknown_tool", "too_many_calls"})
+_TEST_COMMAND = re.compile(r"\b(pytest|py\.test|unittest|tox|nox)\b|\bpython3?\s+\S*test\S*\.py")
+_IMAGE_CACHE: dict[tuple[str, str | None], str] = {}
+
+SYSTEM_PROMPT = """You are an autonomous software engineer working in a sandboxed Linux container.
+A Python repository is checked out at /testbed (it is the current directory; there is no network).
+Resolve the issue the user describes by editing the repository's non-test source files.
+Explore the code, reproduce the problem, make a minimal fix, check it with the tests, then call submit.
+Test files are restored to their original state before grading, so changing them does not help."""
+
+USER_PROMPT = """<uploaded_files>
+{repo_dir}
+</uploaded_files>
+I've uploaded a python code repository in the directory {repo_dir}. Consider the following issue:
+
+<issue>
+{issue}
+</issue>
+
+Make the minimal changes to non-test files in {repo_dir} so that the issue is resolved.
+Run the tests with `python3 -m pytest -q <path>`; when you are done, call submit."""
+
+
+class SweDockerEnv(AsyncEnv):
+    """One task per episode, one container per episode (from a warm pool), graded in a fresh one."""
+
+    default_max_turns = 40
+
+    def __init__(
+        self,
+        tasks: str | Path | Sequence[SweTask | dict[str, Any]] | None = None,
+        *,
+        task_ids: Sequence[str] | None = None,
+        packages: Sequence[str] | None = None,
+        snapshot: str | None = None,
+        image: str | None = None,
+        base_image: str | None = None,
+        limits: Any = None,
+        pool_warm: int = 1,
+        max_active: int = 8,
+        command_timeout: float = 60.0,
+        test_timeout: float = 300.0,
+        max_output_chars: int = 10_000,
+        **kwargs: Any,
+    ):
+        from turngym.sandboxes.docker import Limits
+
+        self.tasks = _load_tasks(tasks, snapshot=snapshot, image=image)
+        if packages:
+            self.tasks = [t for t in self.tasks if t.repo in set(packages) or t.package in set(packages)]
+        if task_ids:
+            wanted = set(task_ids)
+            self.tasks = [t for t in self.tasks if t.instance_id in wanted]
+        if not self.tasks:
+            raise ValueError("no SWE tasks selected (check tasks=, task_ids=, packages=)")
+        self._by_id = {t.instance_id: t for t in self.tasks}
+        self.base_image = base_image
+        self.limits = limits or Limits()
+        self.pool_warm = pool_warm
+        self.max_active = max_active
+        self.command_timeout = float(command_timeout)
+        self.test_timeout = float(test_timeout)
+        self.output_limit = int(max_output_chars)
+        super().__init__(
+            tool_timeout=max(self.command_timeout, self.test_timeout) + 120.0,
+            max_output_chars=self.output_limit + 2_000,
+            **kwargs,
+        )
+        self._pools: dict[str, Any] = {}
+        self._sb: Any = None
+        self._pool: Any = None
+        self._swe: SweTask | None = None
+        self._reset_episode_state()
+
+    def _reset_episode_state(self) -> None:
+        self._history: dict[str, list[str | None]] = {}
+        self._edited: dict[str, str] = {}
+        self._expert_done: set[int] = set()
+        self._submitted = False
+        self._patch: str | None = None
+        self._grade: Any = None
+        self._dead: str | None = None
+        self._flags = {"edit_applied": 0.0, "tests_run": 0.0}
+
+    # ------------------------------------------------------------ sandbox plumbing
+    def _pool_for(self, task: SweTask) -> Any:
+        from turngym.sandboxes.pool import SandboxPool
+
+        key = (task.image or task.package or task.repo, self.base_image)
+        image = _IMAGE_CACHE.get(key)
+        if image is None:
+            image = _IMAGE_CACHE[key] = task.image_tag(self.base_image)
+        pool = self._pools.get(image)
+        if pool is None or pool.closed:
+            pool = self._pools[image] = SandboxPool.shared(
+                image, warm=self.pool_warm, max_active=self.max_active, limits=self.limits, workdir=REPO_DIR
+            )
+        return pool
+
+    async def _sandbox_call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run a blocking sandbox call; a dead container ends the episode with a clear error."""
+        from turngym.sandboxes.docker import SandboxDead, SandboxError, run_blocking
+
+        if self._dead:
+            raise ToolError(f"the sandbox is gone ({self._dead}); the episode is over")
+        try:
+            return await run_blocking(fn, *args, **kwargs)
+        except SandboxDead as e:
+            self._dead = str(e)
+            self.end_episode()
+            raise ToolError(f"the sandbox container died ({e}). The episode ends here.") from e
+        except SandboxError as e:
+            raise ToolError(str(e)) from e
+
+    async def _exec(self, command: str, timeout: float | None = None) -> Any:
+        return await self._sandbox_call(
+            self._sb.exec, command, timeout=timeout or self.command_timeout, workdir=REPO_DIR,
+            max_output_bytes=self.output_limit,
+        )
+
+    def _release_sandbox(self) -> None:
+        if self._sb is not None and self._pool is not None:
+            self._pool.release_later(self._sb)
+        self._sb = None
+
+    # ------------------------------------------------------------ episode
+    async def _reset(self, rng: np.random.Generator, options: dict[str, Any]) -> Task:
+        from turngym.envs.swe.repo import seed_repo
+        from turngym.sandboxes.docker import run_blocking
+
+        self._release_sandbox()
+        self._reset_episode_state()
+        if "task_id" in options:
+            if options["task_id"] not in self._by_id:
+                raise KeyError(f"unknown task_id {options['task_id']!r}")
+            task = self._by_id[options["task_id"]]
+        elif "index" in options:
+            task = self.tasks[int(options["index"]) % len(self.tasks)]
+        else:
+            task = self.tasks[int(rng.integers(len(self.tasks)))]
+        self._swe = task
+        self._pool = await run_blocking(self._pool_for, task)
+        self._sb = await self._pool.aacquire()
+        try:
+            head = await run_blocking(seed_repo, self._sb, task.files())
+        except Exception:
+            self._release_sandbox()
+            raise
+        system = SYSTEM_PROMPT + ("\n\n" + self.tool_instructions() if self.tools_in_prompt else "")
+        user = USER_PROMPT.format(repo_dir=REPO_DIR, issue=task.problem_statement.strip())
+        return Task(
+            messages=[Message(role="system", content=system.strip()), Message(role="user", content=user)],
+            task_id=task.instance_id,
+            reference={
+                "patch": task.patch,
+                "FAIL_TO_PASS": list(task.fail_to_pass),
+                "num_PASS_TO_PASS": len(task.pass_to_pass),
+                "mutation": task.mutation,
+            },
+            info={"repo": task.repo, "base_commit": head, "container": self._sb.name},
+        )
+
+    async def astep(self, action: str | Message) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
+        obs, _, terminated, truncated, info = await super().astep(action)
+        reward = float(info["reward_components"].get("resolved", 0.0))
+        if self._grade is not None:
+            info["grade"] = self._grade.as_dict()
+        if self._dead:
+            info["sandbox_error"] = self._dead
+        return obs, reward, terminated, truncated, info
+
+    async def _turn_reward(self, results: list[ToolResult], done: bool) -> dict[str, float]:
+        comps = {
+            "format_ok": float(bool(results) and not any(r.error_kind in _MALFORMED for r in results)),
+            **self._flags,
+        }
+        self._flags = {"edit_applied": 0.0, "tests_run": 0.0}
+        if not done:
+            return comps
+        level, resolved = 0.0, 0.0
+        if self._submitted and self._patch is not None:
+            if not self._patch.strip():
+                level = 1.0
+            else:
+                self._grade = await self._grade_patch(self._patch)
+                resolved = float(self._grade.resolved)
+                level = 3.0 if self._grade.resolved else 2.0
+        comps.update(outcome_level=level, resolved=resolved)
+        return comps
+
+    async def _grade_patch(self, patch: str) -> Any:
+        from turngym.envs.swe.repo import grade_patch
+        from turngym.sandboxes.docker import run_blocking
+
+        task = self._swe
+        assert task is not None
+        sb = await self._pool.aacquire()
+        try:
+            return await run_blocking(
+                grade_patch,
+                sb,
+                task.files(),
+                patch,
+                fail_to_pass=task.fail_to_pass,
+                pass_to_pass=task.pass_to_pass,
+                test_files=task.test_files,
+                test_patch=task.test_patch,
+                timeout=self.test_timeout,
+            )
+        finally:
+            self._pool.release_later(sb)
+
+    def _state_key(self) -> str:
+        payload = json.dumps([self._swe.instance_id if self._swe else "", sorted(self._edited.items())])
+        return hashlib.sha1(payload.encode()).hexdigest()[:16]
+
+    async def _close(self) -> None:
+        self._release_sandbox()
+        for pool in self._pools.values():
+            pool.detach()
+        self._pools.clear()
+
+    # ------------------------------------------------------------ tools
+    @tool
+    async def bash(self, command: str) -> str:
+        """Run a bash command in the repository's container (cwd /testbed, no network).
+
+        Each call is a fresh shell; commands that run too long are killed (the container stays).
+
+        Args:
+            command: the bash command to run
+        """
+        if not command.strip():
+            raise ToolError("empty command")
+        res = await self._exec(command)
+        if _TEST_COMMAND.search(command):
+            self._flags["tests_run"] = 1.0
+        text = f"<returncode>{res.exit_code}</returncode>\n<output>\n{res.output}</output>"
+        if res.timed_out:
+            text += (
+                f"\n<warning>The command ran longer than {self.command_timeout:g}s and was killed; "
+                "the container is still usable. Run long jobs with a smaller scope.</warning>"
+            )
+        elif res.truncated:
+            text += (
+                "\n<warning>The output was too long and was cut in the middle; use head, tail, grep "
+                "or a narrower command.</warning>"
+            )
+        return text
+
+    @tool
+    async def file_editor(
+        self,
+        command: Literal["view", "create", "str_replace", "insert", "undo_edit"],
+        path: str,
+        file_text: str | None = None,
+        view_range: list[int] | None = None,
+        old_str: str | None = None,
+        new_str: str | None = None,
+        insert_line: int | None = None,
+    ) -> str:
+        """View, create and edit files. Paths are absolute (e.g. /testbed/pkg/mod.py).
+
+        `view` shows a file with line numbers (optionally `view_range` [start, end], end -1 = to the
+        end) or lists a directory two levels deep. `create` writes a new file with `file_text`.
+        `str_replace` replaces the single exact occurrence of `old_str` with `new_str`. `insert` adds
+        `new_str` after line `insert_line` (0 = top). `undo_edit` reverts the last edit of the file.
+
+        Args:
+            command: the operation
+            path: absolute path of the file or directory
+            file_text: content of the new file (create)
+            view_range: [start, end] line range to show (view)
+            old_str: exact text to replace (str_replace)
+            new_str: replacement (str_replace) or text to insert (insert)
+            insert_line: line after which to insert (insert)
+        """
+        resolved = await self._resolve(path)
+        try:
+            if command == "view":
+                return await self._view(resolved, view_range)
+            self._check_writable(resolved)
+            if command == "create":
+                if file_text is None:
+                    raise ToolError("create needs file_text")
+                if await self._exists(resolved):
+                    raise ToolError(f"{resolved} already exists; use str_replace to edit it")
+                await self._write(resolved, file_text, previous=None)
+                return f"File created successfully at: {resolved}"
+            if command == "undo_edit":
+                history = self._history.get(resolved)
+                if not history:
+                    raise ToolError(f"no edit of {resolved} to undo")
+                previous = history.pop()
+                if previous is None:
+                    await self._exec(f"rm -f -- {shlex.quote(resolved)}")
+                    self._edited.pop(resolved, None)
+                else:
+                    await self._put(resolved, previous)
+                self._flags["edit_applied"] = 1.0
+                return f"Last edit to {resolved} undone successfully."
+            text = await self._read_text(resolved)
+            if command == "str_replace":
+                if old_str is None:
+                    raise ToolError("str_replace needs old_str")
+                new_text, message = editor.str_replace(text, old_str, new_str or "", resolved)
+                self._note_expert_edit(resolved, old_str, new_str or "")
+            else:  # insert
+                if insert_line is None or new_str is None:
+                    raise ToolError("insert needs insert_line and new_str")
+                new_text, message = editor.insert(text, insert_line, new_str, resolved)
+            await self._write(resolved, new_text, previous=text)
+            return message
+        except editor.EditError as e:
+            raise ToolError(str(e)) from e
+
+    @tool
+    async def search(self, search_term: str, path: str = REPO_DIR) -> str:
+        """Search for a literal string in a file or, recursively, in a directory (skipping .git).
+
+        Args:
+            search_term: the text to look for
+            path: file or directory to search (default /testbed)
+        """
+        if not search_term:
+            raise ToolError("search_term must not be empty")
+        resolved = await self._resolve(path)
+        term, where = shlex.quote(search_term), shlex.quote(resolved)
+        res = await self._exec(
+            f"if [ -d {where} ]; then grep -rIcF --exclude-dir=.git -- {term} {where} | grep -v ':0$'; "
+            f"elif [ -f {where} ]; then grep -nF -- {term} {where}; else echo 'no such path: {resolved}'; exit 2; fi"
+        )
+        if res.exit_code == 2:
+            raise ToolError(res.output.strip())
+        lines = [line for line in res.output.splitlines() if line.strip()]
+        if not lines:
+            return f'No matches found for "{search_term}" in {resolved}'
+        if await self._is_dir(resolved):
+            if len(lines) > 100:
+                return f'More than {len(lines) - 1} files matched "{search_term}" in {resolved}; narrow it down.'
+            counts = [line.rsplit(":", 1) for line in lines]
+            total = sum(int(c) for _, c in counts if c.isdigit())
+            body = "\n".join(f"{f} ({c} matches)" for f, c in counts)
+            return f'Found {total} matches for "{search_term}" in {resolved}:\n{body}'
+        return f'Matches for "{search_term}" in {resolved}:\n' + "\n".join(lines)
+
+    @tool(terminal=True)
+    async def submit(self) -> str:
+        """Submit the current state of the repository as the fix; ends the episode."""
+        from turngym.envs.swe.repo import changed_paths, current_patch, without_tests
+
+        task = self._swe
+        assert task is not None
+        patch = await self._sandbox_call(current_patch, self._sb)
+        self._patch = without_tests(patch, task.is_test_path)
+        self._submitted = True
+        files = changed_paths(self._patch)
+        dropped = sorted(set(changed_paths(patch)) - set(files))
+        note = f" Changes to test files were dropped: {', '.join(dropped)}." if dropped else ""
+        return f"Submitted a patch that changes {len(files)} file(s): {', '.join(files) or '(none)'}.{note}"
+
+    # ------------------------------------------------------------ editor I/O
+    async def _resolve(self, path: str) -> str:
+        if not path.startswith("/"):
+            raise ToolError(f"path must be absolute (e.g. {REPO_DIR}/...), got {path!r}")
+        res = await self._exec(f"realpath -m -- {shlex.quote(path)}", timeout=30)
+        if res.exit_code != 0:
+            raise ToolError(f"cannot resolve {path!r}: {res.output.strip()}")
+        return res.output.strip()
+
+    def _check_writable(self, resolved: str) -> None:
+        inside = resolved == REPO_DIR or resolved.startswith(REPO_DIR + "/")
+        if not inside or resolved.startswith(f"{REPO_DIR}/.git/") or resolved == f"{REPO_DIR}/.git":
+            raise ToolError(f"editing outside the repository is not allowed: {resolved} (edit files under {REPO_DIR})")
+
+    async def _exists(self, path: str) -> bool:
+        return (await self._exec(f"test -e {shlex.quote(path)}", timeout=30)).exit_code == 0
+
+    async def _is_dir(self, path: str) -> bool:
+        return (await self._exec(f"test -d {shlex.quote(path)}", timeout=30)).exit_code == 0
+
+    async def _view(self, path: str, view_range: list[int] | None) -> str:
+        if await self._is_dir(path):
+            res = await self._exec(
+                f"find {shlex.quote(path)} -maxdepth 2 -not -path '*/.*' -not -name '__pycache__' | sort", timeout=30
+            )
+            return f"Here are the files and directories up to 2 levels deep in {path}:\n{res.output}"
+        return editor.view(await self._read_text(path), path, view_range)
+
+    async def _read_text(self, path: str) -> str:
+        data = await self._sandbox_call(self._sb.get_file, path, max_bytes=2 << 20)
+        if b"\x00" in data:
+            raise ToolError(f"{path} is a binary file; the editor only handles text")
+        return data.decode("utf-8", errors="replace")
+
+    async def _put(self, path: str, text: str) -> None:
+        await self._sandbox_call(self._sb.put_files, {path: text.encode()})
+        self._edited[path] = hashlib.sha1(text.encode()).hexdigest()[:12]
+
+    async def _write(self, path: str, text: str, previous: str | None) -> None:
+        await self._put(path, text)
+        self._history.setdefault(path, []).append(previous)
+        self._flags["edit_applied"] = 1.0
+
+    # ------------------------------------------------------------ scripted expert
+    def _note_expert_edit(self, path: str, old: str, new: str) -> None:
+        if self._swe is None:
+            return
+        for i, e in enumerate(self._swe.expert_edits):
+            if f"{REPO_DIR}/{e['path']}" == path and e["old_str"] == old and e["new_str"] == new:
+                self._expert_done.add(i)
+
+    def expert_action(self) -> str | None:
+        """Revert the injected bug through ``file_editor`` (the gold patch), then ``submit``."""
+        if self._swe is None:
+            return None
+        for i, e in enumerate(self._swe.expert_edits):
+            if i not in self._expert_done:
+                args = {
+                    "command": "str_replace",
+                    "path": f"{REPO_DIR}/{e['path']}",
+                    "old_str": e["old_str"],
+                    "new_str": e["new_str"],
+                }
+                return _call("file_editor", args)
+        return _call("submit", {})
+
+
+def _call(name: str, arguments: dict[str, Any]) -> str:
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+
+
+def _load_tasks(
+    tasks: str | Path | Sequence[SweTask | dict[str, Any]] | None, *, snapshot: str | None, image: str | None
+) -> list[SweTask]:
+    if tasks is None or isinstance(tasks, str | Path):
+        return load_instances(tasks, snapshot=snapshot, image=image)
+    out = []
+    for t in tasks:
+        out.append(t if isinstance(t, SweTask) else SweTask.from_swebench(t, snapshot=snapshot, image=image))
+    return out
