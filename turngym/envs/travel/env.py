@@ -331,8 +331,10 @@ class TravelPlannerEnv(Env):
         """The soft scores the programmatic judge compares (see :mod:`.judge`)."""
         from turngym.envs.travel.judge import features_from_episode
 
+        q = self._query
+        places = [q.org, q.dest, *self.db.state_cities.get(q.dest, [])] if q is not None else []
         return features_from_episode(
-            self._query, self._evaluation, self._grounding, self._call_history, self._plan
+            q, self._evaluation, self._grounding, self._call_history, self._plan, places
         )
 
     def _state_key(self) -> str:

@@ -50,7 +50,7 @@ class GroundingReport:
         return {
             "rate": self.rate,
             "items": [{"day": i.day, "field": i.field, "value": i.value, "turn": i.turn} for i in self.items],
-            "support_by_turn": self.support_by_turn(),
+            "support_by_turn": [{"turn": t, "items": n} for t, n in sorted(self.support_by_turn().items())],
         }
 
 
