@@ -69,9 +69,11 @@ def expert_steps(
     if handler is None:
         return None
     try:
-        return handler(instruction, snap, fields or {})
+        steps = handler(instruction, snap, fields or {})
     except (LookupError, ValueError, ZeroDivisionError):
         return None
+    # a field that already holds its text needs no second fill (lets a plan span several turns)
+    return [s for s in steps if not (s.kind == "fill" and s.node.value == s.text)]
 
 
 # --------------------------------------------------------------------------- helpers

@@ -1,0 +1,342 @@
+"""``gui-miniwob``: MiniWoB++ tasks through pixels, with OSWorld computer_13-style tools.
+
+Observation: the goal and a PNG screenshot (of the task area by default, or the whole
+viewport); no DOM. Coordinates are screenshot pixels (``scale`` pixels per CSS pixel) and
+must lie on the screenshot. The env still reads the page's DOM each turn, privately, for
+the state key and the scripted pixel expert (which clicks at element boxes).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+from turngym.core.types import Message
+from turngym.envs.web import page as wp
+from turngym.envs.web.base import MiniWoBEnvBase
+from turngym.envs.web.dom import Node
+from turngym.envs.web.expert import Step, expert_steps
+from turngym.envs.web.expert import call as _call
+from turngym.tools import ToolError, tool
+
+if TYPE_CHECKING:
+    from playwright.async_api import Page
+
+MAX_WAIT_S = 10.0
+MAX_TYPE_CHARS = 2000
+_KEY_ALIASES = {
+    "enter": "Enter", "return": "Enter", "tab": "Tab", "backspace": "Backspace", "delete": "Delete",
+    "del": "Delete", "esc": "Escape", "escape": "Escape", "space": " ", "up": "ArrowUp", "down": "ArrowDown",
+    "left": "ArrowLeft", "right": "ArrowRight", "home": "Home", "end": "End", "pageup": "PageUp",
+    "pagedown": "PageDown", "ctrl": "Control", "control": "Control", "shift": "Shift", "alt": "Alt",
+    "cmd": "Meta", "meta": "Meta", "win": "Meta", "super": "Meta",
+}  # fmt: skip
+Button = Literal["left", "middle", "right"]
+#: input types whose value is the typed text (date/time pickers take segment-wise keys instead)
+_TYPEABLE = frozenset({"", "password", "email", "search", "tel", "url", "number"})
+
+
+def normalise_key(key: str) -> str:
+    """OSWorld/pyautogui key names ("enter", "ctrl", "a", "f5") -> Playwright key names."""
+    k = key.strip()
+    if not k:
+        raise ToolError("empty key name")
+    low = k.lower()
+    if low in _KEY_ALIASES:
+        return _KEY_ALIASES[low]
+    if len(low) in (2, 3) and low[0] == "f" and low[1:].isdigit() and 1 <= int(low[1:]) <= 12:
+        return low.upper()
+    if len(k) == 1 or k[0].isupper() or k.startswith("Arrow") or k.startswith("Numpad"):
+        return k
+    raise ToolError(f"unknown key {key!r}; use names like Enter, Tab, Backspace, ArrowUp, ctrl, a")
+
+
+async def _mouse_click(page: Page, x: float, y: float, button: str, clicks: int) -> None:
+    await page.mouse.click(x, y, button=button, click_count=clicks)
+
+
+async def _mouse_move(page: Page, x: float, y: float) -> None:
+    await page.mouse.move(x, y, steps=4)
+
+
+async def _mouse_button(page: Page, down: bool, button: str) -> None:
+    await (page.mouse.down(button=button) if down else page.mouse.up(button=button))
+
+
+async def _drag(page: Page, x0: float, y0: float, x1: float, y1: float) -> None:
+    await page.mouse.move(x0, y0)
+    await page.mouse.down()
+    await page.mouse.move(x1, y1, steps=10)
+    await page.mouse.up()
+
+
+async def _wheel(page: Page, x: float, y: float, dx: float, dy: float) -> None:
+    await page.mouse.move(x, y)
+    await page.mouse.wheel(dx, dy)
+
+
+async def _type(page: Page, text: str) -> None:
+    await page.keyboard.type(text)
+
+
+async def _press(page: Page, key: str) -> None:
+    await page.keyboard.press(key)
+
+
+async def _wait(page: Page, ms: float) -> None:
+    await page.wait_for_timeout(ms)
+
+
+class PixelObservation:
+    """Screenshot observations and screenshot-pixel coordinates, for envs built on ``MiniWoBEnvBase``."""
+
+    crop_to_task: bool
+    scale: float
+    viewport: tuple[int, int]
+    screen_size: tuple[int, int]
+
+    def _init_screen(self, crop_to_task: bool) -> None:
+        self.crop_to_task = crop_to_task
+        w, h = wp.TASK_AREA if crop_to_task else self.viewport
+        self.screen_size = (round(w * self.scale), round(h * self.scale))
+
+    @property
+    def screen_css(self) -> tuple[int, int]:
+        """The screenshot's area in CSS pixels."""
+        return wp.TASK_AREA if self.crop_to_task else self.viewport
+
+    def _css(self, x: float, y: float) -> tuple[float, float]:
+        """Screenshot pixels -> CSS pixels; off-screen points are a ``ToolError``."""
+        w, h = self.screen_size
+        if not (0 <= x < w and 0 <= y < h):
+            raise ToolError(f"({x:g}, {y:g}) is off the screen; x must be in [0, {w}) and y in [0, {h})")
+        return x / self.scale, y / self.scale
+
+    def pixel_center(self, node: Node) -> tuple[int, int]:
+        cx, cy = node.center
+        return int(cx * self.scale), int(cy * self.scale)
+
+    def pixel_box(self, node: Node) -> list[float]:
+        x, y, w, h = node.box
+        return [x * self.scale, y * self.scale, w * self.scale, h * self.scale]
+
+    async def _page_message(self, initial: bool) -> Message:
+        lease = self.lease  # type: ignore[attr-defined]
+        assert lease is not None
+        self.snap = await lease.run(wp.snapshot)  # private: state key, expert and grounding targets
+        w, h = self.screen_css
+        png = await lease.run(wp.screenshot, (0, 0, w, h))
+        sw, sh = self.screen_size
+        head = f"Task: {self.instruction}\n\n" if initial else ""  # type: ignore[attr-defined]
+        return Message(role="user", content=f"{head}Screenshot ({sw}x{sh} pixels).", images=[png])
+
+
+class GuiMiniWoBEnv(PixelObservation, MiniWoBEnvBase):
+    """MiniWoB++ through screenshots (arguments of :class:`~turngym.envs.web.base.MiniWoBEnvBase`, plus):
+
+    Args:
+        crop_to_task: screenshot only MiniWoB's 160x210 task area (default) instead of the viewport.
+    """
+
+    system_intro = (
+        "You control a computer's mouse and keyboard to complete a task shown on the screen. Each "
+        "observation is a screenshot; coordinates are pixels of that screenshot, (0, 0) at the top left. "
+        "The episode ends when the page reports the task finished or when you call done."
+    )
+
+    def __init__(self, task: str | list[str] | None = None, *, crop_to_task: bool = True, **kwargs: Any):
+        super().__init__(task, **kwargs)
+        self._init_screen(crop_to_task)
+        self._mouse = (0.0, 0.0)
+
+    # ------------------------------------------------------------------ tools
+    @tool
+    async def click(self, x: float, y: float, button: Button = "left", num_clicks: int = 1) -> str:
+        """Move the mouse to (x, y) and click.
+
+        Args:
+            x: horizontal pixel of the screenshot
+            y: vertical pixel of the screenshot
+            button: mouse button
+            num_clicks: 1, 2 or 3 clicks
+        """
+        if not 1 <= num_clicks <= 3:
+            raise ToolError("num_clicks must be 1, 2 or 3")
+        cx, cy = self._css(x, y)
+        await self.call_page(_mouse_click, cx, cy, button, num_clicks)
+        self._mouse = (cx, cy)
+        return f"clicked at ({x:g}, {y:g})"
+
+    @tool
+    async def double_click(self, x: float, y: float) -> str:
+        """Double-click at (x, y).
+
+        Args:
+            x: horizontal pixel
+            y: vertical pixel
+        """
+        cx, cy = self._css(x, y)
+        await self.call_page(_mouse_click, cx, cy, "left", 2)
+        self._mouse = (cx, cy)
+        return f"double-clicked at ({x:g}, {y:g})"
+
+    @tool
+    async def right_click(self, x: float, y: float) -> str:
+        """Right-click at (x, y).
+
+        Args:
+            x: horizontal pixel
+            y: vertical pixel
+        """
+        cx, cy = self._css(x, y)
+        await self.call_page(_mouse_click, cx, cy, "right", 1)
+        self._mouse = (cx, cy)
+        return f"right-clicked at ({x:g}, {y:g})"
+
+    @tool
+    async def move_to(self, x: float, y: float) -> str:
+        """Move the mouse to (x, y) without clicking.
+
+        Args:
+            x: horizontal pixel
+            y: vertical pixel
+        """
+        cx, cy = self._css(x, y)
+        await self.call_page(_mouse_move, cx, cy)
+        self._mouse = (cx, cy)
+        return f"mouse at ({x:g}, {y:g})"
+
+    @tool
+    async def drag_to(self, x: float, y: float) -> str:
+        """Press the left button where the mouse is, drag to (x, y) and release.
+
+        Args:
+            x: horizontal pixel to drop at
+            y: vertical pixel to drop at
+        """
+        cx, cy = self._css(x, y)
+        await self.call_page(_drag, *self._mouse, cx, cy)
+        self._mouse = (cx, cy)
+        return f"dragged to ({x:g}, {y:g})"
+
+    @tool
+    async def mouse_down(self, button: Button = "left") -> str:
+        """Press a mouse button where the mouse is (and keep it pressed).
+
+        Args:
+            button: mouse button
+        """
+        await self.call_page(_mouse_button, True, button)
+        return f"{button} button down"
+
+    @tool
+    async def mouse_up(self, button: Button = "left") -> str:
+        """Release a mouse button.
+
+        Args:
+            button: mouse button
+        """
+        await self.call_page(_mouse_button, False, button)
+        return f"{button} button up"
+
+    @tool
+    async def scroll(self, dx: float, dy: float) -> str:
+        """Scroll by (dx, dy) pixels where the mouse is.
+
+        Args:
+            dx: horizontal pixels (positive scrolls right)
+            dy: vertical pixels (positive scrolls down)
+        """
+        await self.call_page(_wheel, *self._mouse, dx, dy)
+        return f"scrolled by ({dx:g}, {dy:g})"
+
+    @tool
+    async def type(self, text: str) -> str:
+        """Type text with the keyboard into whatever has focus.
+
+        Args:
+            text: the text to type
+        """
+        if len(text) > MAX_TYPE_CHARS:
+            raise ToolError(f"text too long ({len(text)} > {MAX_TYPE_CHARS} characters)")
+        await self.call_page(_type, text)
+        return f"typed {len(text)} characters"
+
+    @tool
+    async def press(self, key: str) -> str:
+        """Press and release one key (e.g. "enter", "tab", "backspace", "a").
+
+        Args:
+            key: key name
+        """
+        await self.call_page(_press, normalise_key(key))
+        return f"pressed {key}"
+
+    @tool
+    async def hotkey(self, keys: list[str]) -> str:
+        """Press keys together, e.g. ["ctrl", "a"].
+
+        Args:
+            keys: key names, modifiers first
+        """
+        if not keys:
+            raise ToolError("hotkey needs at least one key")
+        await self.call_page(_press, "+".join(normalise_key(k) for k in keys))
+        return f"pressed {'+'.join(keys)}"
+
+    @tool
+    async def wait(self, seconds: float = 1.0) -> str:
+        """Wait (for pages that change over time).
+
+        Args:
+            seconds: how long (at most 10)
+        """
+        if not 0 <= seconds <= MAX_WAIT_S:
+            raise ToolError(f"seconds must be between 0 and {MAX_WAIT_S:g}")
+        await self.call_page(_wait, seconds * 1000)
+        return f"waited {seconds:g} s"
+
+    @tool(terminal=True)
+    async def done(self) -> str:
+        """Say the task is complete; ends the episode (the page's own reward stands)."""
+        return "done"
+
+    # ------------------------------------------------------------------ observation
+    async def _reset(self, rng: Any, options: dict[str, Any]) -> Any:
+        self._mouse = (0.0, 0.0)
+        return await super()._reset(rng, options)
+
+    def expert_action(self) -> str | None:
+        if self._done or self.lease is None:
+            return None
+        steps = expert_steps(self.task_name, self.instruction, self.snap, self.fields)
+        if steps is None:
+            return None
+        calls: list[str] = []
+        for s in steps:
+            rendered = self.step_to_calls(s)
+            if rendered is None:
+                return None
+            if calls and len(calls) + len(rendered) > self.max_calls_per_turn:
+                break  # the rest next turn (the expert re-plans from the new page)
+            calls.extend(rendered)
+        return "\n".join(calls) or None
+
+    def step_to_calls(self, step: Step) -> list[str] | None:
+        """An abstract expert step as pixel tool calls (None if pixels cannot express it here)."""
+        x, y = self.pixel_center(step.node)
+        if not (0 <= x < self.screen_size[0] and 0 <= y < self.screen_size[1]):
+            return None
+        if step.kind == "click":
+            return [_call("click", x=x, y=y)]
+        if step.kind == "fill" and step.node.type in _TYPEABLE:  # text fields typed key by key
+            return [
+                _call("click", x=x, y=y),
+                _call("hotkey", keys=["ctrl", "a"]),
+                _call("type", text=step.text),
+            ]
+        if step.kind == "press":
+            return [_call("click", x=x, y=y), _call("press", key=step.text)]
+        if step.kind == "drag" and step.target is not None:
+            tx, ty = self.pixel_center(step.target)
+            return [_call("move_to", x=x, y=y), _call("drag_to", x=tx, y=ty)]
+        return None
