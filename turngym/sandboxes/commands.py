@@ -51,7 +51,9 @@ def sandbox_ls(
         owner_alive,
     )
 
-    table = Table("name", "status", "image", "owner pid", "run id", "owner alive")
+    table = Table()
+    for column in ("name", "status", "image", "owner pid", "run id", "owner alive"):
+        table.add_column(column, no_wrap=True)
     for c in managed_containers():
         labels = c.labels
         if not all_runs and labels.get(LABEL_HOST) != socket.gethostname():
@@ -64,7 +66,7 @@ def sandbox_ls(
             labels.get(LABEL_RUN_ID, ""),
             "yes" if owner_alive(labels) else "no (orphan)",
         )
-    Console().print(table)
+    Console(width=200).print(table)
 
 
 def sandbox_prune(
