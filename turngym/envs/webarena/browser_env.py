@@ -123,7 +123,7 @@ class SiteBrowserEnv(WebMiniWoBEnv):
     default_max_turns = 20
     system_intro = (
         "You control a web browser to complete a task on a website. Each observation shows the open tabs, "
-        "the URL and the page's elements, one per line as `[id] role \"name\" properties`; act on them by id "
+        'the URL and the page\'s elements, one per line as `[id] role "name" properties`; act on them by id '
         "with the tools, or navigate with goto, go_back, go_forward and the tab tools."
     )
 
@@ -240,7 +240,9 @@ class SiteBrowserEnv(WebMiniWoBEnv):
 
     async def _page_message(self, initial: bool) -> Message:
         assert self.lease is not None
-        self.view = await self.lease.run(_read, self.tabs, self.load_timeout_s, timeout=self.load_timeout_s + 5)
+        self.view = await self.lease.run(
+            _read, self.tabs, self.load_timeout_s, timeout=self.load_timeout_s + 5
+        )
         self.snap = self.view.snapshot
         lines = [f"Task: {self.instruction}", ""] if initial else []
         if len(self.tabs) > 1:
@@ -329,7 +331,9 @@ class SiteBrowserEnv(WebMiniWoBEnv):
             raise ToolError(f"at most {self.max_tabs} tabs can be open; close one with tab_close")
         real = self.real_url(url) if url else ""
         page = await self.call_page(_new_page)
-        page.on("pageerror", lambda err: self.lease.page_errors.append(str(err)[:500]) if self.lease else None)
+        page.on(
+            "pageerror", lambda err: self.lease.page_errors.append(str(err)[:500]) if self.lease else None
+        )
         self.tabs.append(page)
         self._focus(len(self.tabs) - 1)
         if real:
