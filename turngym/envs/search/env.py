@@ -25,7 +25,7 @@ from typing import Any, Literal
 import numpy as np
 
 from turngym.core.env import Env, Task
-from turngym.core.types import Message, ToolResult
+from turngym.core.types import Message, ToolCall, ToolResult
 from turngym.envs.search.corpus import Corpus
 from turngym.envs.search.data import load_corpus, load_task_file, synthetic_dataset
 from turngym.envs.search.metrics import best_exact_match, best_f1
@@ -253,7 +253,7 @@ class SearchQAEnv(Env):
             self.retriever.close()
 
     # ------------------------------------------------------------- experts
-    def expert_action(self) -> str | None:
+    def expert_action(self) -> str | Message | None:
         """Follow the gold trace: search each hop's query whose passage is not yet retrieved, then answer.
 
         Tasks without a trace (loaded data sets) get one search for the question itself.
@@ -272,10 +272,11 @@ class SearchQAEnv(Env):
         return self._answer
 
 
-def format_call(parser: str, name: str, arguments: dict[str, Any]) -> str:
-    """One tool call written as the model would write it for ``parser`` (hermes, tags or openai)."""
+def format_call(parser: str, name: str, arguments: dict[str, Any]) -> str | Message:
+    """One tool call as the model would write it for ``parser``: tags or Hermes text, or an OpenAI message."""
     if parser == "tags":
         (value,) = arguments.values()
         return f"<{name}> {value} </{name}>"
-    payload = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
-    return payload if parser == "openai" else f"<tool_call>{payload}</tool_call>"
+    if parser == "openai":
+        return Message(role="assistant", tool_calls=[ToolCall(name=name, arguments=arguments)])
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments}, ensure_ascii=False)}</tool_call>"

@@ -90,6 +90,9 @@ DEFAULT_MIX: dict[tuple[str, int], float] = {
 }
 
 
+MAX_FAILED_DRAWS = 2_000
+
+
 class QuestionError(RuntimeError):
     """The world cannot produce the requested kind of question."""
 
@@ -112,15 +115,16 @@ def generate_questions(
     prefix = id_prefix or f"synth-{world.config.key()[:8]}-{seed}"
     out: list[QATask] = []
     seen: set[str] = set()
-    failures = 0
+    streak = 0  # failed draws since the last success
     while len(out) < n:
         kind, hops = rng.choices(kinds, weights)[0]
         task = _bridge(world, rng, hops) if kind == "bridge" else _comparison(world, rng)
         if task is None or task.question in seen:
-            failures += 1
-            if failures > 50 * (n + 10):
-                raise QuestionError(f"could only make {len(out)} of {n} questions from this world")
+            streak += 1
+            if streak > MAX_FAILED_DRAWS:
+                raise QuestionError(f"could only make {len(out)} of {n} distinct questions from this world")
             continue
+        streak = 0
         seen.add(task.question)
         task.id = f"{prefix}-{len(out):06d}"
         out.append(task)

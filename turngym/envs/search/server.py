@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import httpx
+from pydantic import BaseModel, Field
 
 from turngym.envs.search.corpus import split_title
 from turngym.envs.search.retriever import Doc, Retriever, RetrieverError
@@ -23,15 +24,17 @@ MAX_TOPK = 100
 MAX_QUERY_CHARS = 10_000
 
 
+class RetrieveRequest(BaseModel):
+    """Search-R1's request body."""
+
+    queries: list[str] = Field(min_length=1, max_length=MAX_QUERIES)
+    topk: int = Field(3, ge=1, le=MAX_TOPK)
+    return_scores: bool = False
+
+
 def create_app(retriever: Retriever, *, corpus_size: int | None = None):
     """A FastAPI app serving ``retriever`` at ``/retrieve``."""
     from fastapi import FastAPI, HTTPException
-    from pydantic import BaseModel, Field
-
-    class RetrieveRequest(BaseModel):
-        queries: list[str] = Field(min_length=1, max_length=MAX_QUERIES)
-        topk: int = Field(3, ge=1, le=MAX_TOPK)
-        return_scores: bool = False
 
     app = FastAPI(title="turngym retriever")
 

@@ -1,0 +1,195 @@
+"""Loaders for Search-R1 parquet, FlashRAG JSONL and HotpotQA JSON, on files written here in those formats."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from turngym.envs.search.loaders import (
+    LoadError,
+    detect_format,
+    load_flashrag_jsonl,
+    load_hotpotqa_json,
+    load_search_r1_parquet,
+    load_tasks,
+)
+from turngym.envs.search.tasks import QATask, write_tasks
+
+SEARCH_R1_PREFIX = (
+    "Answer the given question. You must conduct reasoning inside <think> and </think> first every time "
+    "you get new information. ... For example, <answer> Beijing </answer>. Question: "
+)
+
+
+def write_search_r1(path, rows):
+    """A parquet file with the columns Search-R1's data_process scripts write."""
+    table = pa.table(
+        {
+            "id": [r["id"] for r in rows],
+            "question": [r["question"] for r in rows],
+            "golden_answers": [r["answers"] for r in rows],
+            "data_source": ["nq"] * len(rows),
+            "prompt": [[{"role": "user", "content": SEARCH_R1_PREFIX + r["question"] + "\n"}] for r in rows],
+            "ability": ["fact-reasoning"] * len(rows),
+            "reward_model": [{"style": "rule", "ground_truth": {"target": r["answers"]}} for r in rows],
+            "extra_info": [{"split": "train", "index": i} for i in range(len(rows))],
+        }
+    )
+    pq.write_table(table, path)
+
+
+def test_search_r1_parquet(tmp_path):
+    path = tmp_path / "train.parquet"
+    write_search_r1(
+        path,
+        [
+            {
+                "id": "train_0",
+                "question": "who got the first nobel prize in physics?",
+                "answers": ["Wilhelm Conrad Röntgen"],
+            },
+            {
+                "id": "train_1",
+                "question": "when is the next deadpool movie being released?",
+                "answers": ["May 18, 2018", "2018"],
+            },
+        ],
+    )
+    tasks = load_search_r1_parquet(path)
+    assert [t.id for t in tasks] == ["train_0", "train_1"]
+    assert tasks[1].answers == ["May 18, 2018", "2018"] and tasks[0].kind == "nq"
+    assert tasks[0].question == "who got the first nobel prize in physics?"
+    assert load_tasks(path)[0][0].to_record() == tasks[0].to_record()
+
+
+def test_search_r1_parquet_with_only_prompt_and_reward_model(tmp_path):
+    """Files that dropped the raw columns still load: question from the prompt, answers from reward_model."""
+    path = tmp_path / "test.parquet"
+    table = pa.table(
+        {
+            "data_source": ["hotpotqa"],
+            "prompt": [[{"role": "user", "content": SEARCH_R1_PREFIX + "Which city is bigger?\n"}]],
+            "reward_model": [{"style": "rule", "ground_truth": {"target": ["Porvik"]}}],
+            "extra_info": [{"split": "test", "index": 7}],
+        }
+    )
+    pq.write_table(table, path)
+    [task] = load_search_r1_parquet(path)
+    assert (task.id, task.question, task.answers) == ("hotpotqa-7", "Which city is bigger?", ["Porvik"])
+
+
+def test_flashrag_jsonl_round_trip_and_errors(tmp_path):
+    path = tmp_path / "dev.jsonl"
+    path.write_text(
+        json.dumps(
+            {
+                "id": "test_0",
+                "question": "who wrote x?",
+                "golden_answers": ["A. Author"],
+                "metadata": {"src": "nq"},
+            }
+        )
+        + "\n\n"
+        + json.dumps({"id": "test_1", "question": "no label", "golden_answers": []})
+        + "\n"
+    )
+    [task] = load_flashrag_jsonl(path)  # the unlabelled row is skipped
+    assert task.answers == ["A. Author"] and task.metadata == {"src": "nq"}
+    mine = QATask(
+        "t", "q?", ["a"], supporting_ids=["1", "2"], gold_trace=["x a", "y b"], kind="bridge", hops=2
+    )
+    out = write_tasks([mine], tmp_path / "mine.jsonl")
+    assert load_flashrag_jsonl(out)[0] == mine
+    path.write_text('{"id": 1, "question": "q", "golden_answers": ["a"]}\n{broken\n')
+    with pytest.raises(LoadError, match="dev.jsonl:2"):
+        load_flashrag_jsonl(path)
+    path.write_text('{"id": 1, "question": "", "golden_answers": ["a"]}\n')
+    with pytest.raises(LoadError, match="non-empty string"):
+        load_flashrag_jsonl(path)
+
+
+HOTPOT = [
+    {
+        "_id": "5a8b57f25542995d1e6f1371",
+        "answer": "yes",
+        "question": "Were Scott Derrickson and Ed Wood of the same nationality?",
+        "supporting_facts": [["Scott Derrickson", 0], ["Ed Wood", 0]],
+        "context": [
+            [
+                "Ed Wood (film)",
+                [
+                    "Ed Wood is a 1994 American biographical period comedy-drama film.",
+                    " It stars Johnny Depp.",
+                ],
+            ],
+            [
+                "Scott Derrickson",
+                ["Scott Derrickson (born July 16, 1966) is an American director.", " He lives in LA."],
+            ],
+            ["Ed Wood", ["Edward Davis Wood Jr. was an American filmmaker."]],
+        ],
+        "type": "comparison",
+        "level": "hard",
+    },
+    {
+        "_id": "5a8c7595554299585d9e36b6",
+        "answer": "Chief of Protocol",
+        "question": "What government position was held by the woman who portrayed Corliss Archer?",
+        "supporting_facts": [["Kiss and Tell (1945 film)", 0], ["Shirley Temple", 0], ["Shirley Temple", 1]],
+        "context": [
+            [
+                "Kiss and Tell (1945 film)",
+                ["Kiss and Tell is a 1945 comedy starring Shirley Temple as Corliss Archer."],
+            ],
+            [
+                "Shirley Temple",
+                ["Shirley Temple Black was an actress.", " She was Chief of Protocol of the United States."],
+            ],
+            ["Ed Wood", ["Edward Davis Wood Jr. was an American filmmaker."]],
+        ],
+        "type": "bridge",
+        "level": "medium",
+    },
+]
+
+
+def test_hotpotqa_json_builds_tasks_and_corpus(tmp_path):
+    path = tmp_path / "hotpot_dev_distractor_v1.json"
+    path.write_text(json.dumps(HOTPOT))
+    assert detect_format(path) == "hotpotqa"
+    tasks, corpus = load_hotpotqa_json(path)
+    assert len(corpus) == 5  # "Ed Wood" appears in both examples but is one passage
+    bridge = tasks[1]
+    assert bridge.kind == "bridge" and bridge.answers == ["Chief of Protocol"] and bridge.hops == 2
+    assert [corpus.get(pid).title for pid in bridge.supporting_ids] == [
+        "Kiss and Tell (1945 film)",
+        "Shirley Temple",
+    ]
+    assert bridge.gold_trace == ["Kiss and Tell (1945 film)", "Shirley Temple"]
+    assert corpus.get(bridge.supporting_ids[1]).contents.endswith("Chief of Protocol of the United States.")
+
+
+def test_hotpotqa_errors(tmp_path):
+    path = tmp_path / "h.json"
+    path.write_text(json.dumps({"not": "a list"}))
+    with pytest.raises(LoadError, match="JSON list"):
+        load_hotpotqa_json(path)
+    path.write_text(json.dumps([{"question": "q", "answer": "a", "context": [["only a title"]]}]))
+    with pytest.raises(LoadError, match=r"\[title, sentences\]"):
+        load_hotpotqa_json(path)
+
+
+def test_format_detection_and_missing_files(tmp_path):
+    assert detect_format(tmp_path / "x.parquet") == "search-r1"
+    assert detect_format(tmp_path / "x.jsonl") == "flashrag"
+    with pytest.raises(LoadError, match="suffix"):
+        detect_format(tmp_path / "x.csv")
+    with pytest.raises(LoadError, match="not found"):
+        load_tasks(tmp_path / "nope.jsonl")
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"not parquet")
+    with pytest.raises(LoadError, match="parquet"):
+        load_tasks(bad)
