@@ -246,6 +246,8 @@ class RolloutEngine:
             turn = traj.record_step(step.action, obs, reward, terminated, truncated, info)
             turn.gen_span = step.gen_span
             turn.finish_reason = step.finish_reason
+            if step.info:
+                turn.info["agent"] = step.info
             self.stats.turns += 1
             if step.gen_span is not None:
                 self.stats.generated_tokens += step.gen_span[1] - step.gen_span[0]

@@ -1,0 +1,215 @@
+"""The rollout engine: groups, concurrency, timeouts, faults, token spans, cancellation."""
+
+import asyncio
+
+import pytest
+from faulty_env import FaultyEnv
+
+from turngym.agents import BackendError, LLMAgent, RandomAgent, SamplingParams, ScriptedAgent
+from turngym.rollout import MASK_REASONS, RolloutConfig, RolloutEngine
+
+
+@pytest.fixture(autouse=True)
+def _counters():
+    FaultyEnv.reset_counters()
+
+
+def engine(agent=None, **cfg):
+    env_kwargs = cfg.pop("env_kwargs", {})
+    return RolloutEngine(
+        FaultyEnv, agent or ScriptedAgent(), RolloutConfig(**cfg), env_kwargs=env_kwargs, env_id="faulty"
+    )
+
+
+async def test_groups_share_the_task_and_are_ordered():
+    eng = engine(group_size=3)
+    trajs = await eng.run([5, 9])
+    assert [(t.seed, t.sample) for t in trajs] == [(5, 0), (5, 1), (5, 2), (9, 0), (9, 1), (9, 2)]
+    for seed in (5, 9):
+        group = [t for t in trajs if t.seed == seed]
+        assert len({t.task_id for t in group}) == 1 and len({t.group for t in group}) == 1
+        assert group[0].group == f"faulty/{seed}"
+    assert all(t.terminated and t.total_reward == 1.0 and t.num_turns == 3 for t in trajs)
+    assert eng.stats.as_dict()["completed"] == 6 and eng.stats.turns == 18 and eng.stats.reconciles()
+    assert FaultyEnv.closed == FaultyEnv.made == 6
+
+
+async def test_concurrency_is_bounded():
+    eng = engine(group_size=4, max_concurrency=3, env_kwargs={"step_delay": 0.02})
+    await eng.run(6)
+    assert FaultyEnv.max_live == 3 and FaultyEnv.live == 0
+
+
+@pytest.mark.parametrize(
+    ("cfg", "reason"),
+    [
+        ({"env_kwargs": {"fail_reset": True}}, "env_error"),
+        ({"env_kwargs": {"fail_step_at": 2}}, "env_error"),
+        ({"env_kwargs": {"step_delay": 30}, "turn_timeout": 0.2}, "turn_timeout"),
+        (
+            {"env_kwargs": {"step_delay": 0.1, "turns_needed": 50}, "trajectory_timeout": 0.5},
+            "trajectory_timeout",
+        ),
+    ],
+)
+async def test_faults_become_masked_trajectories(cfg, reason):
+    eng = engine(group_size=2, **cfg)
+    trajs = await asyncio.wait_for(eng.run(2), 20)
+    assert eng.stats.requested == 4 and eng.stats.masked == 4 and eng.stats.reconciles()
+    assert eng.stats.mask_reasons == {reason: 4} and reason in MASK_REASONS
+    assert all(t.masked and t.mask_reason == reason and t.metadata["error"] for t in trajs)
+    assert FaultyEnv.closed == FaultyEnv.made  # every env was closed anyway
+
+
+async def test_env_that_cannot_be_built_is_masked():
+    eng = RolloutEngine("arith", ScriptedAgent(), env_kwargs={"depth": 0})
+    (traj,) = await eng.run(1)
+    assert traj.mask_reason == "env_error" and "depth" in traj.metadata["error"]
+
+
+async def test_close_failures_and_hangs_are_recorded_not_fatal():
+    eng = engine(close_timeout=0.2, env_kwargs={"hang_close": True})
+    (t,) = await asyncio.wait_for(eng.run(1), 10)
+    assert not t.masked and "TimeoutError" in t.metadata["close_error"]
+    eng = engine(env_kwargs={"fail_close": True})
+    (t,) = await eng.run(1)
+    assert not t.masked and "close exploded" in t.metadata["close_error"]
+
+
+async def test_mixed_faults_reconcile():
+    calls = {"n": 0}
+
+    def flaky(**kw):
+        calls["n"] += 1
+        return FaultyEnv(fail_reset=calls["n"] % 3 == 0, fail_step_at=2 if calls["n"] % 5 == 0 else None)
+
+    eng = RolloutEngine(flaky, ScriptedAgent(), RolloutConfig(group_size=5), env_id="flaky")
+    trajs = await eng.run(6)
+    s = eng.stats
+    assert s.requested == 30 == len(trajs) == s.completed + s.masked and s.reconciles()
+    assert s.masked == sum(t.masked for t in trajs) > 0 and s.completed > 0
+
+
+async def test_max_turns_cap_truncates():
+    eng = engine(max_turns=2, env_kwargs={"turns_needed": 10})
+    (t,) = await eng.run(1)
+    assert t.truncated and not t.terminated and t.num_turns == 2 and not t.masked
+
+
+async def test_random_agent_never_breaks_an_env():
+    eng = RolloutEngine("arith", RandomAgent(p_malformed=0.3), RolloutConfig(group_size=4))
+    trajs = await eng.run(5)
+    assert eng.stats.masked == 0 and all(t.done for t in trajs)
+    assert any(turn.invalid_action for t in trajs for turn in t.turns)
+
+
+async def test_leaving_the_stream_early_cancels_and_closes_everything():
+    eng = engine(group_size=4, max_concurrency=4, env_kwargs={"step_delay": 0.05, "turns_needed": 20})
+    async for _ in eng.stream(4):
+        break
+    await asyncio.sleep(0.05)
+    assert FaultyEnv.live == 0 and FaultyEnv.closed == FaultyEnv.made
+
+
+class FailingBackend:
+    """Fault injection: a backend that serves ``ok`` generations and then fails."""
+
+    def __init__(self, inner, ok: int):
+        self.inner, self.ok, self.calls = inner, ok, 0
+
+    async def generate(self, prompt_ids, sampling, *, route=None, adapter=None):
+        self.calls += 1
+        if self.calls > self.ok:
+            raise BackendError("server went away")
+        return await self.inner.generate(prompt_ids, sampling, route=route, adapter=adapter)
+
+    async def aclose(self):
+        pass
+
+
+def llm(backend, tokenizer, **kw):
+    return LLMAgent(backend, tokenizer, SamplingParams(max_tokens=kw.pop("max_tokens", 16)), **kw)
+
+
+async def test_token_spans_tile_the_sequence(hf_backend, tokenizer):
+    eng = RolloutEngine(
+        "arith",
+        llm(hf_backend, tokenizer, max_context=2048),
+        RolloutConfig(group_size=2),
+        env_kwargs={"max_turns": 3},
+    )
+    trajs = await eng.run(2)
+    assert eng.stats.masked == 0 and eng.stats.generated_tokens == sum(sum(t.loss_mask) for t in trajs)
+    for t in trajs:
+        pos = t.prompt_len
+        assert t.token_ids[:pos] == tokenizer.apply_chat_template(
+            [m.to_chat() for m in t.prompt], add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        for i, turn in enumerate(t.turns):
+            a, b = turn.gen_span
+            assert a == pos and set(t.loss_mask[a:b]) == {1} and all(lp < 0 for lp in t.logprobs[a:b])
+            pos = b
+            if i < len(t.turns) - 1:
+                assert turn.obs_span[0] == pos and set(t.loss_mask[slice(*turn.obs_span)]) == {0}
+                pos = turn.obs_span[1]
+            else:
+                assert turn.obs_span is None
+        assert pos == len(t.token_ids) == len(t.loss_mask) == len(t.logprobs)
+        assert t.turns[-1].truncated or t.turns[-1].terminated
+
+
+async def test_context_full_truncates_without_masking(hf_backend, tokenizer):
+    eng = RolloutEngine(
+        "arith", llm(hf_backend, tokenizer, max_tokens=64, max_context=700), env_kwargs={"max_turns": 8}
+    )
+    (t,) = await eng.run(1)
+    assert not t.masked and t.truncated and t.metrics["context_full"] == 1.0
+    assert len(t.token_ids) <= 700 + 64
+
+
+async def test_backend_fault_masks_and_keeps_tokens(hf_backend, tokenizer):
+    agent = llm(FailingBackend(hf_backend, ok=1), tokenizer)
+    (t,) = await RolloutEngine("arith", agent, env_kwargs={"max_turns": 4}).run(1)
+    assert t.masked and t.mask_reason == "backend_error" and "server went away" in t.metadata["error"]
+    assert t.num_turns == 1 and sum(t.loss_mask) == t.turns[0].gen_span[1] - t.turns[0].gen_span[0]
+
+
+class ReplayBackend:
+    """A deterministic policy: always answers with the same text (then the stop token)."""
+
+    def __init__(self, tokenizer, text):
+        self.ids = tokenizer.encode(text, add_special_tokens=False) + [
+            tokenizer.convert_tokens_to_ids("<|im_end|>")
+        ]
+
+    async def generate(self, prompt_ids, sampling, *, route=None, adapter=None):
+        from turngym.agents import Generation
+
+        return Generation(list(self.ids), [-1.0] * len(self.ids), "stop")
+
+    async def aclose(self):
+        pass
+
+
+async def test_history_rewriting_template_is_masked_as_token_mismatch(thinking_tokenizer, strip_tokenizer):
+    action = 'add first</think>\n<tool_call>\n{"name": "calculate", "arguments": {"a": 1, "op": "+", "b": 2}}\n</tool_call>'
+    cfg = RolloutConfig(group_size=2)
+    strip = RolloutEngine("arith", llm(ReplayBackend(strip_tokenizer, action), strip_tokenizer), cfg)
+    trajs = await strip.run(1)
+    assert strip.stats.mask_reasons == {"token_mismatch": 2} and strip.stats.reconciles()
+    assert all("does not extend" in t.metadata["error"] and t.num_turns == 1 for t in trajs)
+    keep = RolloutEngine("arith", llm(ReplayBackend(thinking_tokenizer, action), thinking_tokenizer), cfg)
+    trajs = await keep.run(1)
+    assert keep.stats.masked == 0 and all(t.truncated and t.num_turns == 8 for t in trajs)
+    assert all(t.metrics["retokenization_drift"] == 0 for t in trajs)
+
+
+async def test_native_tools_need_an_env_without_tool_prompt(hf_backend, tokenizer):
+    agent = llm(hf_backend, tokenizer, native_tools=True)
+    (bad,) = await RolloutEngine("arith", agent).run(1)
+    assert bad.mask_reason == "agent_error" and "tools_in_prompt=False" in bad.metadata["error"]
+    (good,) = await RolloutEngine("arith", agent, env_kwargs={"tools_in_prompt": False, "max_turns": 1}).run(
+        1
+    )
+    assert not good.masked
+    assert "# Tools" in tokenizer.decode(good.token_ids[: good.prompt_len])
