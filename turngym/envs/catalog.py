@@ -77,3 +77,36 @@ register(
     description="Single-step GUI grounding on MiniWoB++ screenshots: click the named element; "
     "reward 1 if the point is inside its DOM box.",
 )
+
+register(
+    "web-shop-v0",
+    "turngym.envs.webshop.env:WebShopEnv",
+    family="web",
+    requires=("web",),
+    description="WebShop on a local shop (12k generated products, BM25 search, options, Buy Now) through the "
+    "web-miniwob browser tools; WebShop's attribute/option/price x type reward.",
+)
+register(
+    "web-arena-lite-v0",
+    "turngym.envs.webarena.env:WebArenaEnv",
+    family="web",
+    requires=("web",),
+    description="WebArena-style tasks (JSON format; string / URL / program evaluators) on a local forum and "
+    "issue tracker, reset by restoring their SQLite files; browser tools plus goto/back/forward/tabs.",
+)
+register(
+    "web-forum-v0",
+    "turngym.envs.webarena.env:WebArenaEnv",
+    family="web",
+    requires=("web",),
+    sites=["forum"],
+    description="web-arena-lite restricted to the forum (Reddit-like) site.",
+)
+register(
+    "web-tracker-v0",
+    "turngym.envs.webarena.env:WebArenaEnv",
+    family="web",
+    requires=("web",),
+    sites=["tracker"],
+    description="web-arena-lite restricted to the issue-tracker (GitLab-like) site.",
+)
