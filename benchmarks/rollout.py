@@ -1,0 +1,343 @@
+"""Rollout engine benchmarks: overhead, async vs lock-step, memory per live trajectory, GPU throughput.
+
+    python benchmarks/rollout.py overhead [--backend hf|vllm]   # engine tokens/s vs the bare backend
+    python benchmarks/rollout.py async                          # engine vs lock-step, heavy-tailed env latency
+    python benchmarks/rollout.py memory                         # bytes per live trajectory
+    python benchmarks/rollout.py gpu                            # HF backend tokens/s at batch 1/16/64 (CUDA)
+    python benchmarks/rollout.py all                            # the three CPU ones
+
+Every number is printed next to its baseline measured in the same run.
+
+* overhead: the engine runs the ``arith`` env with an LLM agent (greedy, tiny model) and records
+  every request it makes; the same requests are then replayed against the bare backend with the
+  same concurrency (one stream per trajectory, requests in order). Greedy decoding makes the work
+  identical. Target: engine >= 90% of the bare backend's tokens/s.
+* async: every env step sleeps a heavy-tailed latency (lognormal, median 50 ms, sigma 1.2; the same
+  draw for the same trajectory and turn in both modes). The engine (one coroutine per trajectory)
+  is compared with a lock-step loop (all envs step, then all generate, as a batch). Target >= 2x.
+* memory: tracemalloc while N trajectories are live (all blocked in an env step), for several N;
+  reports the slope in bytes per live trajectory and the linear fit's worst relative error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import random
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from turngym.agents import Generation, LLMAgent, SamplingParams  # noqa: E402
+from turngym.core.registry import make  # noqa: E402
+from turngym.core.wrappers import AsyncWrapper  # noqa: E402
+from turngym.rollout import RolloutConfig, RolloutEngine  # noqa: E402
+
+
+# ----------------------------------------------------------------------------- helpers
+class Recorder:
+    """Wraps a backend and records (route, prompt_ids, sampling) of every request."""
+
+    def __init__(self, inner):
+        self.inner, self.requests = inner, []
+
+    async def generate(self, prompt_ids, sampling, *, route=None, adapter=None):
+        self.requests.append((route, list(prompt_ids), sampling))
+        return await self.inner.generate(prompt_ids, sampling, route=route, adapter=adapter)
+
+    async def aclose(self):
+        pass
+
+
+class SleepyEnv(AsyncWrapper):
+    """Adds a heavy-tailed latency to every step, drawn from (seed, turn) so both modes see the same."""
+
+    def __init__(self, env, median_s: float, sigma: float):
+        super().__init__(env)
+        self.median_s, self.sigma, self.seed, self.turn = median_s, sigma, 0, 0
+
+    async def areset(self, *, seed=None, options=None):
+        self.seed, self.turn = seed or 0, 0
+        return await self.env.areset(seed=seed, options=options)
+
+    async def astep(self, action):
+        self.turn += 1
+        rng = random.Random(self.seed * 7919 + self.turn)
+        await asyncio.sleep(self.median_s * math.exp(self.sigma * rng.gauss(0, 1)))
+        return await self.env.astep(action)
+
+    @property
+    def unwrapped(self):
+        return self.env.unwrapped
+
+
+def tiny_backend(kind: str):
+    from turngym.agents.models import load_tokenizer
+
+    tok = load_tokenizer("tiny")
+    if kind == "hf":
+        from turngym.agents.hf import HFBackend
+
+        return HFBackend("tiny", tok, max_batch_size=64, max_wait_ms=2), tok, None
+    from turngym.agents.vllm import VLLMBackend, VLLMServer
+
+    server = VLLMServer("tiny", max_model_len=1024, dtype="float32", enable_lora=False).start()
+    return VLLMBackend(server.url), tok, server
+
+
+# ----------------------------------------------------------------------------- overhead
+async def bench_overhead(kind: str, n: int, g: int, turns: int, max_tokens: int) -> dict:
+    backend, tok, server = tiny_backend(kind)
+    try:
+        rec = Recorder(backend)
+        sampling = SamplingParams(max_tokens=max_tokens, temperature=0.0)
+        agent = LLMAgent(rec, tok, sampling, max_context=1024)
+        cfg = RolloutConfig(group_size=g, max_concurrency=n * g)
+        # warm up both paths once
+        await RolloutEngine("arith", LLMAgent(backend, tok, sampling), cfg, env_kwargs={"max_turns": 1}).run(
+            2
+        )
+        engine = RolloutEngine("arith", agent, cfg, env_kwargs={"max_turns": turns})
+        t0 = time.perf_counter()
+        trajs = await engine.run(n)
+        engine_s = time.perf_counter() - t0
+        engine_tokens = sum(sum(t.loss_mask) for t in trajs)
+
+        streams: dict[str, list] = {}
+        for route, prompt, s in rec.requests:
+            streams.setdefault(route, []).append((prompt, s))
+
+        async def replay(reqs):
+            total = 0
+            for prompt, s in reqs:
+                total += len((await backend.generate(prompt, s)).token_ids)
+            return total
+
+        t0 = time.perf_counter()
+        bare_tokens = sum(await asyncio.gather(*(replay(r) for r in streams.values())))
+        bare_s = time.perf_counter() - t0
+    finally:
+        await backend.aclose()
+        if server is not None:
+            server.stop()
+    e_tps, b_tps = engine_tokens / engine_s, bare_tokens / bare_s
+    return {
+        "backend": kind,
+        "trajectories": n * g,
+        "requests": len(rec.requests),
+        "engine_tokens": engine_tokens,
+        "bare_tokens": bare_tokens,
+        "engine_tok_s": round(e_tps, 1),
+        "bare_tok_s": round(b_tps, 1),
+        "engine_over_bare": round(e_tps / b_tps, 3),
+    }
+
+
+# ----------------------------------------------------------------------------- async vs lock-step
+async def bench_async(n: int, g: int, turns: int, max_tokens: int, median_s: float, sigma: float) -> dict:
+    backend, tok, _ = tiny_backend("hf")
+    sampling = SamplingParams(max_tokens=max_tokens, temperature=0.0)
+    agent = LLMAgent(backend, tok, sampling, max_context=2048)
+
+    def env_factory():
+        return SleepyEnv(make("arith", max_turns=turns), median_s, sigma)
+
+    await RolloutEngine(env_factory, agent, RolloutConfig(group_size=1), env_id="arith").run(1)  # warm-up
+    engine = RolloutEngine(
+        env_factory, agent, RolloutConfig(group_size=g, max_concurrency=n * g), env_id="arith"
+    )
+    t0 = time.perf_counter()
+    trajs = await engine.run(n)
+    async_s = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    lock_turns, lock_tokens = await lockstep(env_factory, agent, n, g)
+    lock_s = time.perf_counter() - t0
+    await backend.aclose()
+    tokens = sum(sum(t.loss_mask) for t in trajs)
+    return {
+        "trajectories": n * g,
+        "turns": engine.stats.turns,
+        "lockstep_turns": lock_turns,
+        "tokens": tokens,
+        "lockstep_tokens": lock_tokens,
+        "env_latency": f"lognormal median {median_s}s sigma {sigma}",
+        "async_s": round(async_s, 2),
+        "lockstep_s": round(lock_s, 2),
+        "speedup": round(lock_s / async_s, 2),
+    }
+
+
+async def lockstep(env_factory, agent, n: int, g: int) -> tuple[int, int]:
+    """Baseline: every round, all live envs step together, then all live agents generate together."""
+    envs = [env_factory() for _ in range(n * g)]
+    firsts = await asyncio.gather(*(e.areset(seed=i // g) for i, e in enumerate(envs)))
+    sessions = [
+        agent.start(e, obs, seed=(i // g) * 1000 + i % g, route=str(i))
+        for i, (e, (obs, _)) in enumerate(zip(envs, firsts, strict=True))
+    ]
+    live = list(range(len(envs)))
+    turns = tokens = 0
+    while live:
+        steps = await asyncio.gather(*(sessions[i].act() for i in live))
+        results = await asyncio.gather(*(envs[i].astep(s.action) for i, s in zip(live, steps, strict=True)))
+        nxt = []
+        for i, s, (obs, _, term, trunc, _) in zip(live, steps, results, strict=True):
+            turns += 1
+            tokens += s.gen_span[1] - s.gen_span[0]
+            if not (term or trunc):
+                sessions[i].observe(s.action, obs)
+                nxt.append(i)
+        live = nxt
+    for e in envs:
+        await e.aclose()
+    return turns, tokens
+
+
+# ----------------------------------------------------------------------------- memory
+class FixedBackend:
+    """Answers every request with the same ``length`` ids instantly (isolates engine memory)."""
+
+    def __init__(self, length: int):
+        self.ids = [100 + i % 500 for i in range(length)]
+
+    async def generate(self, prompt_ids, sampling, *, route=None, adapter=None):
+        return Generation(list(self.ids), [-1.0] * len(self.ids), "length")
+
+    async def aclose(self):
+        pass
+
+
+async def bench_memory(sizes: list[int], turns: int, gen_len: int) -> dict:
+    from turngym.agents.models import load_tokenizer
+
+    tok = load_tokenizer("tiny")
+    agent = LLMAgent(FixedBackend(gen_len), tok, SamplingParams(max_tokens=gen_len), max_context=100_000)
+    gate = asyncio.Event()
+
+    class Blocking(AsyncWrapper):
+        """Steps normally for ``turns - 1`` turns, then blocks until the gate opens."""
+
+        async def astep(self, action):
+            out = await self.env.astep(action)
+            if self.env.unwrapped.turn >= turns - 1:
+                await gate.wait()
+            return out
+
+        @property
+        def unwrapped(self):
+            return self.env.unwrapped
+
+    rows = []
+    for n in sizes:
+        gate.clear()
+        engine = RolloutEngine(
+            lambda: Blocking(make("arith", max_turns=turns)),
+            agent,
+            RolloutConfig(max_concurrency=n, turn_timeout=None, trajectory_timeout=None),
+            env_id="arith",
+        )
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        run = asyncio.ensure_future(engine.run(n))
+        while engine.stats.live < n or engine.stats.turns < n * (turns - 1):
+            await asyncio.sleep(0.01)
+        live_bytes = tracemalloc.get_traced_memory()[0] - base
+        gate.set()
+        await run
+        tracemalloc.stop()
+        rows.append((n, live_bytes))
+    # least-squares slope and intercept
+    xs, ys = [r[0] for r in rows], [r[1] for r in rows]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+    icpt = my - slope * mx
+    worst = max(abs(y - (icpt + slope * x)) / y for x, y in rows)
+    return {
+        "live_trajectories": xs,
+        "bytes": ys,
+        "turns_per_trajectory": turns,
+        "gen_tokens_per_turn": gen_len,
+        "bytes_per_live_trajectory": round(slope),
+        "linear_fit_worst_rel_error": round(worst, 3),
+    }
+
+
+# ----------------------------------------------------------------------------- GPU
+async def bench_gpu(batches: list[int], prompt_len: int, new_tokens: int, device: str = "cuda") -> dict:
+    """HF backend tokens/s through concurrent ``generate`` calls (dynamic batching), random 100M-ish model."""
+    import torch
+
+    from turngym.agents.hf import HFBackend
+    from turngym.agents.tiny import TinyConfig, tiny_model_path
+
+    if device == "cuda" and not torch.cuda.is_available():
+        return {"skipped": "no CUDA device"}
+    big = TinyConfig(
+        hidden_size=768,
+        intermediate_size=2048,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        num_key_value_heads=4,
+    )
+    path = tiny_model_path(big if device == "cuda" else TinyConfig())
+    backend = HFBackend(path, device=device, max_batch_size=max(batches), max_wait_ms=20)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    n_params = sum(p.numel() for p in backend.model.parameters())
+    rng = random.Random(0)
+    vocab = backend.model.config.vocab_size
+    sampling = SamplingParams(
+        max_tokens=new_tokens, temperature=1.0, stop_token_ids=(vocab + 10,)
+    )  # never stops
+    name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
+    out = {"device": name, "params_M": round(n_params / 1e6, 1), "dtype": str(backend.model.dtype)}
+    out["prompt_len"], out["new_tokens"] = prompt_len, new_tokens
+    for b in [1, *batches]:
+        prompts = [[rng.randrange(10, vocab - 10) for _ in range(prompt_len)] for _ in range(b)]
+        await asyncio.gather(*(backend.generate(p, sampling) for p in prompts))  # warm-up at this shape
+        sync()
+        t0 = time.perf_counter()
+        gens = await asyncio.gather(*(backend.generate(p, sampling) for p in prompts))
+        sync()
+        dt = time.perf_counter() - t0
+        out[f"batch_{b}_tok_s"] = round(sum(len(g.token_ids) for g in gens) / dt, 1)
+    out["batch_sizes_served"] = backend.batch_sizes
+    await backend.aclose()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", choices=["overhead", "async", "memory", "gpu", "all"], nargs="?", default="all")
+    ap.add_argument("--backend", choices=["hf", "vllm"], default="hf")
+    ap.add_argument("-n", type=int, default=8)
+    ap.add_argument("-g", type=int, default=4)
+    ap.add_argument("--device", default="cuda", help="gpu benchmark only: cuda, or cpu for a smoke run")
+    args = ap.parse_args()
+    todo = ["overhead", "async", "memory"] if args.what == "all" else [args.what]
+    for what in todo:
+        if what == "overhead":
+            res = asyncio.run(bench_overhead(args.backend, args.n, args.g, turns=3, max_tokens=32))
+        elif what == "async":
+            res = asyncio.run(bench_async(args.n, args.g, turns=4, max_tokens=8, median_s=0.05, sigma=1.2))
+        elif what == "memory":
+            res = asyncio.run(bench_memory([64, 256, 1024], turns=3, gen_len=64))
+        else:
+            small = args.device == "cpu"
+            res = asyncio.run(
+                bench_gpu(
+                    [16, 64],
+                    prompt_len=16 if small else 256,
+                    new_tokens=8 if small else 128,
+                    device=args.device,
+                )
+            )
+        print(what, res, flush=True)
+
+
+if __name__ == "__main__":
+    main()
