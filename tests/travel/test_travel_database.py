@@ -106,8 +106,13 @@ def test_lookups(small_db):
     rest = small_db.restaurants(city)[0]
     assert small_db.find("restaurants", rest["Name"], city) == [rest]
     assert small_db.find("restaurants", rest["Name"], "Atlantis") == []
-    (o, d, date), rows = next(iter(small_db._flight_keys.items()))
-    flight = small_db.flights(o, d, date)[0]
+    row = small_db.tables["flights"].iloc[123]
+    o, d, date = row["OriginCityName"], row["DestCityName"], row["FlightDate"]
+    found = small_db.flights(o, d, date)
+    assert row["Flight Number"] in [f["Flight Number"] for f in found]
+    assert all((f["OriginCityName"], f["DestCityName"], f["FlightDate"]) == (o, d, date) for f in found)
+    assert small_db.flights(o, d, "1999-01-01") == [] and small_db.flights("Atlantis", d, date) == []
+    flight = found[0]
     assert small_db.flight_by_number(flight["Flight Number"]) == flight
     assert small_db.flight_by_number("F0") is None
     assert small_db.road(o, d, "Self-Driving") == small_db.road(o, d, "self-driving")

@@ -105,10 +105,14 @@ def test_llm_prompt_holds_query_paths_and_answers(trajectories):
 def reply(a_p, a_a, b_p, b_a, **extra) -> str:
     data = {
         "analysis": {"path_A": "...", "path_B": "..."},
-        "path_scores": {"Agent_A": dict(zip(judge.PROCESS_DIMENSIONS, a_p, strict=True)),
-                        "Agent_B": dict(zip(judge.PROCESS_DIMENSIONS, b_p, strict=True))},
-        "answer_scores": {"Agent_A": dict(zip(judge.ANSWER_DIMENSIONS, a_a, strict=True)),
-                          "Agent_B": dict(zip(judge.ANSWER_DIMENSIONS, b_a, strict=True))},
+        "path_scores": {
+            "Agent_A": dict(zip(judge.PROCESS_DIMENSIONS, a_p, strict=True)),
+            "Agent_B": dict(zip(judge.PROCESS_DIMENSIONS, b_p, strict=True)),
+        },
+        "answer_scores": {
+            "Agent_A": dict(zip(judge.ANSWER_DIMENSIONS, a_a, strict=True)),
+            "Agent_B": dict(zip(judge.ANSWER_DIMENSIONS, b_a, strict=True)),
+        },
         "winner": "Agent_A",
         **extra,
     }
@@ -124,8 +128,13 @@ def test_parse_judge_reply():
 
 @pytest.mark.parametrize(
     "text",
-    ["no json here", "{broken", "[1, 2]", json.dumps({"combined_scores": {"Agent_A": 1}}),
-     reply([11, 8, 7], [10, 10, 6, 8], [3, 3, 3], [5, 5, 5, 5])],
+    [
+        "no json here",
+        "{broken",
+        "[1, 2]",
+        json.dumps({"combined_scores": {"Agent_A": 1}}),
+        reply([11, 8, 7], [10, 10, 6, 8], [3, 3, 3], [5, 5, 5, 5]),
+    ],
 )
 def test_parse_judge_reply_rejects_bad_replies(text):
     with pytest.raises(ValueError):

@@ -9,14 +9,29 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from turngym.envs.travel.evaluate import COMMONSENSE, HARD, _valid_city_sequence, aggregate_metrics, evaluate_plan
+from turngym.envs.travel.evaluate import (
+    COMMONSENSE,
+    HARD,
+    _valid_city_sequence,
+    aggregate_metrics,
+    evaluate_plan,
+)
 from turngym.envs.travel.models import PLAN_FIELDS, PlanError, parse_plan
 from turngym.envs.travel.parsing import from_to, name_city, parse_leg, split_attractions
 from turngym.envs.travel.queries import sample_task
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-word = st.text(alphabet=st.characters(whitelist_categories=("Lu", "Ll", "Nd"), whitelist_characters=" '&-"),
-               min_size=1, max_size=20).map(str.strip).filter(bool)
+SETTINGS = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+word = (
+    st.text(
+        alphabet=st.characters(whitelist_categories=("Lu", "Ll", "Nd"), whitelist_characters=" '&-"),
+        min_size=1,
+        max_size=20,
+    )
+    .map(str.strip)
+    .filter(bool)
+)
 city = word.filter(lambda w: " to " not in f" {w} " and "from" not in w)
 
 
@@ -40,7 +55,10 @@ def test_split_attractions(items, trailing):
     assert split_attractions(text) == items
 
 
-@given(st.lists(st.sampled_from("ABCDE"), min_size=1, max_size=4, unique=True), st.lists(st.integers(2, 4), min_size=4, max_size=4))
+@given(
+    st.lists(st.sampled_from("ABCDE"), min_size=1, max_size=4, unique=True),
+    st.lists(st.integers(2, 4), min_size=4, max_size=4),
+)
 def test_valid_city_sequences(stops, stays):
     """home, each stop for 2+ consecutive entries, home: always valid; re-entering a stop never is."""
     seq = ["H"] + [s for s, n in zip(stops, stays, strict=False) for _ in range(n)] + ["H"]
@@ -73,7 +91,9 @@ def test_evaluator_never_raises_on_arbitrary_plans(small_db, task, days):
     assert set(ev.components()) >= {"pass", *(f"cs.{c}" for c in COMMONSENSE)}
 
 
-@given(st.one_of(st.text(max_size=30), st.integers(), st.none(), st.lists(st.integers(), min_size=1, max_size=3)))
+@given(
+    st.one_of(st.text(max_size=30), st.integers(), st.none(), st.lists(st.integers(), min_size=1, max_size=3))
+)
 def test_parse_plan_rejects_non_plans_with_a_message(obj):
     try:
         plan = parse_plan(obj)
@@ -91,12 +111,16 @@ MEAL_OR_PLACE = ("breakfast", "lunch", "dinner", "accommodation")
 def test_single_edits_of_a_valid_plan_break_the_matching_check(small_db, task, data):
     plan = [d.unit() for d in task.plan]
     assert evaluate_plan(task.query, plan, small_db).final_pass
-    edit = data.draw(st.sampled_from(["drop_field", "duplicate_meal", "ghost_place", "over_budget", "drop_day"]))
+    edit = data.draw(
+        st.sampled_from(["drop_field", "duplicate_meal", "ghost_place", "over_budget", "drop_day"])
+    )
     bad = copy.deepcopy(plan)
     q = task.query
     if edit == "drop_field":
         day = data.draw(st.integers(0, len(bad) - 1))
-        field = data.draw(st.sampled_from(["transportation", "breakfast", "lunch", "dinner", "attraction", "accommodation"]))
+        field = data.draw(
+            st.sampled_from(["transportation", "breakfast", "lunch", "dinner", "attraction", "accommodation"])
+        )
         del bad[day][field]
         expect = "complete_information"
     elif edit == "duplicate_meal":

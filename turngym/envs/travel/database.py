@@ -27,6 +27,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from turngym.envs.travel.schema import (
@@ -42,7 +43,7 @@ from turngym.envs.travel.schema import (
     road_cost,
 )
 
-DB_VERSION = 1
+DB_VERSION = 3
 _LOCK = threading.Lock()
 _LOADED: dict[str, TravelDB] = {}
 
@@ -87,13 +88,33 @@ class TravelDB:
 
     # ------------------------------------------------- indexes (built on first use)
     @functools.cached_property
-    def _flight_keys(self) -> dict[tuple[str, str, str], list[int]]:
+    def _flight_index(self) -> tuple[dict[str, int], dict[str, int], np.ndarray, np.ndarray]:
+        """(city -> code, date -> code, sorted (origin, destination, date) codes, row order)."""
         fl = self.tables[FLIGHTS]
-        index: dict[tuple[str, str, str], list[int]] = defaultdict(list)
-        keys = zip(*(fl[c].tolist() for c in ("OriginCityName", "DestCityName", "FlightDate")), strict=True)
-        for i, key in enumerate(keys):
-            index[key].append(i)
-        return dict(index)
+        cities = pd.Index(
+            sorted(set(_categories(fl["OriginCityName"])) | set(_categories(fl["DestCityName"])))
+        )
+        dates = pd.Index(sorted(_categories(fl["FlightDate"])))
+        o, d, t = (
+            _codes(fl[c], idx)
+            for c, idx in (("OriginCityName", cities), ("DestCityName", cities), ("FlightDate", dates))
+        )
+        code = (o * len(cities) + d) * max(len(dates), 1) + t
+        order = np.argsort(code, kind="stable")
+        return (
+            {c: i for i, c in enumerate(cities)},
+            {x: i for i, x in enumerate(dates)},
+            code[order],
+            order,
+        )
+
+    def _flight_rows(self, origin: str, destination: str, date: str) -> np.ndarray:
+        cities, dates, codes, order = self._flight_index
+        o, d, t = cities.get(origin), cities.get(destination), dates.get(date)
+        if o is None or d is None or t is None:
+            return order[:0]
+        c = (o * len(cities) + d) * max(len(dates), 1) + t
+        return order[np.searchsorted(codes, c, "left") : np.searchsorted(codes, c, "right")]
 
     @functools.cached_property
     def _flight_number(self) -> pd.Index:
@@ -102,7 +123,7 @@ class TravelDB:
     @functools.cached_property
     def dates(self) -> list[str]:
         """The flight dates the database covers, sorted."""
-        return sorted(set(self.tables[FLIGHTS]["FlightDate"].tolist()))
+        return sorted(_categories(self.tables[FLIGHTS]["FlightDate"]))
 
     @functools.cached_property
     def _road(self) -> dict[tuple[str, str, str], dict[str, Any]]:
@@ -150,7 +171,7 @@ class TravelDB:
 
     # -------------------------------------------------------------- queries
     def flights(self, origin: str, destination: str, date: str) -> list[dict[str, Any]]:
-        return [self._flight_record(i) for i in self._flight_keys.get((origin, destination, date), ())]
+        return [self._flight_record(int(i)) for i in self._flight_rows(origin, destination, date)]
 
     def _flight_record(self, i: int) -> dict[str, Any]:
         rec = self._flight_records.get(i)
@@ -159,6 +180,19 @@ class TravelDB:
             rec = {c: _native(row[c]) for c in COLUMNS[FLIGHTS]}
             self._flight_records[i] = rec
         return rec
+
+    def destinations(self, origin: str, date: str) -> list[str]:
+        """The cities with a direct flight from ``origin`` on ``date``."""
+        cities, dates, codes, _ = self._flight_index
+        o, t = cities.get(origin), dates.get(date)
+        if o is None or t is None:
+            return []
+        nd = max(len(dates), 1)
+        lo, hi = np.searchsorted(codes, [o * len(cities) * nd, (o + 1) * len(cities) * nd])
+        block = codes[lo:hi]
+        dests = np.unique(block[block % nd == t] // nd - o * len(cities))
+        names = list(cities)
+        return [names[i] for i in dests]
 
     def flight_by_number(self, number: str) -> dict[str, Any] | None:
         idx = self._flight_number
@@ -215,6 +249,21 @@ class TravelDB:
 
     def summary(self) -> dict[str, int]:
         return {name: len(df) for name, df in self.tables.items()}
+
+
+def _categories(col: pd.Series) -> list[Any]:
+    """The distinct values of a column (its categories when categorical)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.categories.tolist()
+    return col.unique().tolist()
+
+
+def _codes(col: pd.Series, index: pd.Index) -> np.ndarray:
+    """Positions of a column's values in ``index`` (fast path for categoricals)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        mapping = np.append(index.get_indexer(col.cat.categories), -1)
+        return mapping[col.cat.codes.to_numpy()].astype(np.int64)
+    return index.get_indexer(col).astype(np.int64)
 
 
 def _records(df: pd.DataFrame) -> list[dict[str, Any]]:

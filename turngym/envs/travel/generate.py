@@ -327,14 +327,16 @@ def generate_tables(
         FLIGHTS: _flights(rng, city_names, size, km, start_date, n_days),
         DISTANCE: _distance(rng, city_names, km),
     }
-    acc, rest, attr = [], [], []
+    acc: list[dict] = []
+    rest: list[dict] = []
+    attr: list[dict] = []
     for i, city in enumerate(city_names):
-        acc.append(_accommodations(rng, city, size[i]))
-        rest.append(_restaurants(rng, city, size[i]))
-        attr.append(_attractions(rng, city, states[i], lat[i], lon[i], size[i]))
-    tables[ACCOMMODATIONS] = pd.concat(acc, ignore_index=True)
-    tables[RESTAURANTS] = pd.concat(rest, ignore_index=True)
-    tables[ATTRACTIONS] = pd.concat(attr, ignore_index=True)
+        acc += _accommodations(rng, city, size[i])
+        rest += _restaurants(rng, city, size[i])
+        attr += _attractions(rng, city, states[i], lat[i], lon[i], size[i])
+    tables[ACCOMMODATIONS] = pd.DataFrame(acc)
+    tables[RESTAURANTS] = pd.DataFrame(rest)
+    tables[ATTRACTIONS] = pd.DataFrame(attr)
     return {name: tables[name][COLUMNS[name]] for name in COLUMNS}
 
 
@@ -349,7 +351,7 @@ def _haversine_km(lat1, lon1, lat2, lon2) -> np.ndarray:
 def _flights(rng, cities, size, km, start_date: str, n_days: int) -> pd.DataFrame:
     n = len(cities)
     pair_size = size[:, None] * size[None, :]
-    p_route = np.clip(0.02 + 0.85 * pair_size, 0, 0.95)
+    p_route = np.clip(0.3 + 0.7 * pair_size, 0, 0.97)
     routes = (rng.random((n, n)) < p_route) & (km > 180)
     # every city reaches the two largest airports within reach (hub-and-spoke)
     hubs = np.argsort(-size)[: max(2, n // 15)]
@@ -358,15 +360,17 @@ def _flights(rng, cities, size, km, start_date: str, n_days: int) -> pd.DataFram
         for h in sorted(reachable, key=lambda h: km[i, h])[:2]:
             routes[i, h] = routes[h, i] = True
     o_idx, d_idx = np.nonzero(routes)
-    lam = 0.35 + 2.2 * pair_size[o_idx, d_idx]
+    lam = 0.6 + 2.5 * pair_size[o_idx, d_idx]
     counts = rng.poisson(lam[:, None], size=(len(o_idx), n_days))
     route_rep = np.repeat(np.arange(len(o_idx)), counts.sum(axis=1))
     day_rep = np.concatenate([np.repeat(np.arange(n_days), row) for row in counts]) if len(o_idx) else []
     day_rep = np.asarray(day_rep, dtype=np.int64)
     total = len(route_rep)
+    dep = rng.integers(5 * 60, 23 * 60 + 30, total)
+    order = np.lexsort((dep, day_rep, d_idx[route_rep], o_idx[route_rep]))  # sorted like the published table
+    route_rep, day_rep, dep = route_rep[order], day_rep[order], dep[order]
     oi, di = o_idx[route_rep], d_idx[route_rep]
     dist_km = km[oi, di]
-    dep = rng.integers(5 * 60, 23 * 60 + 30, total)
     elapsed = np.maximum(40, dist_km / 780 * 60 + 35 + rng.normal(0, 8, total)).astype(np.int64)
     arr = (dep + elapsed) % 1440
     price = np.round(45 + 0.075 * dist_km * rng.lognormal(0, 0.3, total) + rng.normal(0, 12, total))
@@ -374,22 +378,25 @@ def _flights(rng, cities, size, km, start_date: str, n_days: int) -> pd.DataFram
     base = int(rng.integers(1_000_000, 2_000_000))
     numbers = base + rng.permutation(total) * 7 + rng.integers(0, 7, total)
     start = dt.date.fromisoformat(start_date)
-    dates = np.array([(start + dt.timedelta(days=d)).isoformat() for d in range(n_days)], dtype=object)
-    names = np.array(cities, dtype=object)
+    dates = [(start + dt.timedelta(days=d)).isoformat() for d in range(n_days)]
+    hhmm = _hhmm_table()
+    # repeated strings are stored dictionary-encoded (categoricals): small parquet, fast loads
     df = pd.DataFrame(
         {
-            "Flight Number": np.char.add("F", numbers.astype(str)).astype(object),
+            "Flight Number": pd.array(np.char.add("F", numbers.astype(str)), dtype=object),
             "Price": price,
-            "DepTime": _hhmm_table()[dep],
-            "ArrTime": _hhmm_table()[arr],
-            "ActualElapsedTime": _elapsed_table(int(elapsed.max(initial=0)) + 1)[elapsed],
-            "FlightDate": dates[day_rep],
-            "OriginCityName": names[oi],
-            "DestCityName": names[di],
+            "DepTime": pd.Categorical.from_codes(dep, categories=hhmm),
+            "ArrTime": pd.Categorical.from_codes(arr, categories=hhmm),
+            "ActualElapsedTime": pd.Categorical.from_codes(
+                elapsed, categories=_elapsed_table(int(elapsed.max(initial=0)) + 1)
+            ),
+            "FlightDate": pd.Categorical.from_codes(day_rep, categories=dates),
+            "OriginCityName": pd.Categorical.from_codes(oi, categories=list(cities)),
+            "DestCityName": pd.Categorical.from_codes(di, categories=list(cities)),
             "Distance": np.round(dist_km * 0.621371, 0),
         }
     )
-    return df.sort_values(["OriginCityName", "DestCityName", "FlightDate", "DepTime"], ignore_index=True)
+    return df
 
 
 def _distance(rng, cities, km) -> pd.DataFrame:
@@ -422,7 +429,7 @@ def _distance(rng, cities, km) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def _accommodations(rng, city: str, size: float) -> pd.DataFrame:
+def _accommodations(rng, city: str, size: float) -> list[dict]:
     count = int(rng.integers(8, 13) + 26 * size)
     types = rng.choice(len(ROOM_TYPES), size=count, p=[0.5, 0.42, 0.08])
     rows = []
@@ -460,10 +467,10 @@ def _accommodations(rng, city: str, size: float) -> pd.DataFrame:
                 "city": city,
             }
         )
-    return pd.DataFrame(rows)
+    return rows
 
 
-def _restaurants(rng, city: str, size: float) -> pd.DataFrame:
+def _restaurants(rng, city: str, size: float) -> list[dict]:
     count = int(rng.integers(14, 20) + 50 * size)
     names = _unique_names(
         rng,
@@ -489,10 +496,10 @@ def _restaurants(rng, city: str, size: float) -> pd.DataFrame:
                 "City": city,
             }
         )
-    return pd.DataFrame(rows)
+    return rows
 
 
-def _attractions(rng, city: str, state: str, lat: float, lon: float, size: float) -> pd.DataFrame:
+def _attractions(rng, city: str, state: str, lat: float, lon: float, size: float) -> list[dict]:
     count = int(rng.integers(6, 10) + 22 * size)
     names = _unique_names(
         rng,
@@ -516,4 +523,4 @@ def _attractions(rng, city: str, state: str, lat: float, lon: float, size: float
                 "City": city,
             }
         )
-    return pd.DataFrame(rows)
+    return rows

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,20 +77,29 @@ def _try_sample(db: TravelDB, rng: np.random.Generator, level: str, days: int) -
     k = _CITIES_FOR_DAYS[days]
     cities = db.cities
     org = cities[int(rng.integers(len(cities)))]
+    start = int(rng.integers(0, len(db.dates) - days + 1))
+    dates = _date_range(db.dates[start], days)
+    # most trips start with a flight, as in TravelPlanner: aim at a city reachable by air that day
+    by_air = [c for c in db.destinations(org, dates[0]) if c != org] if rng.random() < 0.75 else []
     if k == 1:
-        dest_city = cities[int(rng.integers(len(cities)))]
+        pool = by_air or cities
+        dest_city = pool[int(rng.integers(len(pool)))]
         if dest_city == org:
             return None
         stops, dest = [dest_city], dest_city
     else:
         states = [s for s, cs in db.state_cities.items() if len(cs) >= k and db.city_state[org] != s]
+        air_states = sorted({db.city_state[c] for c in by_air} & set(states))
         if not states:
             return None
-        dest = states[int(rng.integers(len(states)))]
+        pool_states = air_states or states
+        dest = pool_states[int(rng.integers(len(pool_states)))]
         pool = db.state_cities[dest]
+        first = [c for c in pool if c in by_air]
         stops = [pool[i] for i in rng.choice(len(pool), size=k, replace=False)]
-    start = int(rng.integers(0, len(db.dates) - days + 1))
-    dates = _date_range(db.dates[start], days)
+        if first and stops[0] not in first:
+            entry = first[int(rng.integers(len(first)))]
+            stops = [entry, *[c for c in stops if c != entry]][:k]
     people = 1 if level == "easy" else int(rng.integers(2, 9))
 
     route = [org, *stops, org]
@@ -179,7 +189,7 @@ def _leg(db: TravelDB, rng, o: str, d: str, date: str, policy: str) -> _Leg | No
 def _build_plan(
     db: TravelDB, rng, org: str, stops: list[str], legs: list[_Leg], stays, days: int
 ) -> list[DayPlan] | None:
-    """Days 2j (0-based) travel into stop j; the last day returns home."""
+    """The sampler's plan: random distinct restaurants and attractions."""
     used_rest: set[str] = set()
     used_attr: set[str] = set()
 
@@ -199,44 +209,70 @@ def _build_plan(
         used_attr.update(chosen)
         return "".join(f"{a}, {city};" for a in chosen)
 
+    return layout_plan(
+        org,
+        stops,
+        [leg.text for leg in legs],
+        [s["NAME"] for s in stays],
+        days,
+        pick_restaurant,
+        lambda city: pick_attractions(city, int(rng.integers(1, 4))),
+        lambda city: pick_attractions(city, 1),
+    )
+
+
+def layout_plan(
+    org: str,
+    stops: list[str],
+    legs: list[str],
+    stays: list[str],
+    days: int,
+    restaurant: Callable[[str], str | None],
+    attractions: Callable[[str], str | None],
+    arrival_attraction: Callable[[str], str | None],
+) -> list[DayPlan] | None:
+    """Lay a trip out day by day in TravelPlanner's format (None when a picker runs dry).
+
+    Stop j is entered on day ``2j+1`` (1-based) by ``legs[j]`` and its stay ``stays[j]`` is
+    used until the next move; the last day returns to ``org`` by ``legs[-1]``. Travel days
+    eat in the cities they touch; the first breakfast and the last dinner are "-".
+    """
     plan = []
     nights = (days - 1) // len(stops)
     for i in range(days):
         stop_idx = min(i // nights, len(stops) - 1)
         city = stops[stop_idx]
-        travel_leg = legs[i // nights] if i % nights == 0 else (legs[-1] if i == days - 1 else None)
         day: dict[str, Any] = {"days": i + 1}
-        if i == days - 1:  # home
-            leg = legs[-1]
+        if i == days - 1:
             day.update(
                 current_city=f"from {city} to {org}",
-                transportation=leg.text,
-                breakfast=pick_restaurant(city),
+                transportation=legs[-1],
+                breakfast=restaurant(city),
                 attraction=EMPTY,
-                lunch=pick_restaurant(city),
+                lunch=restaurant(city),
                 dinner=EMPTY,
                 accommodation=EMPTY,
             )
-        elif travel_leg is not None:
+        elif i % nights == 0:
             prev = org if i == 0 else stops[stop_idx - 1]
             day.update(
                 current_city=f"from {prev} to {city}",
-                transportation=travel_leg.text,
-                breakfast=EMPTY if i == 0 else pick_restaurant(prev),
-                attraction=pick_attractions(city, 1),
-                lunch=pick_restaurant(city),
-                dinner=pick_restaurant(city),
-                accommodation=f"{stays[stop_idx]['NAME']}, {city}",
+                transportation=legs[stop_idx],
+                breakfast=EMPTY if i == 0 else restaurant(prev),
+                attraction=arrival_attraction(city),
+                lunch=restaurant(city),
+                dinner=restaurant(city),
+                accommodation=f"{stays[stop_idx]}, {city}",
             )
         else:
             day.update(
                 current_city=city,
                 transportation=EMPTY,
-                breakfast=pick_restaurant(city),
-                attraction=pick_attractions(city, int(rng.integers(1, 4))),
-                lunch=pick_restaurant(city),
-                dinner=pick_restaurant(city),
-                accommodation=f"{stays[stop_idx]['NAME']}, {city}",
+                breakfast=restaurant(city),
+                attraction=attractions(city),
+                lunch=restaurant(city),
+                dinner=restaurant(city),
+                accommodation=f"{stays[stop_idx]}, {city}",
             )
         if any(v is None for v in day.values()):
             return None
