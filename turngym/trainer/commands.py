@@ -1,0 +1,113 @@
+"""CLI commands of the trainer (wired into ``turngym`` by ``turngym/cli.py``): ``train`` and ``sft``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def _split_args(config: Path | None, overrides: list[str] | None) -> tuple[Path | None, list[str]]:
+    """``turngym train key=value ...`` without a config file: the first argument is an override too."""
+    rest = list(overrides or [])
+    if config is not None and not config.exists():
+        if "=" in str(config):
+            return None, [str(config), *rest]
+        raise typer.BadParameter(f"config file {config} does not exist")
+    return config, rest
+
+
+def train(
+    config: Annotated[
+        Path | None, typer.Argument(help="YAML training config (omit for the defaults)")
+    ] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="dotted overrides, e.g. optim.lr=1e-5 credit.method=igpo")
+    ] = None,
+) -> None:
+    """Train a policy with RL (SFT warm start first when sft.steps > 0) and print where the results are."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from turngym.trainer.config import load_config
+    from turngym.trainer.loop import Trainer
+
+    console = Console()
+    cfg = load_config(*_split_args(config, overrides))
+    trainer = Trainer(cfg)
+    console.print(
+        f"[bold]turngym train[/] env={cfg.rollout.env} method={cfg.credit.method} model={cfg.model.path} run_dir={cfg.run_dir}"
+    )
+    with Progress(
+        TextColumn("[bold]step"),
+        MofNCompleteColumn(),
+        BarColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not cfg.log.progress,
+    ) as progress:
+        task = progress.add_task("train", total=cfg.steps, info="setting up")
+        trainer.setup()
+        progress.update(task, completed=trainer.step, info="warm start / resume")
+
+        def on_step(step: int, m: dict) -> None:
+            info = (
+                f"outcome {m.get('reward/outcome', 0):+.3f} total {m.get('reward/total', 0):+.3f} "
+                f"success {m.get('reward/success', 0):.2f} kl {m.get('update/kl', 0):.4f} "
+                f"{m.get('rollout/tokens_per_s', 0):.0f} tok/s | rollout {m.get('time/rollout', 0):.1f}s "
+                f"credit {m.get('time/credit', 0):.1f}s update {m.get('time/update', 0):.1f}s"
+            )
+            progress.update(task, completed=step, info=info)
+            progress.console.print(f"step {step}: {info}")
+
+        summary = trainer.train(on_step=on_step)
+    run = Path(summary["run_dir"])
+    console.print(
+        f"[green]done[/] at step {summary['step']}: metrics {run / 'metrics.jsonl'}, tensorboard {run / 'tb'}, "
+        f"trajectories {run / 'trajectories'}, checkpoints {run / 'checkpoints'}, model {run / 'final'}"
+    )
+
+
+def sft(
+    config: Annotated[
+        Path | None, typer.Argument(help="YAML training config; its sft section is used")
+    ] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="dotted overrides, e.g. sft.steps=200")
+    ] = None,
+) -> None:
+    """Supervised warm start on scripted-expert trajectories; saves the model under RUN_DIR/sft."""
+    from rich.console import Console
+
+    from turngym.agents.models import load_model, load_tokenizer
+    from turngym.trainer.config import load_config
+    from turngym.trainer.sft import expert_sequences, sft_train
+
+    console = Console()
+    cfg = load_config(*_split_args(config, overrides))
+    s, r = cfg.sft, cfg.rollout
+    if s.steps <= 0:
+        raise typer.BadParameter("sft.steps must be > 0")
+    tok = load_tokenizer(cfg.model.path)
+    model = load_model(cfg.model.path, device=cfg.model.device, dtype=cfg.model.dtype)
+    seqs = expert_sequences(r.env, tok, range(s.task_seed_offset, s.task_seed_offset + s.tasks), r.env_kwargs)
+    console.print(f"{len(seqs)} expert trajectories from {r.env}")
+    losses = sft_train(
+        model,
+        seqs,
+        steps=s.steps,
+        batch_size=s.batch_size,
+        lr=s.lr,
+        seed=cfg.seed,
+        log=lambda k, loss: (
+            console.print(f"sft step {k + 1}/{s.steps} loss {loss:.4f}")
+            if (k + 1) % 10 == 0 or k == 0
+            else None
+        ),
+    )
+    out = Path(cfg.run_dir) / "sft"
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    console.print(f"[green]done[/]: loss {losses[0]:.3f} -> {losses[-1]:.3f}; model saved to {out}")

@@ -1,0 +1,195 @@
+"""The training configuration: pydantic models loaded from YAML, with dotted command-line overrides.
+
+    cfg = load_config("examples/configs/igpo_search_qa.yaml", ["optim.lr=1e-5", "credit.method=grpo"])
+
+Every field has a default, so ``TrainConfig()`` is a valid (tiny, CPU, ``arith``) run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LoraSettings(_Strict):
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.0
+    target_modules: list[str] | str = "all-linear"
+
+
+class ModelSettings(_Strict):
+    path: str = "tiny"  # a local directory, a hub id, or "tiny[:template]"
+    device: str | None = None  # default: cuda if available
+    dtype: str | None = None  # default: bf16 on GPU, fp32 on CPU
+    lora: LoraSettings | None = None
+    gradient_checkpointing: bool = False
+
+
+class RolloutSettings(_Strict):
+    env: str = "arith"
+    env_kwargs: dict[str, Any] = Field(default_factory=dict)
+    tasks_per_step: int = 4
+    group_size: int = 4
+    max_tokens: int = 96  # per turn
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_context: int = 1536
+    max_turns: int | None = None
+    max_concurrency: int = 64
+    max_batch_size: int = 64  # the HF backend's generation batch
+    turn_timeout: float = 600.0
+    task_seed_offset: int = 0  # training tasks are seeds offset + k; eval uses eval_seed_offset + k
+    eval_tasks: int = 0  # 0: no evaluation
+    eval_every: int = 0
+    eval_seed_offset: int = 1_000_000
+    eval_temperature: float = 0.0
+
+
+class IGPOSettings(_Strict):
+    ig_type: Literal["prob_diff", "log_prob_diff"] = "prob_diff"
+    norm: Literal["joint", "separate"] = "joint"
+    gamma: float = 1.0
+    answer_key: str = "answer"
+    missing_answer_reward: float = -2.0
+    prefix: str | None = None  # default: the Hermes answer-tool frame (credit.info_gain.DEFAULT_PREFIX)
+    suffix: str | None = None
+    batch_tokens: int = 32768
+
+
+class GatedSettings(_Strict):
+    delta: float = 1.0
+    gamma: float = 1.0
+    high_component: str | None = None
+    low_components: list[str] | None = None
+    advantage: Literal["trajectory", "turn"] = "trajectory"
+
+
+class ArenaSettings(_Strict):
+    topology: Literal["single_elimination", "round_robin", "anchor", "swiss", "double_elimination"] = (
+        "single_elimination"
+    )
+    judge: Literal["programmatic", "llm"] = "programmatic"
+    # programmatic: "module:function" of (traj_a, traj_b) -> (score_a, score_b); default: outcome reward
+    judge_fn: str | None = None
+    # llm judge through an OpenAI-compatible endpoint
+    judge_base_url: str | None = None
+    judge_model: str | None = None
+    rubric: Literal["travel", "research"] = "research"
+    retries: int = 2
+    workers: int = 8
+
+
+class CreditSettings(_Strict):
+    method: Literal["grpo", "igpo", "gated", "arena", "gigpo", "turn"] = "grpo"
+    outcome_component: str | None = None  # read this reward component of the last turn as the outcome
+    norm_by_std: bool = True
+    leave_one_out: bool = False
+    igpo: IGPOSettings = Field(default_factory=IGPOSettings)
+    gated: GatedSettings = Field(default_factory=GatedSettings)
+    arena: ArenaSettings = Field(default_factory=ArenaSettings)
+    gigpo_gamma: float = 0.95
+    gigpo_omega: float = 1.0
+    gigpo_mode: Literal["mean_std_norm", "mean_norm"] = "mean_std_norm"
+    gigpo_step_norm_by_std: bool = False
+    turn_lambda: float = 0.9
+
+
+class LossSettings(_Strict):
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    dual_clip: float | None = None
+    kl_coef: float = 0.0
+    kl_type: Literal["k1", "k3"] = "k3"
+    entropy_coef: float = 0.0
+    aggregation: Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean"] = "token_mean"
+
+
+class OptimSettings(_Strict):
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    max_grad_norm: float = 1.0
+    warmup_steps: int = 0
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    ppo_epochs: int = 1
+    micro_batch_tokens: int = 8192  # padded tokens per forward/backward
+
+
+class SFTSettings(_Strict):
+    """Supervised warm start on the env's scripted-expert trajectories (before RL)."""
+
+    steps: int = 0  # 0: no warm start
+    tasks: int = 64
+    batch_size: int = 8
+    lr: float = 1e-3
+    task_seed_offset: int = 2_000_000
+
+
+class LogSettings(_Strict):
+    tensorboard: bool = True
+    wandb: bool = False
+    wandb_project: str = "turngym"
+    progress: bool = True
+    save_trajectories: bool = True
+
+
+class TrainConfig(_Strict):
+    run_dir: str = "runs/train"
+    seed: int = 0
+    steps: int = 10
+    checkpoint_every: int = 0  # 0: only at the end
+    keep_checkpoints: int = 2
+    resume: bool = True  # continue from the latest checkpoint in run_dir if there is one
+    weight_sync: Literal["in_process", "vllm_lora"] = "in_process"
+    vllm_url: str | None = None
+    model: ModelSettings = Field(default_factory=ModelSettings)
+    rollout: RolloutSettings = Field(default_factory=RolloutSettings)
+    credit: CreditSettings = Field(default_factory=CreditSettings)
+    loss: LossSettings = Field(default_factory=LossSettings)
+    optim: OptimSettings = Field(default_factory=OptimSettings)
+    sft: SFTSettings = Field(default_factory=SFTSettings)
+    log: LogSettings = Field(default_factory=LogSettings)
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainConfig:
+        if self.weight_sync == "vllm_lora" and (self.model.lora is None or not self.vllm_url):
+            raise ValueError("weight_sync=vllm_lora needs model.lora and vllm_url")
+        return self
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """``a.b.c=value`` (value parsed as YAML: numbers, booleans, lists, null) into a nested dict."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"override {item!r} is not key=value")
+        node = data
+        parts = key.strip().split(".")
+        for p in parts[:-1]:
+            nxt = node.get(p)
+            if nxt is None:
+                nxt = node[p] = {}
+            if not isinstance(nxt, dict):
+                raise ValueError(f"override {item!r}: {p!r} is not a section")
+            node = nxt
+        node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
+    return data
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
+    """Read a YAML config (or start from the defaults) and apply dotted overrides."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        loaded = yaml.safe_load(Path(path).read_text())
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ValueError(f"{path}: the config must be a mapping, got {type(loaded).__name__}")
+        data = loaded or {}
+    return TrainConfig.model_validate(apply_overrides(data, list(overrides or [])))

@@ -1,0 +1,276 @@
+"""Pairwise trajectory judges for ``arena`` credit: programmatic and LLM (rubric) judges.
+
+A judge is called as ``judge(traj_a, traj_b) -> (score_a, score_b)`` and always scores both
+orders (a,b) and (b,a) and adds them, which cancels position bias. Judges count their matches,
+ties and failures in ``judge.metrics``; the counters are thread-safe because tournament rounds run
+their matches concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from turngym.core.types import Trajectory
+
+PairFn = Callable[[Trajectory, Trajectory], tuple[float, float]]
+
+
+@dataclass
+class _Counters:
+    values: dict[str, float] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, name: str, value: float = 1.0) -> None:
+        with self.lock:
+            self.values[name] = self.values.get(name, 0.0) + value
+
+    def snapshot(self) -> dict[str, float]:
+        with self.lock:
+            return dict(self.values)
+
+
+class ProgrammaticJudge:
+    """Wraps ``fn(traj_a, traj_b) -> (score_a, score_b)`` (e.g. constraint checks), both orders added."""
+
+    def __init__(self, fn: PairFn):
+        self.fn = fn
+        self._counters = _Counters()
+
+    @classmethod
+    def from_scorer(cls, score: Callable[[Trajectory], float]) -> ProgrammaticJudge:
+        """A judge from a per-trajectory score (e.g. the fraction of constraints met)."""
+        return cls(lambda a, b: (float(score(a)), float(score(b))))
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        return self._counters.snapshot()
+
+    def __call__(self, a: Trajectory, b: Trajectory) -> tuple[float, float]:
+        ab = self.fn(a, b)
+        ba = self.fn(b, a)
+        sa, sb = float(ab[0]) + float(ba[1]), float(ab[1]) + float(ba[0])
+        self._counters.add("judge/matches")
+        if sa == sb:
+            self._counters.add("judge/ties")
+        return sa, sb
+
+
+def outcome_judge() -> ProgrammaticJudge:
+    """The default programmatic judge: compares the trajectories' outcome rewards."""
+    return ProgrammaticJudge.from_scorer(lambda t: t.outcome)
+
+
+# ----------------------------------------------------------------------------- LLM judge
+@dataclass(frozen=True)
+class Rubric:
+    """Dimensions scored 0-10, averaged per part, combined with the part weights."""
+
+    process: tuple[str, ...]
+    answer: tuple[str, ...]
+    process_weight: float
+    answer_weight: float
+
+
+RUBRICS = {
+    "travel": Rubric(
+        process=(
+            "tool use is correct and purposeful",
+            "information gathered covers the plan",
+            "no wasted or repeated calls",
+        ),
+        answer=(
+            "itinerary meets every user constraint",
+            "plan is feasible (times, budget, places)",
+            "plan is complete and clear",
+        ),
+        process_weight=0.6,
+        answer_weight=0.4,
+    ),
+    "research": Rubric(
+        process=(
+            "searches are relevant and well targeted",
+            "evidence is read and used",
+            "reasoning is sound",
+        ),
+        answer=("answer is correct", "answer is supported by the evidence", "answer is complete and concise"),
+        process_weight=0.5,
+        answer_weight=0.5,
+    ),
+}
+
+PROMPT = """You are judging two attempts (A and B) at the same task by an AI agent that uses tools.
+
+# Task
+{task}
+
+# Attempt A
+{a}
+
+# Attempt B
+{b}
+
+Score each attempt from 0 to 10 on every dimension.
+Process dimensions: {process}
+Answer dimensions: {answer}
+
+Reply with JSON only, in this shape:
+{{"A": {{"process": [{zeros_p}], "answer": [{zeros_a}]}}, "B": {{"process": [{zeros_p}], "answer": [{zeros_a}]}}}}
+"""
+
+
+def render_attempt(traj: Trajectory, max_chars: int = 6000) -> str:
+    """The agent's actions and the observations it got, as plain text (clipped to ``max_chars``)."""
+    lines = []
+    for turn in traj.turns:
+        lines.append(f"[assistant] {turn.action.content}")
+        lines.extend(f"[{m.role}] {m.content}" for m in turn.observation)
+    text = "\n".join(lines) or "(no actions)"
+    return text if len(text) <= max_chars else text[: max_chars // 2] + "\n...\n" + text[-max_chars // 2 :]
+
+
+def render_task(traj: Trajectory) -> str:
+    return "\n".join(m.content for m in traj.prompt if m.role == "user") or "(no task text)"
+
+
+class JudgeParseError(ValueError):
+    pass
+
+
+def parse_scores(text: str, rubric: Rubric) -> tuple[float, float]:
+    """Combined scores of A and B from the judge's JSON reply (the first JSON object in the text)."""
+    match = re.search(r"\{.*\}", text, flags=re.S)
+    if match is None:
+        raise JudgeParseError("no JSON object in the reply")
+    try:
+        data = json.loads(match.group(0))
+    except json.JSONDecodeError as e:
+        raise JudgeParseError(f"invalid JSON: {e}") from e
+
+    def combined(side: str) -> float:
+        part = data.get(side) if isinstance(data, dict) else None
+        if not isinstance(part, dict):
+            raise JudgeParseError(f"missing {side!r}")
+        total = 0.0
+        for name, dims, weight in (
+            ("process", rubric.process, rubric.process_weight),
+            ("answer", rubric.answer, rubric.answer_weight),
+        ):
+            vals = part.get(name)
+            if isinstance(vals, (int, float)):
+                vals = [vals]
+            if not isinstance(vals, list) or not vals or len(vals) > len(dims):
+                raise JudgeParseError(f"{side}.{name} must be a list of up to {len(dims)} scores")
+            try:
+                nums = [float(v) for v in vals]
+            except (TypeError, ValueError) as e:
+                raise JudgeParseError(f"{side}.{name} holds a non-number") from e
+            if any(not 0 <= v <= 10 for v in nums):
+                raise JudgeParseError(f"{side}.{name} scores must lie in [0, 10]")
+            total += weight * sum(nums) / len(nums)
+        return total
+
+    return combined("A"), combined("B")
+
+
+class LLMJudge:
+    """A pairwise judge through any text backend: ``complete(prompt) -> reply`` (sync or async).
+
+    Each order is asked up to ``1 + retries`` times until the reply parses; an order that never
+    parses counts as a tie (both sides get the midpoint 5) and adds to ``judge/parse_failures``.
+    """
+
+    def __init__(self, complete: Callable[[str], Any], rubric: str | Rubric = "research", retries: int = 2):
+        self.complete = complete
+        self.rubric = RUBRICS[rubric] if isinstance(rubric, str) else rubric
+        self.retries = retries
+        self._counters = _Counters()
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        return self._counters.snapshot()
+
+    def prompt(self, a: Trajectory, b: Trajectory) -> str:
+        r = self.rubric
+        return PROMPT.format(
+            task=render_task(a),
+            a=render_attempt(a),
+            b=render_attempt(b),
+            process="; ".join(r.process),
+            answer="; ".join(r.answer),
+            zeros_p=", ".join("0" for _ in r.process),
+            zeros_a=", ".join("0" for _ in r.answer),
+        )
+
+    def _ask(self, prompt: str) -> str:
+        reply = self.complete(prompt)
+        if inspect.isawaitable(reply):
+            reply = asyncio.run(_await(reply))
+        return str(reply)
+
+    def _one_order(self, first: Trajectory, second: Trajectory) -> tuple[float, float]:
+        prompt = self.prompt(first, second)
+        for attempt in range(self.retries + 1):
+            try:
+                reply = self._ask(prompt)
+                return parse_scores(reply, self.rubric)
+            except JudgeParseError:
+                self._counters.add("judge/retries" if attempt < self.retries else "judge/parse_failures")
+            except Exception:  # noqa: BLE001 - a dead backend is a failed match, not a crashed step
+                self._counters.add("judge/backend_errors")
+                if attempt == self.retries:
+                    self._counters.add("judge/parse_failures")
+        return 5.0, 5.0
+
+    def __call__(self, a: Trajectory, b: Trajectory) -> tuple[float, float]:
+        ab = self._one_order(a, b)
+        ba = self._one_order(b, a)
+        sa, sb = ab[0] + ba[1], ab[1] + ba[0]
+        self._counters.add("judge/matches")
+        if sa == sb:
+            self._counters.add("judge/ties")
+        return sa, sb
+
+
+async def _await(x: Any) -> Any:
+    return await x
+
+
+def openai_complete(base_url: str, model: str, api_key: str = "EMPTY", timeout: float = 120.0, **params: Any):
+    """``complete(prompt)`` over an OpenAI-compatible ``/chat/completions`` endpoint (vLLM, OpenAI, ...)."""
+    import httpx
+
+    client = httpx.Client(
+        base_url=base_url.rstrip("/"), timeout=timeout, headers={"Authorization": f"Bearer {api_key}"}
+    )
+
+    def complete(prompt: str) -> str:
+        body = {"model": model, "messages": [{"role": "user", "content": prompt}], **params}
+        resp = client.post("/chat/completions", json=body)
+        resp.raise_for_status()
+        return resp.json()["choices"][0]["message"]["content"] or ""
+
+    return complete
+
+
+def backend_complete(backend: Any, tokenizer: Any, max_tokens: int = 256, temperature: float = 0.0):
+    """``complete(prompt)`` through a turngym token ``Backend`` (HF in-process, vLLM) and a chat template."""
+    from turngym.agents.backend import SamplingParams
+
+    sampling = SamplingParams(max_tokens=max_tokens, temperature=temperature)
+
+    async def complete(prompt: str) -> str:
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        )
+        ids = list(tokenizer.encode(text, add_special_tokens=False))
+        gen = await backend.generate(ids, sampling)
+        return gen.text
+
+    return complete

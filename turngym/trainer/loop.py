@@ -1,0 +1,464 @@
+"""The RL loop: rollout -> credit -> policy update (micro-batches, gradient accumulation) -> weight
+sync -> log -> checkpoint, with an optional SFT warm start and exact resume.
+
+    trainer = Trainer(load_config("examples/configs/igpo_search_qa.yaml"))
+    summary = trainer.train()
+
+Generation runs through the HF backend in the same process, sharing the trained module (CPU or
+GPU), or through vLLM servers with LoRA adapters hot-loaded after each update. Every step's task
+seeds follow from the step index (the data position) and sampling is reseeded per step, so a run
+resumed from a checkpoint continues exactly like an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import hashlib
+import importlib
+import json
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from turngym.core.types import Trajectory
+from turngym.trainer.config import TrainConfig
+from turngym.trainer.credit import (
+    GRPO,
+    IGPO,
+    Arena,
+    CreditPipeline,
+    DualLevel,
+    Gated,
+    GiGPO,
+    OutcomeReward,
+)
+
+
+def build_credit(
+    cfg: TrainConfig, model: Any = None, tokenizer: Any = None, judge: Callable | None = None
+) -> CreditPipeline:
+    """The credit pipeline for ``cfg.credit`` (IGPO needs the training model and tokenizer)."""
+    c = cfg.credit
+    outcome = OutcomeReward(component=c.outcome_component)
+    if c.method == "grpo":
+        return CreditPipeline(GRPO(c.norm_by_std, c.leave_one_out, outcome))
+    if c.method == "igpo":
+        from turngym.trainer.credit.info_gain import DEFAULT_PREFIX, DEFAULT_SUFFIX, InfoGainScorer
+
+        s = c.igpo
+        method = IGPO(
+            s.gamma, s.norm, s.answer_key, OutcomeReward(c.outcome_component, s.missing_answer_reward)
+        )
+        scorer = None
+        if model is not None:
+            scorer = InfoGainScorer(
+                model,
+                tokenizer,
+                ig_type=s.ig_type,
+                prefix=s.prefix if s.prefix is not None else DEFAULT_PREFIX,
+                suffix=s.suffix if s.suffix is not None else DEFAULT_SUFFIX,
+                answer_key=s.answer_key,
+                batch_tokens=s.batch_tokens,
+            )
+        return CreditPipeline(method, prepare=scorer)
+    if c.method == "gated":
+        g = c.gated
+        low = tuple(g.low_components) if g.low_components is not None else None
+        return CreditPipeline(Gated(g.delta, g.gamma, g.high_component, low, g.advantage))
+    if c.method == "arena":
+        a = c.arena
+        return CreditPipeline(Arena(judge or build_judge(cfg), a.topology, cfg.seed, a.workers))
+    if c.method == "gigpo":
+        return CreditPipeline(
+            GiGPO(c.gigpo_gamma, c.gigpo_omega, c.gigpo_mode, c.gigpo_step_norm_by_std, outcome)
+        )
+    if c.method == "turn":
+        return CreditPipeline(DualLevel(c.turn_lambda))
+    raise ValueError(f"unknown credit method {c.method!r}")
+
+
+def build_judge(cfg: TrainConfig) -> Callable:
+    from turngym.trainer.judges import LLMJudge, ProgrammaticJudge, openai_complete, outcome_judge
+
+    a = cfg.credit.arena
+    if a.judge == "llm":
+        if not (a.judge_base_url and a.judge_model):
+            raise ValueError("credit.arena.judge=llm needs judge_base_url and judge_model")
+        return LLMJudge(
+            openai_complete(a.judge_base_url, a.judge_model, temperature=0.0), a.rubric, a.retries
+        )
+    if a.judge_fn:
+        module, _, name = a.judge_fn.partition(":")
+        return ProgrammaticJudge(getattr(importlib.import_module(module), name))
+    return outcome_judge()
+
+
+def _schedule(kind: str, warmup: int, total: int) -> Callable[[int], float]:
+    def factor(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        if kind == "constant" or total <= warmup:
+            return 1.0
+        frac = min((step - warmup) / max(total - warmup, 1), 1.0)
+        return 1.0 - frac if kind == "linear" else 0.5 * (1.0 + math.cos(math.pi * frac))
+
+    return factor
+
+
+class Trainer:
+    """One training run described by a :class:`TrainConfig`."""
+
+    def __init__(self, config: TrainConfig, judge: Callable | None = None):
+        self.cfg = config
+        self.run_dir = Path(config.run_dir)
+        self.judge = judge
+        self.step = 0
+        self._setup_done = False
+
+    # ------------------------------------------------------------------ setup
+    def setup(self) -> None:
+        import torch
+
+        from turngym.agents.models import load_model, load_tokenizer
+        from turngym.trainer.metrics import MetricLogger
+
+        cfg = self.cfg
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.json").write_text(cfg.model_dump_json(indent=1))
+        torch.manual_seed(cfg.seed)
+        self.tokenizer = load_tokenizer(cfg.model.path)
+        model = load_model(cfg.model.path, device=cfg.model.device, dtype=cfg.model.dtype)
+        if cfg.model.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        self.ref_model = None
+        if cfg.model.lora is not None:
+            from peft import LoraConfig, get_peft_model
+
+            lora = cfg.model.lora
+            model = get_peft_model(
+                model,
+                LoraConfig(
+                    r=lora.r,
+                    lora_alpha=lora.alpha,
+                    lora_dropout=lora.dropout,
+                    target_modules=lora.target_modules,
+                    task_type="CAUSAL_LM",
+                ),
+            )
+        elif cfg.loss.kl_coef > 0:
+            self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+        self.model = model.eval()  # no dropout: training logprobs match the sampling ones
+        self.device = next(model.parameters()).device
+        params = [p for p in model.parameters() if p.requires_grad]
+        o = cfg.optim
+        self.optimizer = torch.optim.AdamW(params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
+        total = cfg.steps * o.ppo_epochs
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, _schedule(o.schedule, o.warmup_steps, total)
+        )
+        self.credit = build_credit(cfg, self.model, self.tokenizer, self.judge)
+        self.sync = self._build_sync()
+        self.logger = MetricLogger(
+            self.run_dir, cfg.log.tensorboard, cfg.log.wandb, cfg.log.wandb_project, cfg.model_dump()
+        )
+        self.adapter: str | None = None
+        self._setup_done = True
+
+    def _build_sync(self):
+        from turngym.trainer.weight_sync import InProcessSync, VLLMLoRASync
+
+        if self.cfg.weight_sync == "vllm_lora":
+            return VLLMLoRASync([self.cfg.vllm_url or ""], self.run_dir / "adapters")
+        return InProcessSync()
+
+    def _backend(self):
+        if self.cfg.weight_sync == "vllm_lora":
+            module = importlib.import_module("turngym.agents.vllm")
+            return module.VLLMBackend(self.cfg.vllm_url)
+        from turngym.agents.hf import HFBackend
+
+        r = self.cfg.rollout
+        # a long batching window keeps batch composition (and so sampling) reproducible
+        return HFBackend(self.model, self.tokenizer, max_batch_size=r.max_batch_size, max_wait_ms=50)
+
+    # ---------------------------------------------------------------- rollout
+    def rollout(self, seeds: list[int], group_size: int, temperature: float) -> tuple[list[Trajectory], dict]:
+        from turngym.agents.backend import SamplingParams
+        from turngym.agents.llm import LLMAgent
+        from turngym.rollout.engine import RolloutConfig, RolloutEngine
+
+        r = self.cfg.rollout
+        backend = self._backend()
+        agent = LLMAgent(
+            backend,
+            self.tokenizer,
+            SamplingParams(max_tokens=r.max_tokens, temperature=temperature, top_p=r.top_p),
+            max_context=r.max_context,
+            adapter=self.adapter,
+        )
+        engine = RolloutEngine(
+            r.env,
+            agent,
+            RolloutConfig(
+                group_size=group_size,
+                max_concurrency=r.max_concurrency,
+                turn_timeout=r.turn_timeout,
+                max_turns=r.max_turns,
+            ),
+            env_kwargs=r.env_kwargs,
+        )
+
+        async def run() -> list[Trajectory]:
+            try:
+                return await engine.run(seeds)
+            finally:
+                await backend.aclose()
+
+        trajs = asyncio.run(run())
+        return trajs, engine.stats.as_dict()
+
+    def evaluate(self) -> dict[str, float]:
+        r = self.cfg.rollout
+        if r.eval_tasks <= 0:
+            return {}
+        import torch
+
+        state = torch.get_rng_state()
+        torch.manual_seed(self.cfg.seed)
+        trajs, _ = self.rollout([r.eval_seed_offset + k for k in range(r.eval_tasks)], 1, r.eval_temperature)
+        torch.set_rng_state(state)
+        return {f"eval/{k}": v for k, v in reward_metrics(trajs).items()}
+
+    # ----------------------------------------------------------------- update
+    def update(self, trajs: list[Trajectory], token_adv: list[np.ndarray]) -> dict[str, float]:
+        import torch
+
+        from turngym.trainer.batching import micro_batches, pad_right, token_logprobs
+        from turngym.trainer.loss import LossConfig, policy_loss
+
+        cfg = self.cfg
+        keep = [k for k, t in enumerate(trajs) if not t.masked and t.token_ids and any(t.loss_mask)]
+        if not keep:
+            return {"update/skipped": 1.0}
+        seqs = [trajs[k] for k in keep]
+        advs = [token_adv[k] for k in keep]
+        num_tokens = float(sum(sum(t.loss_mask) for t in seqs))
+        num_seqs = float(len(seqs))
+        loss_cfg = LossConfig(**cfg.loss.model_dump())
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        groups = micro_batches([len(t.token_ids) for t in seqs], cfg.optim.micro_batch_tokens)
+        stats: dict[str, list[float]] = {}
+        grad_norms = []
+        dev = self.device
+        for _ in range(cfg.optim.ppo_epochs):
+            self.optimizer.zero_grad(set_to_none=True)
+            for group in groups:
+                batch = [seqs[k] for k in group]
+                ids = pad_right([t.token_ids for t in batch], 0, torch.long, dev)
+                attn = pad_right([[1] * len(t.token_ids) for t in batch], 0, torch.long, dev)
+                mask = pad_right([t.loss_mask for t in batch], 0, torch.float32, dev)
+                old = pad_right([t.logprobs for t in batch], 0.0, torch.float32, dev)
+                adv = pad_right([advs[k] for k in group], 0.0, torch.float32, dev)
+                logp, entropy = token_logprobs(self.model, ids, attn, with_entropy=loss_cfg.entropy_coef > 0)
+                ref = None
+                if loss_cfg.kl_coef > 0:
+                    with torch.no_grad():
+                        if self.ref_model is not None:
+                            ref, _ = token_logprobs(self.ref_model, ids, attn)
+                        else:
+                            with self.model.disable_adapter():
+                                ref, _ = token_logprobs(self.model, ids, attn)
+                loss, s = policy_loss(logp, old, adv, mask, loss_cfg, ref, entropy, num_tokens, num_seqs)
+                loss.backward()
+                weight = float(mask.sum()) / num_tokens
+                for k, v in s.items():
+                    stats.setdefault(k, []).append(v * weight)
+                stats.setdefault("loss", []).append(float(loss.detach()))
+            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, cfg.optim.max_grad_norm)))
+            self.optimizer.step()
+            self.scheduler.step()
+        out = {
+            f"update/{k}": float(sum(v)) / (cfg.optim.ppo_epochs if k != "loss" else cfg.optim.ppo_epochs)
+            for k, v in stats.items()
+        }
+        out["update/grad_norm"] = float(np.mean(grad_norms))
+        out["update/lr"] = float(self.scheduler.get_last_lr()[0])
+        out["update/tokens"] = num_tokens
+        out["update/micro_batches"] = float(len(groups))
+        return out
+
+    # ------------------------------------------------------------------- step
+    def train_step(self) -> dict[str, float]:
+        import torch
+
+        cfg, r = self.cfg, self.cfg.rollout
+        step = self.step
+        seeds = [r.task_seed_offset + step * r.tasks_per_step + k for k in range(r.tasks_per_step)]
+        torch.manual_seed(_derive(cfg.seed, step))
+        timings = {}
+        t0 = time.perf_counter()
+        trajs, rstats = self.rollout(seeds, r.group_size, r.temperature)
+        timings["time/rollout"] = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        if isinstance(self.credit.method, Arena):
+            self.credit.method.seed = _derive(cfg.seed, step)
+        credit = self.credit(trajs)
+        timings["time/credit"] = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        upd = self.update(trajs, credit.token_advantages)
+        timings["time/update"] = time.perf_counter() - t2
+        t3 = time.perf_counter()
+        self.adapter = self.sync(self.model, step + 1)
+        timings["time/sync"] = time.perf_counter() - t3
+        self.step += 1
+        metrics = {
+            **reward_metrics(trajs),
+            **credit.metrics,
+            **upd,
+            **timings,
+            "rollout/tokens_per_s": rstats["generated_tokens"] / max(timings["time/rollout"], 1e-9),
+            "rollout/generated_tokens": float(rstats["generated_tokens"]),
+            "time/step": time.perf_counter() - t0,
+        }
+        judge = getattr(self.credit.method, "judge", None)
+        for k, v in getattr(judge, "metrics", {}).items():
+            metrics[k] = v
+        if cfg.log.save_trajectories:
+            out = self.run_dir / "trajectories" / f"step-{step + 1:06d}.jsonl"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text("".join(t.to_json() + "\n" for t in trajs))
+        return metrics
+
+    # ------------------------------------------------------------------- run
+    def warm_start(self) -> dict[str, float]:
+        """SFT on expert trajectories (``cfg.sft``), unless a checkpoint or a finished warm start exists."""
+        from turngym.trainer.sft import expert_sequences, sft_train
+
+        s, r = self.cfg.sft, self.cfg.rollout
+        marker = self.run_dir / "sft_done.json"
+        if s.steps <= 0 or marker.exists():
+            return {}
+        t0 = time.perf_counter()
+        seqs = expert_sequences(
+            r.env, self.tokenizer, range(s.task_seed_offset, s.task_seed_offset + s.tasks), r.env_kwargs
+        )
+        losses = sft_train(
+            self.model, seqs, steps=s.steps, batch_size=s.batch_size, lr=s.lr, seed=self.cfg.seed
+        )
+        self.model.eval()
+        import torch
+
+        from turngym.trainer.checkpoint import trainable_state
+
+        torch.save(trainable_state(self.model), self.run_dir / "sft_weights.pt")
+        info = {
+            "sft/loss_first": losses[0],
+            "sft/loss_last": losses[-1],
+            "sft/sequences": float(len(seqs)),
+            "sft/seconds": time.perf_counter() - t0,
+        }
+        marker.write_text(json.dumps(info))
+        return info
+
+    def resume(self) -> bool:
+        from turngym.trainer.checkpoint import latest_checkpoint, load_checkpoint
+
+        if not self.cfg.resume:
+            return False
+        ckpt = latest_checkpoint(self.run_dir)
+        if ckpt is None:
+            sft = self.run_dir / "sft_weights.pt"
+            if sft.exists():  # the warm start finished before any RL checkpoint
+                import torch
+
+                self.model.load_state_dict(torch.load(sft, map_location="cpu"), strict=False)
+            return False
+        state = load_checkpoint(ckpt, self.model, self.optimizer, self.scheduler)
+        self.step = int(state["step"])
+        self.adapter = self.sync(self.model, self.step) if self.step else None
+        return True
+
+    def save(self) -> Path:
+        from turngym.trainer.checkpoint import save_checkpoint
+
+        return save_checkpoint(
+            self.run_dir,
+            self.step,
+            self.model,
+            self.optimizer,
+            self.scheduler,
+            {"config_hash": _config_hash(self.cfg)},
+            self.cfg.keep_checkpoints,
+        )
+
+    def train(
+        self, max_steps: int | None = None, on_step: Callable[[int, dict], None] | None = None
+    ) -> dict[str, Any]:
+        """Run until ``cfg.steps`` (or ``max_steps`` more steps, to interrupt a run on purpose)."""
+        if not self._setup_done:
+            self.setup()
+        cfg = self.cfg
+        resumed = self.resume()
+        if not resumed and self.step == 0:
+            info = self.warm_start()
+            if info:
+                self.logger.log(0, info)
+            base = self.evaluate()
+            if base:
+                self.logger.log(0, base)
+        stop = cfg.steps if max_steps is None else min(cfg.steps, self.step + max_steps)
+        last: dict[str, float] = {}
+        while self.step < stop:
+            last = self.train_step()
+            r = cfg.rollout
+            if r.eval_every and self.step % r.eval_every == 0:
+                last.update(self.evaluate())
+            self.logger.log(self.step, last)
+            if on_step is not None:
+                on_step(self.step, last)
+            if (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0) or self.step == stop:
+                self.save()
+        if self.step >= cfg.steps:
+            final = self.run_dir / "final"
+            self.model.save_pretrained(final)
+            self.tokenizer.save_pretrained(final)
+        self.logger.close()
+        return {"run_dir": str(self.run_dir), "step": self.step, "resumed": resumed, "last": last}
+
+
+def reward_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """Outcome and total reward logged separately, success, turns, invalid actions, masking."""
+    live = [t for t in trajs if not t.masked]
+    if not trajs:
+        return {}
+    out = {
+        "reward/masked_frac": (len(trajs) - len(live)) / len(trajs),
+    }
+    if live:
+        turns = [x for t in live for x in t.turns]
+        out.update(
+            {
+                "reward/outcome": float(np.mean([t.outcome for t in live])),
+                "reward/total": float(np.mean([t.total_reward for t in live])),
+                "reward/success": float(np.mean([t.terminated and t.outcome >= 1.0 for t in live])),
+                "reward/terminated": float(np.mean([t.terminated for t in live])),
+                "episode/turns": float(np.mean([t.num_turns for t in live])),
+                "episode/invalid_action_frac": float(np.mean([x.invalid_action for x in turns]))
+                if turns
+                else 0.0,
+            }
+        )
+    return out
+
+
+def _derive(seed: int, step: int) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}:{step}".encode()).digest()[:4], "little")
+
+
+def _config_hash(cfg: TrainConfig) -> str:
+    return hashlib.sha1(cfg.model_dump_json().encode()).hexdigest()[:12]
