@@ -15,7 +15,7 @@ from pathlib import Path
 
 from turngym.envs.search.corpus import Corpus, cache_root
 from turngym.envs.search.loaders import load_flashrag_jsonl, load_tasks
-from turngym.envs.search.questions import generate_questions
+from turngym.envs.search.questions import MIXES, generate_questions
 from turngym.envs.search.tasks import QATask, write_tasks
 from turngym.envs.search.world import World, WorldConfig
 
@@ -43,10 +43,14 @@ def synthetic_dataset(
     n_tasks: int = 2_000,
     seed: int = 0,
     cache_dir: str | os.PathLike[str] | None = None,
+    mix: str = "default",
 ) -> tuple[Corpus, list[QATask]]:
-    """The generated world's corpus and ``n_tasks`` questions (cached on disk, keyed by the config)."""
+    """The generated world's corpus and ``n_tasks`` questions of a named ``mix`` (cached on disk)."""
+    if mix not in MIXES:
+        raise ValueError(f"unknown question mix {mix!r}; choose one of {sorted(MIXES)}")
     config = WorldConfig(seed=seed, n_passages=n_passages)
-    folder = cache_root(cache_dir) / "search" / "worlds" / f"{config.key()}-{n_tasks}-v{DATASET_FORMAT}"
+    name = f"{config.key()}-{n_tasks}-{mix}-v{DATASET_FORMAT}"
+    folder = cache_root(cache_dir) / "search" / "worlds" / name
 
     def build() -> tuple[Corpus, list[QATask]]:
         corpus_path, tasks_path = folder / "corpus.jsonl", folder / "tasks.jsonl"
@@ -56,7 +60,9 @@ def synthetic_dataset(
             except (OSError, ValueError):
                 pass  # a damaged cache entry is regenerated below
         world = World.generate(config)
-        tasks = generate_questions(world, n_tasks, seed=seed)
+        tasks = generate_questions(
+            world, n_tasks, seed=seed, mix=mix, id_prefix=f"synth-{mix}-{config.key()[:8]}-{seed}"
+        )
         try:
             write_tasks(tasks, tasks_path)
             world.corpus.to_jsonl(corpus_path)
@@ -64,7 +70,7 @@ def synthetic_dataset(
             pass  # read-only cache: keep the in-memory copy
         return world.corpus, tasks
 
-    return _memo(("synthetic", config, n_tasks, str(folder)), build)  # type: ignore[return-value]
+    return _memo(("synthetic", str(folder)), build)  # type: ignore[return-value]
 
 
 def load_corpus(path: str | os.PathLike[str]) -> Corpus:

@@ -10,7 +10,8 @@ Reward (paid on the last turn): ``reward = <em or f1> + format``. ``reward_compo
 ``format`` (``-format_penalty`` when the episode ended without an answer, else 0); only the
 metric chosen by ``reward=`` enters the sum, so the components do not add up to the reward.
 
-Data: by default a generated world of ``n_passages`` passages and ``n_tasks`` questions, cached
+Data: by default a generated world of ``n_passages`` passages and ``n_tasks`` questions (``mix``:
+"default" = bridge 2-4 hops + comparison, "easy" = mostly 1-2 hops, "hard" = 3-4 hops), cached
 on disk (``turngym.make("search-qa")`` is quick after the first call); or ``corpus=`` (JSONL)
 plus ``tasks=`` (FlashRAG JSONL, Search-R1 parquet, HotpotQA JSON — HotpotQA brings its own
 corpus); or ``retriever="http://host:port"`` for a ``/retrieve`` server.
@@ -73,6 +74,7 @@ class SearchQAEnv(Env):
         n_passages: int = 10_000,
         n_tasks: int = 2_000,
         world_seed: int = 0,
+        mix: str = "default",
         split: Literal["train", "test"] | None = None,
         kinds: list[str] | None = None,
         hops: list[int] | None = None,
@@ -101,7 +103,7 @@ class SearchQAEnv(Env):
         self.max_query_chars = max_query_chars
 
         self.corpus, all_tasks = self._load_data(
-            corpus, tasks, task_format, n_passages, n_tasks, world_seed, cache_dir, retriever
+            corpus, tasks, task_format, n_passages, n_tasks, world_seed, mix, cache_dir, retriever
         )
         self.tasks = [
             t
@@ -129,11 +131,11 @@ class SearchQAEnv(Env):
         self._episode_noise = self.noise_prob
 
     @staticmethod
-    def _load_data(corpus, tasks, task_format, n_passages, n_tasks, world_seed, cache_dir, retriever):
+    def _load_data(corpus, tasks, task_format, n_passages, n_tasks, world_seed, mix, cache_dir, retriever):
         if tasks is None:
             if corpus is not None:
                 raise ValueError("a corpus was given without tasks: pass tasks= (a task file or list)")
-            return synthetic_dataset(n_passages, n_tasks, seed=world_seed, cache_dir=cache_dir)
+            return synthetic_dataset(n_passages, n_tasks, seed=world_seed, cache_dir=cache_dir, mix=mix)
         context_corpus = None
         if isinstance(tasks, list):
             task_list = tasks

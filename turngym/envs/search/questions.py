@@ -81,14 +81,13 @@ COMPARISONS: tuple[Comparison, ...] = (
     Comparison("university", "founded_year", "min", "location", "In which city is the older university, {a} or {b}?"),
 )  # fmt: skip
 
-#: default mix of question kinds: (kind, hops) -> weight
-DEFAULT_MIX: dict[tuple[str, int], float] = {
-    ("bridge", 2): 0.25,
-    ("bridge", 3): 0.25,
-    ("bridge", 4): 0.2,
-    ("comparison", 0): 0.3,
+#: named mixes of question kinds: (kind, hops) -> weight ("comparison" ignores hops)
+MIXES: dict[str, dict[tuple[str, int], float]] = {
+    "default": {("bridge", 2): 0.25, ("bridge", 3): 0.25, ("bridge", 4): 0.2, ("comparison", 0): 0.3},
+    "easy": {("bridge", 1): 0.5, ("bridge", 2): 0.35, ("comparison", 0): 0.15},
+    "hard": {("bridge", 3): 0.3, ("bridge", 4): 0.4, ("comparison", 0): 0.3},
 }
-
+DEFAULT_MIX = MIXES["default"]
 
 MAX_FAILED_DRAWS = 2_000
 
@@ -102,12 +101,15 @@ def generate_questions(
     n: int,
     *,
     seed: int = 0,
-    mix: dict[tuple[str, int], float] | None = None,
+    mix: str | dict[tuple[str, int], float] = "default",
     id_prefix: str | None = None,
 ) -> list[QATask]:
     """``n`` distinct questions drawn with ``random.Random(seed)`` (the same inputs give the same list)."""
     rng = random.Random(f"questions:{world.config.key()}:{seed}")
-    mix = mix or DEFAULT_MIX
+    if isinstance(mix, str):
+        if mix not in MIXES:
+            raise ValueError(f"unknown question mix {mix!r}; choose one of {sorted(MIXES)} or pass a dict")
+        mix = MIXES[mix]
     kinds, weights = list(mix), list(mix.values())
     for kind, hops in kinds:
         if kind not in ("bridge", "comparison") or (kind == "bridge" and not 1 <= hops <= 6):

@@ -268,3 +268,57 @@ def test_default_world_is_cached_on_disk(search_cache):
     worlds = list((search_cache / "search" / "worlds").iterdir())
     assert any((w / "corpus.jsonl").is_file() and (w / "tasks.jsonl").is_file() for w in worlds)
     assert any((d / "done").is_file() for d in (search_cache / "search" / "bm25").iterdir())
+
+
+def test_easy_mix_has_single_hop_questions_the_expert_solves():
+    env = turngym.make("search-qa", mix="easy", **SMALL)
+    hops = {t.hops for t in env.tasks}
+    assert 1 in hops and max(hops) <= 3
+    assert all(run_expert(env, seed)[0] == 1.0 for seed in range(10))
+    with pytest.raises(ValueError, match="unknown question mix"):
+        turngym.make("search-qa", mix="nightmare", **SMALL)
+
+
+def test_hotpotqa_file_brings_its_own_corpus(tmp_path):
+    from search_formats import HOTPOT
+
+    path = tmp_path / "hotpot.json"
+    path.write_text(json.dumps(HOTPOT))
+    env = turngym.make("search-qa", tasks=str(path), cache_dir=tmp_path)
+    total, info = run_expert(env, 0)
+    assert total == 1.0 and info["reference"]["kind"] in ("bridge", "comparison")
+    assert set(info["reference"]["supporting_ids"]) <= env._retrieved
+
+
+def test_search_r1_parquet_with_wiki18_corpus(tmp_path):
+    from search_formats import write_search_r1
+
+    corpus = tmp_path / "wiki-18.jsonl"
+    corpus.write_text(
+        json.dumps(
+            {
+                "id": "0",
+                "contents": '"Wilhelm Röntgen"\nWilhelm Röntgen won the first Nobel Prize in Physics.',
+            }
+        )
+        + "\n"
+        + json.dumps({"id": "1", "contents": '"Deadpool 2"\nDeadpool 2 was released on May 18, 2018.'})
+        + "\n"
+    )
+    tasks = tmp_path / "test.parquet"
+    write_search_r1(
+        tasks,
+        [
+            {
+                "id": "test_0",
+                "question": "who won the first nobel prize in physics?",
+                "answers": ["Wilhelm Röntgen"],
+            }
+        ],
+    )
+    env = turngym.make("search-r1", corpus=str(corpus), tasks=str(tasks), cache_dir=tmp_path)
+    obs, info = env.reset(seed=0)
+    obs, *_ = env.step("<search> first nobel prize physics </search>")
+    assert obs[0].content.startswith("<information>Doc 1 (Title: Wilhelm Röntgen) Wilhelm Röntgen won")
+    _, reward, terminated, *_ = env.step("<answer> wilhelm röntgen </answer>")
+    assert terminated and reward == 1.0

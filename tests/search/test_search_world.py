@@ -141,3 +141,28 @@ def test_retriever_over_generated_corpus_is_cached_by_fingerprint(tmp_path, worl
     r1 = BM25Retriever(world.corpus, cache_dir=tmp_path)
     r2 = BM25Retriever(World.generate(world.config).corpus, cache_dir=tmp_path)
     assert r2.loaded_from_cache and r1.index_dir == r2.index_dir
+
+
+def test_worlds_are_identical_across_processes():
+    """The on-disk cache is keyed by the config, so generation must not depend on hash seeds."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from turngym.envs.search.world import World, WorldConfig;"
+        "from turngym.envs.search.questions import generate_questions;"
+        "w = World.generate(WorldConfig(seed=5, n_passages=400));"
+        "print(w.corpus.fingerprint, generate_questions(w, 10, seed=2)[9].question)"
+    )
+    outs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": h},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for h in ("1", "2")
+    }
+    assert len(outs) == 1
