@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from turngym.envs.travel.database import TravelDB
-from turngym.envs.travel.evaluate import _ROOM_TYPE, _RULE_TEXT
+from turngym.envs.travel.evaluate import HOUSE_RULE_TEXT, ROOM_TYPE_TEXT
 from turngym.envs.travel.models import DayPlan, Query
 from turngym.envs.travel.parsing import flight_text, road_text
 from turngym.envs.travel.queries import layout_plan
@@ -91,11 +91,11 @@ def _stay_ok(row: dict[str, Any], q: Query, nights: int) -> bool:
     lc = q.local_constraint
     if row["minimum nights"] > nights:
         return False
-    if lc.house_rule and _RULE_TEXT.get(lc.house_rule, "\0") in str(row["house_rules"]):
+    if lc.house_rule and HOUSE_RULE_TEXT.get(lc.house_rule, "\0") in str(row["house_rules"]):
         return False
     if lc.room_type == "not shared room":
         return row["room type"] != "Shared room"
-    return not lc.room_type or row["room type"] == _ROOM_TYPE.get(lc.room_type)
+    return not lc.room_type or row["room type"] == ROOM_TYPE_TEXT.get(lc.room_type)
 
 
 def _searches(

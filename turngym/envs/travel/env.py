@@ -47,15 +47,6 @@ from turngym.envs.travel.schema import ACCOMMODATIONS, ATTRACTIONS, FLIGHTS, RES
 from turngym.envs.travel.verifier import GroundingReport, Ledger
 from turngym.tools import ToolError, tool
 
-SEARCH_TOOLS = (
-    "search_flights",
-    "search_accommodations",
-    "search_restaurants",
-    "search_attractions",
-    "distance",
-    "search_cities",
-)
-
 PLAN_FORMAT = """Submit the plan with submit_plan: a JSON list with one object per day, in TravelPlanner's format:
 {"days": 1, "current_city": "from Dallas to Denver", "transportation": "<the flight or road leg as the tool returned it>",
  "breakfast": "-", "attraction": "Red Rocks Park, Denver;", "lunch": "Rosa's Grill, Denver", "dinner": "Blue Table, Denver",

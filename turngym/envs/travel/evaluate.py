@@ -70,14 +70,18 @@ PAPER_NAMES = {
     "transportation": "Transportation",
 }
 MEALS = ("breakfast", "lunch", "dinner")
-_RULE_TEXT = {
+HOUSE_RULE_TEXT = {
     "smoking": "No smoking",
     "parties": "No parties",
     "children under 10": "No children under 10",
     "visitors": "No visitors",
     "pets": "No pets",
 }
-_ROOM_TYPE = {"shared room": "Shared room", "private room": "Private room", "entire room": "Entire home/apt"}
+ROOM_TYPE_TEXT = {
+    "shared room": "Shared room",
+    "private room": "Private room",
+    "entire room": "Entire home/apt",
+}
 
 Check = tuple[bool | None, str | None]
 
@@ -352,7 +356,7 @@ class _Ctx:
 
     # --------------------------------------------------------------- hard
     def total_cost(self) -> float:
-        q, db, people = self.q, self.db, self.q.people_number
+        db, people = self.db, self.q.people_number
         total = 0.0
         for unit in self.units:
             trans = _get(unit, "transportation")
@@ -377,7 +381,6 @@ class _Ctx:
             row = self._found(ACCOMMODATIONS, acc) if acc else None
             if row is not None:
                 total += float(row["price"]) * math.ceil(people / max(int(row["maximum occupancy"]), 1))
-        del q
         return total
 
     def _accommodation_rows(self) -> list[dict[str, Any]]:
@@ -393,7 +396,7 @@ class _Ctx:
         rule = self.q.local_constraint.house_rule
         if rule is None:
             return None, None
-        forbidden = _RULE_TEXT.get(rule)
+        forbidden = HOUSE_RULE_TEXT.get(rule)
         for row in self._accommodation_rows():
             if forbidden and forbidden in str(row["house_rules"]):
                 return False, f"{row['NAME']} does not allow {rule}"
@@ -405,7 +408,7 @@ class _Ctx:
             return None, None
         for row in self._accommodation_rows():
             got = row["room type"]
-            bad = got == "Shared room" if want == "not shared room" else got != _ROOM_TYPE.get(want, got)
+            bad = got == "Shared room" if want == "not shared room" else got != ROOM_TYPE_TEXT.get(want, got)
             if bad:
                 return False, f"{row['NAME']} is a {got.lower()}, the query asks for a {want}"
         return True, None
@@ -442,6 +445,12 @@ class _Ctx:
             if rule == "no self-driving" and "Self-driving" in trans:
                 return False, "the query rules out self-driving"
         return True, None
+
+
+def plan_cost(query: Query, plan: Sequence[DayPlan | dict[str, Any]], db: TravelDB) -> float:
+    """TravelPlanner's total cost of a plan for the query's party (what the budget check compares)."""
+    units = [d.unit() if isinstance(d, DayPlan) else dict(d) for d in plan]
+    return _Ctx(query, units[: query.days], db, strict=True).total_cost()
 
 
 def _valid_city_sequence(cities: list[str]) -> bool:

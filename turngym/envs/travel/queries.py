@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from turngym.envs.travel.database import TravelDB
-from turngym.envs.travel.evaluate import _Ctx, evaluate_plan
+from turngym.envs.travel.evaluate import evaluate_plan, plan_cost
 from turngym.envs.travel.models import DayPlan, LocalConstraint, Query
 from turngym.envs.travel.parsing import EMPTY, flight_text, road_text
 from turngym.envs.travel.schema import HOUSE_RULE_VALUES, QUERY_CUISINES
@@ -132,7 +132,7 @@ def _try_sample(db: TravelDB, rng: np.random.Generator, level: str, days: int) -
         budget=0,
         level=level,
     )
-    cost = _Ctx(q, units, db, strict=True).total_cost()
+    cost = plan_cost(q, plan, db)
     q.budget = float(math.ceil(cost * rng.uniform(1.1, 1.6) / 100) * 100)
     q.query = request_text(q, rng)
     if not evaluate_plan(q, plan, db).final_pass:
