@@ -22,7 +22,7 @@ format:
 	$(BIN)/ruff format .
 
 bench: setup
-	$(BIN)/python benchmarks/import_time.py
+	$(BIN)/python benchmarks/run_all.py
 
 docs:
 	$(BIN)/typer turngym.cli utils docs --name turngym --output docs/cli.md
