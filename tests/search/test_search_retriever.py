@@ -119,3 +119,15 @@ def test_damaged_cache_is_rebuilt(tmp_path):
 def test_shared_index_per_process(tmp_path):
     corpus = Corpus.from_records(RECORDS)
     assert shared_bm25(corpus, tmp_path) is shared_bm25(Corpus.from_records(RECORDS), tmp_path)
+
+
+def test_concurrent_builders_share_one_cache_entry(tmp_path, world):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(3) as pool:
+        built = list(pool.map(lambda _: BM25Retriever(world.corpus, cache_dir=tmp_path), range(3)))
+    entries = [p for p in (tmp_path / "search" / "bm25").iterdir()]
+    assert len(entries) == 1 and (entries[0] / "done").is_file()  # no temp folders left behind
+    want = built[0].retrieve(["mayor"], 3)
+    assert all(r.retrieve(["mayor"], 3) == want for r in built)
+    assert BM25Retriever(world.corpus, cache_dir=tmp_path).retrieve(["mayor"], 3) == want

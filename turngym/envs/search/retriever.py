@@ -128,7 +128,7 @@ class BM25Retriever:
                 except Exception as e:  # noqa: BLE001 - a broken cache entry is rebuilt, never fatal
                     log.warning("rebuilding the bm25 index at %s: %s", self.index_dir, e)
                     self.model = self._build()
-                    self._save(self.index_dir)
+                    self._save(self.index_dir, replace=True)
             else:
                 self.model = self._build()
                 self._save(self.index_dir)
@@ -158,8 +158,12 @@ class BM25Retriever:
         self.build_seconds = time.perf_counter() - start
         return model
 
-    def _save(self, final: Path) -> None:
+    def _save(self, final: Path, replace: bool = False) -> None:
+        """Write the index to a temp folder and rename it into place; a finished index from a
+        concurrent builder is kept unless ``replace`` (the cached one was found damaged)."""
         final.parent.mkdir(parents=True, exist_ok=True)
+        if (final / "done").is_file() and not replace:
+            return
         tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}."))
         tmp.chmod(0o755)
         try:
@@ -168,6 +172,8 @@ class BM25Retriever:
                 json.dumps({"passages": len(self.corpus), "fingerprint": self.corpus.fingerprint})
             )
             (tmp / "done").write_text("")
+            if (final / "done").is_file() and not replace:
+                return  # another process finished first
             if final.exists():
                 shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
