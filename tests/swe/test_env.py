@@ -21,7 +21,7 @@ def env(one_task_per_package):
     e = turngym.make(
         "swe-docker-v0",
         task_ids=[t.instance_id for t in one_task_per_package],
-        max_turns=6,
+        max_turns=9,
         command_timeout=3,
         max_output_chars=2_000,
     )
@@ -80,7 +80,9 @@ def test_gating_components_per_turn(env, one_task_per_package):
     _, _, _, _, info = env.step(call("bash", command="python3 -m pytest -q -x --co >/dev/null; echo done"))
     assert info["reward_components"]["tests_run"] == 1.0
     path = "/testbed/" + one_task_per_package[0].expert_edits[0]["path"]
-    _, _, _, _, info = env.step(call("file_editor", command="insert", path=path, insert_line=0, new_str="# hi"))
+    _, _, _, _, info = env.step(
+        call("file_editor", command="insert", path=path, insert_line=0, new_str="# hi")
+    )
     assert info["reward_components"]["edit_applied"] == 1.0
     assert info["reward_components"]["format_ok"] == 1.0
 
@@ -112,15 +114,23 @@ def test_file_editor(env, one_task_per_package):
     env.reset(options={"task_id": task.instance_id})
     obs, *_ = env.step(call("file_editor", command="view", path="/testbed"))
     assert "/testbed/" in obs[0].content and ".git" not in obs[0].content
-    obs, *_ = env.step(call("file_editor", command="create", path="/testbed/notes.txt", file_text="a\nb\nb\n"))
+    obs, *_ = env.step(
+        call("file_editor", command="create", path="/testbed/notes.txt", file_text="a\nb\nb\n")
+    )
     assert "created" in obs[0].content
-    obs, _, _, _, info = env.step(call("file_editor", command="str_replace", path="/testbed/notes.txt", old_str="b", new_str="c"))
+    obs, _, _, _, info = env.step(
+        call("file_editor", command="str_replace", path="/testbed/notes.txt", old_str="b", new_str="c")
+    )
     assert "appears 2 times" in info["error"]
-    env.step(call("file_editor", command="str_replace", path="/testbed/notes.txt", old_str="a\n", new_str="z\n"))
+    env.step(
+        call("file_editor", command="str_replace", path="/testbed/notes.txt", old_str="a\n", new_str="z\n")
+    )
     env.step(call("file_editor", command="undo_edit", path="/testbed/notes.txt"))
     obs, *_ = env.step(call("file_editor", command="view", path="/testbed/notes.txt", view_range=[1, 1]))
     assert "\ta" in obs[0].content
-    _, _, _, _, info = env.step(call("file_editor", command="create", path="/testbed/../etc/evil", file_text="x"))
+    _, _, _, _, info = env.step(
+        call("file_editor", command="create", path="/testbed/../etc/evil", file_text="x")
+    )
     assert "outside the repository" in info["error"]
     _, _, _, _, info = env.step(call("file_editor", command="view", path="/testbed/nope.py"))
     assert "no such file" in info["error"]

@@ -38,9 +38,15 @@ def test_base_and_layers_are_cached(base_image):
 
     again = build_base_image()
     assert again.cached and again.tag == base_image
-    first = build_layer(base_image, "turngym-test", files={"/opt/x.txt": "v1"}, commands=["test -f /opt/x.txt"])
-    second = build_layer(base_image, "turngym-test", files={"/opt/x.txt": "v1"}, commands=["test -f /opt/x.txt"])
-    changed = build_layer(base_image, "turngym-test", files={"/opt/x.txt": "v2"}, commands=["test -f /opt/x.txt"])
+    first = build_layer(
+        base_image, "turngym-test", files={"/opt/x.txt": "v1"}, commands=["test -f /opt/x.txt"]
+    )
+    second = build_layer(
+        base_image, "turngym-test", files={"/opt/x.txt": "v1"}, commands=["test -f /opt/x.txt"]
+    )
+    changed = build_layer(
+        base_image, "turngym-test", files={"/opt/x.txt": "v2"}, commands=["test -f /opt/x.txt"]
+    )
     assert second.cached and second.tag == first.tag and changed.tag != first.tag
     from turngym.sandboxes.docker import DockerSandbox
 

@@ -28,7 +28,9 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def sb(base_image):
-    box = DockerSandbox.create(base_image, limits=Limits(memory_mb=512, pids=128, disk_mb=64), run_id="t-sandbox")
+    box = DockerSandbox.create(
+        base_image, limits=Limits(memory_mb=512, pids=128, disk_mb=64), run_id="t-sandbox"
+    )
     yield box
     box.close()
 

@@ -11,8 +11,19 @@ import pytest
 from turngym.envs.swe.packages import PACKAGES
 from turngym.envs.swe.tasks import SweTask, load_instances, read_snapshot, save_instances
 
-SWEBENCH_KEYS = {"instance_id", "repo", "base_commit", "patch", "test_patch", "problem_statement",
-                 "FAIL_TO_PASS", "PASS_TO_PASS", "version", "hints_text", "created_at"}
+SWEBENCH_KEYS = {
+    "instance_id",
+    "repo",
+    "base_commit",
+    "patch",
+    "test_patch",
+    "problem_statement",
+    "FAIL_TO_PASS",
+    "PASS_TO_PASS",
+    "version",
+    "hints_text",
+    "created_at",
+}
 
 
 def test_shipped_task_set(shipped_tasks):
@@ -48,8 +59,16 @@ def test_swebench_round_trip(tmp_path, shipped_tasks):
 
 
 def test_plain_swebench_instance_needs_a_snapshot(tmp_path):
-    inst = {"instance_id": "o__r-1", "repo": "o/r", "base_commit": "abc", "patch": "", "test_patch": "",
-            "problem_statement": "bug", "FAIL_TO_PASS": '["t.py::a"]', "PASS_TO_PASS": "[]"}
+    inst = {
+        "instance_id": "o__r-1",
+        "repo": "o/r",
+        "base_commit": "abc",
+        "patch": "",
+        "test_patch": "",
+        "problem_statement": "bug",
+        "FAIL_TO_PASS": '["t.py::a"]',
+        "PASS_TO_PASS": "[]",
+    }
     p = tmp_path / "i.jsonl"
     p.write_text(json.dumps(inst) + "\n")
     with pytest.raises(ValueError, match="snapshot"):

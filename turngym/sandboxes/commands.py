@@ -72,7 +72,9 @@ def sandbox_ls(
 def sandbox_prune(
     run_id: str = typer.Option(None, help="Only containers of this run id."),
     everything: bool = typer.Option(False, "--all", help="Also containers whose owner is still alive."),
-    images: bool = typer.Option(False, help="Also remove turngym images no container uses (forces rebuilds)."),
+    images: bool = typer.Option(
+        False, help="Also remove turngym images no container uses (forces rebuilds)."
+    ),
 ) -> None:
     """Remove orphaned turngym containers (owner process gone), or all of them with --all."""
     from rich.console import Console

@@ -504,7 +504,9 @@ class DockerSandbox:
         return SandboxError(f"docker error in {self.name}: {e}")
 
     # ------------------------------------------------------------ files
-    def put_files(self, files: Mapping[str, bytes | str], *, mode: int = 0o644, timeout: float = 120.0) -> None:
+    def put_files(
+        self, files: Mapping[str, bytes | str], *, mode: int = 0o644, timeout: float = 120.0
+    ) -> None:
         """Write files (absolute paths -> content) into the container, creating parent directories.
 
         The files travel as a tar archive on the stdin of ``tar -x`` inside the container, which
@@ -522,9 +524,13 @@ class DockerSandbox:
     def get_file(self, path: str, *, max_bytes: int = 16 << 20, timeout: float = 60.0) -> bytes:
         """Read one regular file from the container (raises :class:`SandboxError` if missing or too big)."""
         script = 'test -f "$1" || { echo "no such file: $1" >&2; exit 3; }; s=$(stat -c %s "$1"); '
-        script += f'[ "$s" -le {int(max_bytes)} ] || {{ echo "$1 is $s bytes, over the limit" >&2; exit 4; }}; '
+        script += (
+            f'[ "$s" -le {int(max_bytes)} ] || {{ echo "$1 is $s bytes, over the limit" >&2; exit 4; }}; '
+        )
         script += 'exec cat -- "$1"'
-        code, out = self._exec_raw(["bash", "-c", script, "get", path], timeout, max_output_bytes=max(max_bytes + 2, 8192))
+        code, out = self._exec_raw(
+            ["bash", "-c", script, "get", path], timeout, max_output_bytes=max(max_bytes + 2, 8192)
+        )
         data = bytes(out.head + out.tail)
         if code != 0:
             raise SandboxError(data.decode(errors="replace").strip() or f"reading {path} failed ({code})")
@@ -545,4 +551,3 @@ class DockerSandbox:
 
     async def aclose(self) -> None:
         await run_blocking(self.close)
-

@@ -57,7 +57,9 @@ class BaseRecipe:
     )
 
     def content_hash(self) -> str:
-        payload = json.dumps({"suite": self.suite, "variant": self.variant, "packages": sorted(self.packages)})
+        payload = json.dumps(
+            {"suite": self.suite, "variant": self.variant, "packages": sorted(self.packages)}
+        )
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     @property
@@ -146,7 +148,11 @@ def build_base_image(
             for p in Path(rootfs, junk).glob("*"):
                 if p.is_file():
                     p.unlink()
-        labels = {LABEL_MANAGED: "1", LABEL_HASH: recipe.content_hash(), LABEL_RECIPE: json.dumps(recipe.__dict__)}
+        labels = {
+            LABEL_MANAGED: "1",
+            LABEL_HASH: recipe.content_hash(),
+            LABEL_RECIPE: json.dumps(recipe.__dict__),
+        }
         changes = [f"LABEL {k}={json.dumps(v)}" for k, v in labels.items()]
         changes += ['CMD ["python3"]', "ENV LANG=C.UTF-8", "ENV PYTHONDONTWRITEBYTECODE=1"]
         tar = subprocess.Popen(["tar", "-C", rootfs, "-c", "."], stdout=subprocess.PIPE)
@@ -211,15 +217,28 @@ def build_layer(
     files = dict(files or {})
     env = dict(env or {})
     parent_id = client.images.get(parent).id
-    digest = layer_hash(parent_id, files, commands, {"workdir": workdir, "env": env, "labels": dict(labels or {})})
+    digest = layer_hash(
+        parent_id, files, commands, {"workdir": workdir, "env": env, "labels": dict(labels or {})}
+    )
     tag = f"{repository}:{digest}"
     if not force and image_exists(tag, client):
         return BuildReport(tag, cached=True, seconds=time.perf_counter() - t0)
     build_env = dict(env)
     if network and os.path.exists(HOST_CA_BUNDLE):
-        build_env.update(PIP_CERT=CONTAINER_CA_PATH, SSL_CERT_FILE=CONTAINER_CA_PATH, REQUESTS_CA_BUNDLE=CONTAINER_CA_PATH)
-    limits = Limits(cpus=2.0, memory_mb=4096, pids=4096, read_only=False, writable=(), network="bridge" if network else "none")
-    sb = DockerSandbox.create(parent, limits=limits, run_id="image-build", client=client, environment=build_env)
+        build_env.update(
+            PIP_CERT=CONTAINER_CA_PATH, SSL_CERT_FILE=CONTAINER_CA_PATH, REQUESTS_CA_BUNDLE=CONTAINER_CA_PATH
+        )
+    limits = Limits(
+        cpus=2.0,
+        memory_mb=4096,
+        pids=4096,
+        read_only=False,
+        writable=(),
+        network="bridge" if network else "none",
+    )
+    sb = DockerSandbox.create(
+        parent, limits=limits, run_id="image-build", client=client, environment=build_env
+    )
     lines: list[str] = []
     try:
         to_put = dict(files)
@@ -245,4 +264,3 @@ def build_layer(
     finally:
         sb.close()
     return BuildReport(tag, cached=False, seconds=time.perf_counter() - t0, log=lines)
-

@@ -69,6 +69,7 @@ class SandboxPool:
         self._closed = False
         self._last_error: str = ""
         self._users = 0
+        self._holding: set[str] = set()
         self._shared_key: tuple[Any, ...] | None = None
         self._fill()
 
@@ -152,39 +153,55 @@ class SandboxPool:
         return False
 
     # ------------------------------------------------------------ hand-out
-    def acquire(self, timeout: float | None = None) -> DockerSandbox:
-        """A live sandbox: a warm one if any (checked alive), else a freshly started one."""
+    def acquire(self, timeout: float | None = None, *, bounded: bool = True) -> DockerSandbox:
+        """A live sandbox: a warm one if any (checked alive), else a freshly started one.
+
+        ``bounded=False`` skips the ``max_active`` bound, for short-lived helpers of a sandbox that
+        already holds a slot (grading a patch), which would otherwise deadlock a full pool.
+        """
         if self._closed:
             raise SandboxError("the pool is closed")
-        if not self._slots.acquire(timeout=timeout if timeout is not None else -1):
+        if bounded and not self._slots.acquire(timeout=timeout):
             raise SandboxError(f"no sandbox slot free within {timeout}s (max_active={self.max_active})")
         try:
-            while True:
-                with self._lock:
-                    sb = self._idle.popleft() if self._idle else None
-                if sb is None:
-                    break
-                if sb.alive():
-                    self.stats.handed_out_warm += 1
-                    self._fill()
-                    return sb
-                self.stats.replaced_dead += 1
-                sb.close()
-            self._fill()
-            sb = self._new()
-            self.stats.handed_out_cold += 1
-            return sb
+            sb = self._take_warm()
+            if sb is None:
+                self._fill()
+                sb = self._new()
+                self.stats.handed_out_cold += 1
         except BaseException:
-            self._slots.release()
+            if bounded:
+                self._slots.release()
             raise
+        if bounded:
+            with self._lock:
+                self._holding.add(sb.id)
+        return sb
+
+    def _take_warm(self) -> DockerSandbox | None:
+        while True:
+            with self._lock:
+                sb = self._idle.popleft() if self._idle else None
+            if sb is None:
+                return None
+            if sb.alive():
+                self.stats.handed_out_warm += 1
+                self._fill()
+                return sb
+            self.stats.replaced_dead += 1
+            sb.close()
 
     def release(self, sb: DockerSandbox) -> None:
-        """Give a sandbox back: it is removed (its state is gone) and the slot is free again."""
+        """Give a sandbox back: it is removed (its state is gone) and its slot is free again."""
         try:
             sb.close()
         finally:
             self.stats.released += 1
-            self._slots.release()
+            with self._lock:
+                held = sb.id in self._holding
+                self._holding.discard(sb.id)
+            if held:
+                self._slots.release()
             self._fill()
 
     @contextlib.contextmanager
@@ -195,8 +212,8 @@ class SandboxPool:
         finally:
             self.release(sb)
 
-    async def aacquire(self, timeout: float | None = None) -> DockerSandbox:
-        return await run_blocking(self.acquire, timeout)
+    async def aacquire(self, timeout: float | None = None, *, bounded: bool = True) -> DockerSandbox:
+        return await run_blocking(self.acquire, timeout, bounded=bounded)
 
     async def arelease(self, sb: DockerSandbox) -> None:
         await run_blocking(self.release, sb)

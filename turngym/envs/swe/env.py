@@ -155,7 +155,10 @@ class SweDockerEnv(AsyncEnv):
 
     async def _exec(self, command: str, timeout: float | None = None) -> Any:
         return await self._sandbox_call(
-            self._sb.exec, command, timeout=timeout or self.command_timeout, workdir=REPO_DIR,
+            self._sb.exec,
+            command,
+            timeout=timeout or self.command_timeout,
+            workdir=REPO_DIR,
             max_output_bytes=self.output_limit,
         )
 
@@ -235,7 +238,7 @@ class SweDockerEnv(AsyncEnv):
 
         task = self._swe
         assert task is not None
-        sb = await self._pool.aacquire()
+        sb = await self._pool.aacquire(bounded=False)
         try:
             return await run_blocking(
                 grade_patch,
@@ -378,7 +381,9 @@ class SweDockerEnv(AsyncEnv):
             return f'No matches found for "{search_term}" in {resolved}'
         if await self._is_dir(resolved):
             if len(lines) > 100:
-                return f'More than {len(lines) - 1} files matched "{search_term}" in {resolved}; narrow it down.'
+                return (
+                    f'More than {len(lines) - 1} files matched "{search_term}" in {resolved}; narrow it down.'
+                )
             counts = [line.rsplit(":", 1) for line in lines]
             total = sum(int(c) for _, c in counts if c.isdigit())
             body = "\n".join(f"{f} ({c} matches)" for f, c in counts)
@@ -412,7 +417,9 @@ class SweDockerEnv(AsyncEnv):
     def _check_writable(self, resolved: str) -> None:
         inside = resolved == REPO_DIR or resolved.startswith(REPO_DIR + "/")
         if not inside or resolved.startswith(f"{REPO_DIR}/.git/") or resolved == f"{REPO_DIR}/.git":
-            raise ToolError(f"editing outside the repository is not allowed: {resolved} (edit files under {REPO_DIR})")
+            raise ToolError(
+                f"editing outside the repository is not allowed: {resolved} (edit files under {REPO_DIR})"
+            )
 
     async def _exists(self, path: str) -> bool:
         return (await self._exec(f"test -e {shlex.quote(path)}", timeout=30)).exit_code == 0
@@ -423,7 +430,8 @@ class SweDockerEnv(AsyncEnv):
     async def _view(self, path: str, view_range: list[int] | None) -> str:
         if await self._is_dir(path):
             res = await self._exec(
-                f"find {shlex.quote(path)} -maxdepth 2 -not -path '*/.*' -not -name '__pycache__' | sort", timeout=30
+                f"find {shlex.quote(path)} -maxdepth 2 -not -path '*/.*' -not -name '__pycache__' | sort",
+                timeout=30,
             )
             return f"Here are the files and directories up to 2 levels deep in {path}:\n{res.output}"
         return editor.view(await self._read_text(path), path, view_range)

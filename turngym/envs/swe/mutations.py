@@ -158,7 +158,9 @@ def mutations_of(path: str, source: str, only_lines: set[int] | None = None) -> 
     return out
 
 
-def _mutations_in(path: str, name: str, fn: ast.FunctionDef | ast.AsyncFunctionDef, off: _Offsets) -> list[Mutation]:
+def _mutations_in(
+    path: str, name: str, fn: ast.FunctionDef | ast.AsyncFunctionDef, off: _Offsets
+) -> list[Mutation]:
     out: list[Mutation] = []
 
     def add(kind: str, node: ast.AST, replacement: str, description: str) -> None:
@@ -167,7 +169,9 @@ def _mutations_in(path: str, name: str, fn: ast.FunctionDef | ast.AsyncFunctionD
             out.append(Mutation(path, name, kind, node.lineno, start, end, replacement, description))  # type: ignore[attr-defined]
 
     parents = {child: parent for parent in ast.walk(fn) for child in ast.iter_child_nodes(parent)}
-    params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs if a.arg not in ("self", "cls")]
+    params = [
+        a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs if a.arg not in ("self", "cls")
+    ]
 
     # wrong default: bool flips and integers +1 in the signature
     for default in list(fn.args.defaults) + [d for d in fn.args.kw_defaults if d is not None]:
@@ -179,7 +183,9 @@ def _mutations_in(path: str, name: str, fn: ast.FunctionDef | ast.AsyncFunctionD
 
     for node in _own_nodes(fn):
         if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _CMP_SWAP:
-            new = ast.Compare(left=node.left, ops=[_CMP_SWAP[type(node.ops[0])]()], comparators=node.comparators)
+            new = ast.Compare(
+                left=node.left, ops=[_CMP_SWAP[type(node.ops[0])]()], comparators=node.comparators
+            )
             add("operator_swap", node, ast.unparse(new), "swapped a comparison operator")
         elif isinstance(node, ast.BinOp) and type(node.op) in _BIN_SWAP:
             if isinstance(node.left, ast.Constant) and isinstance(node.left.value, str):
@@ -188,7 +194,12 @@ def _mutations_in(path: str, name: str, fn: ast.FunctionDef | ast.AsyncFunctionD
             add("operator_swap", node, ast.unparse(new), "swapped an arithmetic operator")
         elif isinstance(node, ast.BoolOp) and len(node.values) == 2:
             new_op = ast.Or() if isinstance(node.op, ast.And) else ast.And()
-            add("operator_swap", node, ast.unparse(ast.BoolOp(op=new_op, values=node.values)), "swapped and/or")
+            add(
+                "operator_swap",
+                node,
+                ast.unparse(ast.BoolOp(op=new_op, values=node.values)),
+                "swapped and/or",
+            )
         elif (
             isinstance(node, ast.Constant)
             and type(node.value) is int
@@ -202,7 +213,11 @@ def _mutations_in(path: str, name: str, fn: ast.FunctionDef | ast.AsyncFunctionD
             end = off.starts[node.end_lineno] if node.end_lineno < len(off.starts) else len(off.source)  # type: ignore[operator]
             indent = off.lines[node.lineno - 1][: node.col_offset]
             replacement = f"{indent}pass\n" if block is not None and len(block) == 1 else ""
-            out.append(Mutation(path, name, "removed_branch", node.lineno, start, end, replacement, "removed an if-branch"))
+            out.append(
+                Mutation(
+                    path, name, "removed_branch", node.lineno, start, end, replacement, "removed an if-branch"
+                )
+            )
         elif (
             isinstance(node, ast.Call)
             and len(node.args) >= 2

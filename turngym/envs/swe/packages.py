@@ -166,7 +166,10 @@ def env_image(
     Test requirements are pip-installed at build time (the build container has network access and
     the host's CA bundle). Cached by content hash: building twice is free.
     """
-    put = {"/usr/local/lib/python3.11/dist-packages/turngym-testbed.pth": f"{REPO_DIR}/{src_root}".rstrip("/") + "\n"}
+    put = {
+        "/usr/local/lib/python3.11/dist-packages/turngym-testbed.pth": f"{REPO_DIR}/{src_root}".rstrip("/")
+        + "\n"
+    }
     commands: list[str] = []
     if test_requires:
         reqs = " ".join(f"'{r}'" for r in test_requires)
@@ -197,4 +200,3 @@ def package_image(spec: PackageSpec, base: str | None = None) -> str:
         test_requires=spec.test_requires,
         labels={"turngym.package": spec.key},
     )
-

@@ -158,7 +158,10 @@ class SweTask:
         f2p, p2p = _json_list(d["FAIL_TO_PASS"]), _json_list(d["PASS_TO_PASS"])
         test_files = list(extra.get("test_files") or [])
         if not test_files:
-            test_files = sorted({t.split("::")[0] for t in f2p + p2p if "::" in t} | set(_diff_paths_only(d.get("test_patch", ""))))
+            test_files = sorted(
+                {t.split("::")[0] for t in f2p + p2p if "::" in t}
+                | set(_diff_paths_only(d.get("test_patch", "")))
+            )
         return cls(
             instance_id=str(d["instance_id"]),
             repo=str(d.get("repo", "")),
@@ -257,7 +260,9 @@ def load_instances(
     tasks = []
     for d in raw:
         snap = (snapshots or {}).get(str(d.get("instance_id")), snapshot)
-        task = SweTask.from_swebench(d, snapshot=snap, image=image, src_root=src_root, test_requires=test_requires)
+        task = SweTask.from_swebench(
+            d, snapshot=snap, image=image, src_root=src_root, test_requires=test_requires
+        )
         if task.package is None and task.snapshot is None and task.image is None:
             raise ValueError(
                 f"instance {task.instance_id}: a SWE-bench instance needs the repository at base_commit "
@@ -333,7 +338,9 @@ def synthesize(
         )
         passing = {t for t, o in base_run.outcomes.items() if o == "passed"}
         if not passing:
-            raise RuntimeError(f"{spec.key}: no test passes on the pristine package:\n{base_run.output[-2000:]}")
+            raise RuntimeError(
+                f"{spec.key}: no test passes on the pristine package:\n{base_run.output[-2000:]}"
+            )
         covered: dict[str, set[int]] = {}
         for fname, line in json.loads(sb.get_file(profile)):
             covered.setdefault(os.path.relpath(fname, "/testbed"), set()).add(int(line))
@@ -341,7 +348,11 @@ def synthesize(
         cands: list[Mutation] = []
         for path in spec.sources:
             source = files[path].decode()
-            cands += [m for m in mutations_of(path, source, covered.get(path, set())) if still_parses(m.apply(source))]
+            cands += [
+                m
+                for m in mutations_of(path, source, covered.get(path, set()))
+                if still_parses(m.apply(source))
+            ]
         ordered = _order_candidates(cands, random.Random(f"{spec.key}:{seed}"))
         per_fn: dict[str, int] = {}
         tried = 0
