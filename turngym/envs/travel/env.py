@@ -94,6 +94,7 @@ class TravelPlannerEnv(Env):
         self._grounding: GroundingReport | None = None
         self._submitted_turn: int | None = None
         self._expert_step = 0
+        self._expert_script: list[str] | None = None
 
     # ---------------------------------------------------------------- tools
     @tool
@@ -247,6 +248,7 @@ class TravelPlannerEnv(Env):
         self._plan = self._evaluation = self._grounding = None
         self._submitted_turn = None
         self._expert_step = 0
+        self._expert_script: list[str] | None = None
         self._sampled = None
         if self.queries is not None:
             index = int(options.get("query_index", rng.integers(len(self.queries))))
@@ -334,15 +336,28 @@ class TravelPlannerEnv(Env):
         return hashlib.sha1(json.dumps([task, looked]).encode()).hexdigest()[:16]
 
     def expert_action(self) -> str | None:
-        """Follow the sampled plan: run its searches, then submit it (None for loaded queries)."""
-        if self._sampled is None or self._done:
+        """The scripted expert's next action: for a sampled query, the searches that find the
+        sampled plan and then that plan; for a loaded query (no gold plan), the greedy-cheap
+        planner's searches and plan (:mod:`.baselines`). None once the script is spent."""
+        if self._done or self._query is None:
             return None
-        searches = self._sampled.searches
-        if self._expert_step < len(searches):
-            name, args = searches[self._expert_step]
-            self._expert_step += 1
-            return _call(name, args)
-        return _call("submit_plan", {"plan": [d.unit() for d in self._sampled.plan]})
+        if self._expert_script is None:
+            if self._sampled is not None:
+                calls = [
+                    *self._sampled.searches,
+                    ("submit_plan", {"plan": [d.unit() for d in self._sampled.plan]}),
+                ]
+                self._expert_script = [_call(n, a) for n, a in calls]
+            else:
+                from turngym.envs.travel.baselines import planner_actions
+
+                self._expert_script = planner_actions(
+                    "greedy", self._query, self.db, np.random.default_rng(0)
+                )
+        if self._expert_step >= len(self._expert_script):
+            return None
+        self._expert_step += 1
+        return self._expert_script[self._expert_step - 1]
 
 
 class TravelOpenEnv(TravelPlannerEnv):
