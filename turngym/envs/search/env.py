@@ -93,6 +93,8 @@ class SearchQAEnv(Env):
             raise ValueError(f"noise_prob must be in [0, 1], got {noise_prob}")
         if max_k < 1 or max_query_chars < 1:
             raise ValueError("max_k and max_query_chars must be >= 1")
+        if isinstance(retriever, str) and not retriever.startswith(("http://", "https://")):
+            raise ValueError(f"retriever must be an http(s) URL of a /retrieve server, got {retriever!r}")
         if split not in (None, "train", "test"):
             raise ValueError(f"split must be 'train', 'test' or None, got {split!r}")
         super().__init__(**kwargs)
@@ -156,7 +158,7 @@ class SearchQAEnv(Env):
 
         Args:
             query: keywords to search for, e.g. an entity name and the fact you need
-            k: how many passages to return (1 to 10)
+            k: how many passages to return
         """
         query = query.strip()
         if not query:
