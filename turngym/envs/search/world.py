@@ -25,6 +25,8 @@ from typing import NamedTuple
 
 from turngym.envs.search.corpus import Corpus
 
+GENERATOR_VERSION = 2
+
 KINDS = ("country", "city", "person", "company", "university", "book")
 
 #: subject kind -> relation -> object kind (every relation is functional: one object per subject)
@@ -194,9 +196,9 @@ EVENT_NOUNS = ("Summit", "Accord", "Exhibition", "Festival", "Symposium", "Confe
 
 _ONSETS = (
     "b", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z",
-    "br", "dr", "gr", "kr", "tr", "st", "th", "sh", "", "",
+    "br", "dr", "gr", "kr", "tr", "st", "th", "sh",
 )  # fmt: skip
-_VOWELS = ("a", "e", "i", "o", "u", "a", "e", "o", "ae", "ia", "ei", "ou")
+_VOWELS = ("a", "e", "i", "o", "u", "a", "e", "o", "ae", "ei", "ou")
 _CODAS = ("", "", "", "", "", "n", "r", "l", "s", "k", "m", "nd", "rn")
 _SHARES = (("person", 0.42), ("company", 0.14), ("city", 0.14), ("university", 0.05), ("book", 0.22))
 
@@ -220,7 +222,9 @@ class WorldConfig:
             raise ValueError("entity_share must be in [0.1, 0.7]")
 
     def key(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+        """Cache key: the config and the generator's version (bump it whenever the output changes)."""
+        payload = json.dumps({**asdict(self), "generator": GENERATOR_VERSION}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
 @dataclass(slots=True)
@@ -312,6 +316,8 @@ class _Generator:
         while True:
             n = self._int(min_syl, max_syl)
             w = "".join(self._pick(_ONSETS) + self._pick(_VOWELS) + self._pick(_CODAS) for _ in range(n))
+            if self._random() < 0.2:  # some names start with a vowel
+                w = w[1:] if w[1] in "aeiou" else w
             if 4 <= len(w) <= 10 and w not in self.used:
                 self.used.add(w)
                 return w.capitalize()
