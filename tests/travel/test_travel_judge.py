@@ -148,3 +148,19 @@ def test_judge_module_is_light():
     code = "import sys, turngym.envs.travel.judge; print('pandas' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_llm_pairwise_retries_then_ties(trajectories):
+    replies = iter(["garbage", reply([9, 9, 9], [9, 9, 9, 9], [1, 1, 1], [1, 1, 1, 1])])
+    seen = []
+
+    def complete(messages):
+        seen.append(messages)
+        return next(replies)
+
+    fn = judge.llm_pairwise(complete, retries=2)
+    a, b = fn(trajectories["expert"], trajectories["lazy"])
+    assert (a, b) == (pytest.approx(9.0), pytest.approx(1.0)) and len(seen) == 2
+    assert seen[0][0]["content"] == judge.RUBRIC_PROMPT
+    never = judge.llm_pairwise(lambda m: "no idea", retries=1)
+    assert never(trajectories["expert"], trajectories["lazy"]) == (5.0, 5.0)

@@ -17,6 +17,7 @@ Modules (import what you need; this package imports nothing heavy):
     score_b)``, one order, 0–10) or ``score_trajectory`` for ``ProgrammaticJudge.from_scorer``;
   - LLM: ``RUBRIC_PROMPT`` (process breadth/relevance/detail, answer relevance/feasibility/
     details/clarity, combined 0.6 process / 0.4 answer), ``judge_messages(a, b)``,
-    ``parse_judge_reply(text)``; ``RUBRIC`` fits ``turngym.trainer.judges.Rubric(**RUBRIC)``.
+    ``parse_judge_reply(text)``, ``llm_pairwise(complete)`` (retries, then a tie);
+    ``RUBRIC`` fits ``turngym.trainer.judges.Rubric(**RUBRIC)``.
 * :mod:`.baselines` — scripted planners without privileged data (greedy-cheap, random).
 """

@@ -25,7 +25,8 @@ relevance / detail, answer relevance / feasibility / details / clarity, each 0â€
 ``0.6 * Overall_P + 0.4 * Overall_A``, JSON reply); ``judge_messages(a, b)`` renders two
 trajectories (tool calls as the path, the submitted plan as the answer) and
 ``parse_judge_reply(text)`` returns ``(score_a, score_b)`` (raises ``ValueError`` on a bad
-reply, so the caller can retry and then count a tie). ``RUBRIC`` holds the dimension texts and
+reply, so the caller can retry and then count a tie); ``llm_pairwise(complete)`` bundles the
+three with retries into a ``(a, b) -> (score_a, score_b)`` function for ``ProgrammaticJudge``. ``RUBRIC`` holds the dimension texts and
 weights in the shape of ``turngym.trainer.judges.Rubric(**RUBRIC)``.
 """
 
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from turngym.core.types import Message, Trajectory
@@ -296,3 +297,24 @@ def parse_judge_reply(text: str) -> tuple[float, float]:
             raise ValueError(f"{agent}'s scores must lie in [0, 10]")
         out.append(combine(process, answer))
     return out[0], out[1]
+
+
+def llm_pairwise(
+    complete: Callable[[list[dict[str, str]]], str], retries: int = 2, tie: float = 5.0
+) -> Callable[[Trajectory | dict[str, Any], Trajectory | dict[str, Any]], tuple[float, float]]:
+    """A one-order pairwise judge from a chat completion function ``complete(messages) -> text``.
+
+    A reply that does not parse is asked again up to ``retries`` times, then counts as a tie
+    (``tie`` for both). Wrap it in the trainer's ``ProgrammaticJudge`` to judge both orders.
+    """
+
+    def judge(a: Trajectory | dict[str, Any], b: Trajectory | dict[str, Any]) -> tuple[float, float]:
+        messages = judge_messages(a, b)
+        for _ in range(retries + 1):
+            try:
+                return parse_judge_reply(complete(messages))
+            except ValueError:
+                continue
+        return tie, tie
+
+    return judge
