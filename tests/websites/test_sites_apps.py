@@ -128,7 +128,9 @@ def test_forum_pages_and_actions(forum):
 
 def test_tracker_pages_and_actions(tracker):
     c = httpx.Client(base_url=tracker.url, follow_redirects=True)
-    n_open = tracker.query("SELECT count(*) FROM issues WHERE project='payments-api' AND state='opened'")[0][0]
+    n_open = tracker.query("SELECT count(*) FROM issues WHERE project='payments-api' AND state='opened'")[0][
+        0
+    ]
     assert f"{n_open} issues" in c.get("/payments-api/-/issues").text
     n_bug = tracker.query(
         "SELECT count(*) FROM issue_labels l JOIN issues i USING (project, iid) "
@@ -145,7 +147,9 @@ def test_tracker_pages_and_actions(tracker):
     r = c.post("/payments-api/-/issues/new", data={"title": "Brand new", "description": "d"})
     assert r.url.path == "/payments-api/-/issues/61" and "Brand new" in r.text
     assert "The title is required" in c.post("/payments-api/-/issues/new", data={"title": " "}).text
-    assert c.get("/nope/-/issues").status_code == 404 and c.get("/payments-api/-/issues/999").status_code == 404
+    assert (
+        c.get("/nope/-/issues").status_code == 404 and c.get("/payments-api/-/issues/999").status_code == 404
+    )
 
 
 def test_reset_restores_the_pristine_database(site_dir):

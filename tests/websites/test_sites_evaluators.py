@@ -20,7 +20,14 @@ from turngym.envs.webarena.evaluators import (
     url_match,
 )
 from turngym.envs.webarena.taskgen import TEMPLATES, generate_tasks
-from turngym.envs.webarena.tasks import TaskFormatError, check_task, fill_placeholders, load_tasks, save_tasks, site_for
+from turngym.envs.webarena.tasks import (
+    TaskFormatError,
+    check_task,
+    fill_placeholders,
+    load_tasks,
+    save_tasks,
+    site_for,
+)
 
 
 def _cfg(**ev):
@@ -95,10 +102,18 @@ async def test_program_html_reads_pages_and_databases():
     checks[0]["required_contents"] = {"must_include": ["security"]}
     assert await program_html(_cfg(program_html=checks), ctx) == 0.0
     with pytest.raises(EvaluationError, match="func"):
-        await program_html(_cfg(program_html=[{"url": "func:f()", "locator": "", "required_contents": {}}]), ctx)
+        await program_html(
+            _cfg(program_html=[{"url": "func:f()", "locator": "", "required_contents": {}}]), ctx
+        )
     with pytest.raises(EvaluationError, match="locator"):
-        await program_html(_cfg(program_html=[{"url": "last", "locator": "xpath://a", "required_contents": {}}]), ctx)
-    cfg = _cfg(eval_types=["string_match", "url_match"], reference_answers={"exact_match": "a"}, reference_url="http://u/p")
+        await program_html(
+            _cfg(program_html=[{"url": "last", "locator": "xpath://a", "required_contents": {}}]), ctx
+        )
+    cfg = _cfg(
+        eval_types=["string_match", "url_match"],
+        reference_answers={"exact_match": "a"},
+        reference_url="http://u/p",
+    )
     score, parts = await evaluate(cfg, answer="a", url="http://u/p?x=1")
     assert score == 1.0 and parts == {"string_match": 1.0, "url_match": 1.0}
     score, parts = await evaluate(cfg, answer="b", url="http://u/p")
@@ -149,8 +164,15 @@ def test_webarena_site_names_and_placeholders_map_to_local_sites():
     filled = fill_placeholders(t)
     assert filled["start_url"] == "http://forum.local/f/books"
     assert filled["eval"]["reference_url"] == "http://forum.local/f/books?sort=top"
-    assert fill_placeholders("__GITLAB__/x", {"forum": "a", "tracker": "http://127.0.0.1:9"}) == "http://127.0.0.1:9/x"
-    assert site_for("__GITLAB__") == "tracker" and site_for("http://forum.local/x") == "forum" and site_for("zz") is None
+    assert (
+        fill_placeholders("__GITLAB__/x", {"forum": "a", "tracker": "http://127.0.0.1:9"})
+        == "http://127.0.0.1:9/x"
+    )
+    assert (
+        site_for("__GITLAB__") == "tracker"
+        and site_for("http://forum.local/x") == "forum"
+        and site_for("zz") is None
+    )
     no_sites = dict(raw, sites=[])
     assert check_task(no_sites)["sites"] == ["forum"]
 

@@ -105,7 +105,9 @@ def test_reward_counts_each_part(small_catalog):
     r, parts = webshop_reward(pricey, g.goal_options, g, goal_brand=p.brand)
     assert r == pytest.approx((n - 1) / n) and parts["r_price"] is False
     # attributes missing everywhere
-    bare = dataclasses.replace(p, attributes=[], title=p.brand + " " + p.title.split()[-1], bullets=[], description="")
+    bare = dataclasses.replace(
+        p, attributes=[], title=p.brand + " " + p.title.split()[-1], bullets=[], description=""
+    )
     r, parts = webshop_reward(bare, g.goal_options, g, goal_brand=p.brand)
     assert parts["n_attr_matches"] == 0
 

@@ -107,7 +107,8 @@ class ShopApp:
         sid = request.cookies.get(COOKIE, "")
         if sid not in self.sessions:
             return HTMLResponse(
-                layout("No session", "<h1>This shopping session has ended.</h1><a href='/'>Start again</a>"), 404
+                layout("No session", "<h1>This shopping session has ended.</h1><a href='/'>Start again</a>"),
+                404,
             )
         return sid
 
@@ -127,6 +128,7 @@ class ShopApp:
             "<input type='text' name='q' id='search_input' aria-label='Search' placeholder='Search products'>"
             "<button type='submit' id='search-button'>Search</button></form>"
         )
+
     def _search_box(self, sid: str, q: str) -> str:
         return (
             f"<form action='/search' method='get' role='search'>"
@@ -187,9 +189,7 @@ class ShopApp:
                 for i, v in enumerate(values)
             )
             groups.append(f"<fieldset><legend>{esc(name)}</legend>{radios}</fieldset>")
-        tabs = " ".join(
-            f"<a href='/item/{p.asin}/{t}?{back}'>{t.capitalize()}</a>" for t in TABS
-        )
+        tabs = " ".join(f"<a href='/item/{p.asin}/{t}?{back}'>{t.capitalize()}</a>" for t in TABS)
         body = (
             f"<nav><a href='/'>Back to Search</a> <a href='/search?{back}'>&lt; Prev</a></nav>"
             f"<h2>{esc(p.title)}</h2><div class='price'>Price: ${p.price:.2f}</div>"
@@ -214,10 +214,13 @@ class ShopApp:
         elif tab == "features":
             content = "<ul>" + "".join(f"<li>{esc(b)}</li>" for b in p.bullets) + "</ul>"
         elif tab == "reviews":
-            content = "".join(
-                f"<div class='review'><b>{esc(r['title'])}</b> ({r['score']}/5)<p>{esc(r['body'])}</p></div>"
-                for r in p.reviews
-            ) or "<p>No reviews yet.</p>"
+            content = (
+                "".join(
+                    f"<div class='review'><b>{esc(r['title'])}</b> ({r['score']}/5)<p>{esc(r['body'])}</p></div>"
+                    for r in p.reviews
+                )
+                or "<p>No reviews yet.</p>"
+            )
         else:
             content = f"<p>Unknown section {esc(tab)}.</p>"
         back = _back_query(request)
@@ -256,4 +259,6 @@ def _int(text: str | None, default: int) -> int:
 
 
 def _back_query(request: Any) -> str:
-    return urlencode({"q": request.query_params.get("q", ""), "page": _int(request.query_params.get("page"), 1)})
+    return urlencode(
+        {"q": request.query_params.get("q", ""), "page": _int(request.query_params.get("page"), 1)}
+    )

@@ -102,13 +102,18 @@ def _product(rng: np.random.Generator, t: ProductType, brand: str, asin: str) ->
         options[name] = [values[i] for i in picked]
     noun = t.nouns[int(rng.integers(len(t.nouns)))]
     in_title = [a for a in attributes if not a.startswith(("for ", "with "))][: int(rng.integers(1, 3))]
-    title = " ".join(x for x in (brand, _title_case(t.modifier), _title_case(" ".join(in_title)), _title_case(noun)) if x)
+    title = " ".join(
+        x for x in (brand, _title_case(t.modifier), _title_case(" ".join(in_title)), _title_case(noun)) if x
+    )
     extra = [a for a in attributes if a not in in_title]
     if extra and rng.random() < 0.6:
         title += ", " + _title_case(extra[0])
     lo, hi = t.price
     price = float(np.floor(rng.uniform(lo, hi))) + float(rng.choice([0.99, 0.49, 0.95, 0.0]))
-    bullets = [f"{a.upper() if len(a) < 5 else a.capitalize()}: {_FILLERS[int(rng.integers(len(_FILLERS)))]}" for a in attributes]
+    bullets = [
+        f"{a.upper() if len(a) < 5 else a.capitalize()}: {_FILLERS[int(rng.integers(len(_FILLERS)))]}"
+        for a in attributes
+    ]
     bullets.append(f"Brand: {brand}. {_FILLERS[int(rng.integers(len(_FILLERS)))]}")
     description = (
         f"The {brand} {noun} is a {', '.join(attributes[:-1]) + ' and ' + attributes[-1] if len(attributes) > 1 else attributes[0]}"

@@ -63,7 +63,7 @@ class WebShopEnv(SiteBrowserEnv):
     system_intro = (
         "You are shopping on a web shop for the customer's instruction. Search, open products, choose the "
         "options the instruction asks for (colour, size, ...) and click 'Buy Now' on the best match: buying ends "
-        "the episode. Each observation shows the URL and the page's elements as `[id] role \"name\"`; act on them "
+        'the episode. Each observation shows the URL and the page\'s elements as `[id] role "name"`; act on them '
         "by id with the tools."
     )
 
@@ -124,7 +124,9 @@ class WebShopEnv(SiteBrowserEnv):
             return []
         product = self.catalog.product(bought.asin)
         assert product is not None and self.goal is not None
-        reward, parts = webshop_reward(product, bought.options, self.goal, goal_brand=self.goal.extra["goal_brand"])
+        reward, parts = webshop_reward(
+            product, bought.options, self.goal, goal_brand=self.goal.extra["goal_brand"]
+        )
         self.result = {"asin": bought.asin, "options": bought.options, "reward": reward, **parts}
         self.end_episode()
         await self._release()

@@ -25,7 +25,12 @@ def shop_expert_action(goal: Goal, url: str, snap: Snapshot) -> str | None:
     if path == ["search"]:
         nodes = snap.nodes
         for i, n in enumerate(nodes):
-            if n.role == "link" and n.name == goal.name and i + 1 < len(nodes) and nodes[i + 1].name == goal.asin:
+            if (
+                n.role == "link"
+                and n.name == goal.name
+                and i + 1 < len(nodes)
+                and nodes[i + 1].name == goal.asin
+            ):
                 return call("click", bid=n.id)
         nxt = snap.find(role="link", name="Next >")
         searched = parse_qs(parts.query).get("q", [""])[0]
@@ -45,7 +50,12 @@ def _buy(goal: Goal, snap: Snapshot) -> str | None:
     for n in snap.nodes:
         if n.role == "legend":
             group = n.name
-        elif n.role == "radio" and group is not None and goal.goal_options.get(group) == n.name and not n.checked:
+        elif (
+            n.role == "radio"
+            and group is not None
+            and goal.goal_options.get(group) == n.name
+            and not n.checked
+        ):
             calls.append(call("click", bid=n.id))
     buy = snap.find(role="button", name="Buy Now")
     if not buy:

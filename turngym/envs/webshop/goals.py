@@ -49,7 +49,11 @@ def _option_phrase(name: str, value: str) -> str:
     if name == "color":
         return f"in {value}"
     if name == "size":
-        return f"size {value}" if not any(c.isdigit() for c in value) or value.replace(".", "").isdigit() else value
+        return (
+            f"size {value}"
+            if not any(c.isdigit() for c in value) or value.replace(".", "").isdigit()
+            else value
+        )
     if name in ("flavor", "scent"):
         return f"{value} {name}"
     if name == "model":
@@ -61,7 +65,9 @@ def sample_goal(product: Product, rng: np.random.Generator) -> Goal:
     """A goal whose target is ``product``."""
     t = _TYPE_BY_KEY[product.type]
     k = int(rng.integers(1, min(3, len(product.attributes)) + 1))
-    attrs = [product.attributes[i] for i in sorted(rng.choice(len(product.attributes), size=k, replace=False))]
+    attrs = [
+        product.attributes[i] for i in sorted(rng.choice(len(product.attributes), size=k, replace=False))
+    ]
     options = {name: values[int(rng.integers(len(values)))] for name, values in product.options.items()}
     above = [p for p in _PRICE_STEPS if p > product.price] or [int(product.price * 1.5) + 1]
     price_upper = float(above[min(len(above) - 1, int(rng.integers(0, 2)))])
