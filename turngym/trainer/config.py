@@ -51,6 +51,7 @@ class RolloutSettings(_Strict):
     eval_every: int = 0
     eval_seed_offset: int = 1_000_000
     eval_temperature: float = 0.0
+    eval_env_kwargs: dict[str, Any] = Field(default_factory=dict)  # merged over env_kwargs (e.g. split: test)
 
 
 class IGPOSettings(_Strict):

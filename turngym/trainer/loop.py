@@ -187,7 +187,9 @@ class Trainer:
         return HFBackend(self.model, self.tokenizer, max_batch_size=r.max_batch_size, max_wait_ms=50)
 
     # ---------------------------------------------------------------- rollout
-    def rollout(self, seeds: list[int], group_size: int, temperature: float) -> tuple[list[Trajectory], dict]:
+    def rollout(
+        self, seeds: list[int], group_size: int, temperature: float, env_kwargs: dict | None = None
+    ) -> tuple[list[Trajectory], dict]:
         from turngym.agents.backend import SamplingParams
         from turngym.agents.llm import LLMAgent
         from turngym.rollout.engine import RolloutConfig, RolloutEngine
@@ -210,7 +212,7 @@ class Trainer:
                 turn_timeout=r.turn_timeout,
                 max_turns=r.max_turns,
             ),
-            env_kwargs=r.env_kwargs,
+            env_kwargs=r.env_kwargs if env_kwargs is None else env_kwargs,
         )
 
         async def run() -> list[Trajectory]:
@@ -230,7 +232,8 @@ class Trainer:
 
         state = torch.get_rng_state()
         torch.manual_seed(self.cfg.seed)
-        trajs, _ = self.rollout([r.eval_seed_offset + k for k in range(r.eval_tasks)], 1, r.eval_temperature)
+        seeds = [r.eval_seed_offset + k for k in range(r.eval_tasks)]
+        trajs, _ = self.rollout(seeds, 1, r.eval_temperature, {**r.env_kwargs, **r.eval_env_kwargs})
         torch.set_rng_state(state)
         return {f"eval/{k}": v for k, v in reward_metrics(trajs).items()}
 

@@ -1,0 +1,48 @@
+"""YAML configs, dotted overrides, validation, and the shipped example configs."""
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from turngym.trainer.config import TrainConfig, apply_overrides, load_config
+
+EXAMPLES = sorted((Path(__file__).parents[2] / "examples" / "configs").glob("*.yaml"))
+
+
+def test_defaults_are_a_valid_run():
+    cfg = TrainConfig()
+    assert cfg.credit.method == "grpo" and cfg.loss.clip_low == 0.2 and cfg.loss.clip_high == 0.28
+    assert cfg.loss.kl_coef == 0.0 and cfg.loss.entropy_coef == 0.0
+
+
+def test_yaml_and_overrides(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("steps: 3\ncredit:\n  method: igpo\n  igpo:\n    norm: separate\n")
+    cfg = load_config(p, ["optim.lr=2e-6", "credit.igpo.ig_type=log_prob_diff", "rollout.env_kwargs={depth: 2}", "model.lora={r: 4}"])
+    assert cfg.steps == 3 and cfg.credit.method == "igpo" and cfg.credit.igpo.norm == "separate"
+    assert cfg.optim.lr == 2e-6 and cfg.credit.igpo.ig_type == "log_prob_diff"
+    assert cfg.rollout.env_kwargs == {"depth": 2} and cfg.model.lora.r == 4
+
+
+def test_bad_configs_are_clear_errors(tmp_path):
+    with pytest.raises(ValidationError):
+        load_config(None, ["credit.method=ppo"])
+    with pytest.raises(ValidationError):
+        load_config(None, ["optim.lrr=1"])  # typo: unknown field
+    with pytest.raises(ValueError, match="key=value"):
+        apply_overrides({}, ["steps"])
+    with pytest.raises(ValueError, match="not a section"):
+        apply_overrides({"steps": 3}, ["steps.x=1"])
+    p = tmp_path / "list.yaml"
+    p.write_text("- 1\n- 2\n")
+    with pytest.raises(ValueError, match="mapping"):
+        load_config(p)
+    with pytest.raises(ValidationError, match="vllm_lora"):
+        load_config(None, ["weight_sync=vllm_lora"])
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_example_configs_load(path):
+    cfg = load_config(path)
+    assert cfg.steps > 0

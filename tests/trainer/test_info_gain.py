@@ -1,0 +1,113 @@
+"""IGPO's information gain through a real (tiny, random-init) causal LM."""
+
+import math
+
+import pytest
+import torch
+
+from turngym.core.types import Message
+from turngym.trainer.credit import IGPO, CreditPipeline
+from turngym.trainer.credit.info_gain import InfoGainScorer, information_gain
+
+from .helpers import make_traj
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from turngym.agents.models import load_model, load_tokenizer
+
+    return load_model("tiny", device="cpu"), load_tokenizer("tiny")
+
+
+def manual_logprob(model, tok, text, answer_start_char, answer_end_char):
+    enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids = torch.tensor([enc["input_ids"]])
+    span = [k for k, (s, e) in enumerate(enc["offset_mapping"]) if s < answer_end_char and e > answer_start_char]
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=ids).logits[0].float(), -1)
+    return sum(float(logp[k - 1, ids[0, k]]) for k in span) / len(span)
+
+
+def test_information_gain_variants():
+    values = [math.log(0.1), math.log(0.4), math.log(0.2)]
+    assert information_gain(values, "prob_diff") == pytest.approx([0.3, -0.2])
+    assert information_gain(values, "log_prob_diff") == pytest.approx([math.log(4), math.log(0.5)])
+    assert information_gain([-1.0], "prob_diff") == []
+    with pytest.raises(ValueError):
+        information_gain(values, "ratio")
+
+
+def test_answer_span_from_offsets(tiny):
+    model, tok = tiny
+    s = InfoGainScorer(model, tok)
+    ctx = s.render([Message(role="user", content="Where is it?")])
+    ids, a, b = s.encode(ctx, "Dirkerge city")
+    assert tok.decode(ids[a:b]).strip() == "Dirkerge city"
+    assert tok.decode(ids[:a]).endswith('"text": "')
+
+
+def test_batched_scoring_equals_one_by_one_and_a_plain_forward(tiny):
+    model, tok = tiny
+    s = InfoGainScorer(model, tok, batch_tokens=10_000)
+    contexts = [
+        s.render([Message(role="user", content="Q?")]),
+        s.render([Message(role="user", content="A much longer question that pads the batch " * 3)]),
+        s.render([Message(role="system", content="sys"), Message(role="user", content="mid length question")]),
+    ]
+    answers = ["Paris", "the river Thames", "1898"]
+    items = [s.encode(c, a) for c, a in zip(contexts, answers, strict=True)]
+    batched = s.answer_logprobs(items)
+    single = [s.answer_logprobs([it])[0] for it in items]
+    assert batched == pytest.approx(single, abs=1e-4)
+    for c, a, v in zip(contexts, answers, batched, strict=True):
+        start = len(c) + len(s.prefix)
+        assert v == pytest.approx(manual_logprob(model, tok, c + s.prefix + a + s.suffix, start, start + len(a)), abs=1e-4)
+    tiny_batches = InfoGainScorer(model, tok, batch_tokens=1).answer_logprobs(items)  # one per forward
+    assert tiny_batches == pytest.approx(single, abs=1e-4)
+
+
+def test_scorer_writes_ig_into_tool_turns(tiny):
+    model, tok = tiny
+    ref = {"answer": ["Dirkerge", "Dirk"]}
+    three = make_traj([0.0, 0.0, 1.0], reference=ref)
+    one = make_traj([1.0], reference=ref)  # no tool turn: nothing to score
+    unknown = make_traj([0.0, 1.0])  # no gold answer
+    for ig_type in ("prob_diff", "log_prob_diff"):
+        s = InfoGainScorer(model, tok, ig_type=ig_type)
+        metrics = s([three, one, unknown])
+        assert metrics["ig/contexts"] == 3 and metrics["ig/failed"] == 0
+        gains = [t.info["info_gain"] for t in three.turns[:-1]]
+        assert len(gains) == 2 and "info_gain" not in three.turns[-1].info
+        values = s.answer_logprobs([s.encode(s.render(c), "Dirkerge") for c in s.contexts(three)])
+        assert gains == pytest.approx(information_gain(values, ig_type), abs=1e-5)
+        assert "info_gain" not in unknown.turns[0].info
+    model.train()
+    s([three])
+    assert model.training  # the scorer restores the module's mode
+
+
+def test_contexts_over_long_limit_fall_back(tiny):
+    model, tok = tiny
+    t = make_traj([0.0, 1.0], reference={"answer": "x"})
+    metrics = InfoGainScorer(model, tok, max_length=5)([t])
+    assert metrics["ig/failed"] == 1 and "info_gain" not in t.turns[0].info
+    out = CreditPipeline(IGPO())([t])
+    assert out.metrics["igpo/ig_fallback"] == 1
+
+
+@pytest.mark.slow
+def test_igpo_on_search_qa_expert_trajectories(tiny):
+    """Scripted-expert search-qa trajectories through the scorer and IGPO: IG on every tool turn."""
+    from turngym.trainer.sft import expert_trajectories
+
+    model, tok = tiny
+    trajs = expert_trajectories("search-qa", range(4), {"n_passages": 500, "n_tasks": 50})
+    assert trajs
+    for k, t in enumerate(trajs):
+        t.group = "g"
+    pipe = CreditPipeline(IGPO(), prepare=InfoGainScorer(model, tok))
+    out = pipe(trajs)
+    assert out.metrics["ig/contexts"] == sum(len(t.turns) for t in trajs if len(t.turns) > 1)
+    assert out.metrics.get("igpo/ig_fallback", 0) == 0
+    for t in trajs:
+        assert all(math.isfinite(x.info["info_gain"]) for x in t.turns[:-1])
