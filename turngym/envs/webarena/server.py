@@ -31,12 +31,24 @@ class LocalServer:
         app: the ASGI application.
         name: shown in errors and the thread name.
         start_timeout_s: how long ``start`` waits for the socket to accept.
+        port: a fixed port (default 0: a free one chosen by the kernel).
+        host: the interface to bind (default loopback only).
     """
 
-    def __init__(self, app: Any, *, name: str = "site", start_timeout_s: float = 10.0):
+    def __init__(
+        self,
+        app: Any,
+        *,
+        name: str = "site",
+        start_timeout_s: float = 10.0,
+        port: int = 0,
+        host: str = "127.0.0.1",
+    ):
         self.app = app
         self.name = name
         self.start_timeout_s = start_timeout_s
+        self.host = host
+        self.fixed_port = port
         self.port = 0
         self.start_s = 0.0
         self._server: Any = None
@@ -47,7 +59,7 @@ class LocalServer:
     def url(self) -> str:
         if not self.port:
             raise ServerError(f"{self.name}: the server is not started")
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def alive(self) -> bool:
@@ -62,7 +74,7 @@ class LocalServer:
         t0 = time.perf_counter()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((self.host, self.fixed_port))
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(
             self.app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=30
