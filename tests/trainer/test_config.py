@@ -19,7 +19,15 @@ def test_defaults_are_a_valid_run():
 def test_yaml_and_overrides(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("steps: 3\ncredit:\n  method: igpo\n  igpo:\n    norm: separate\n")
-    cfg = load_config(p, ["optim.lr=2e-6", "credit.igpo.ig_type=log_prob_diff", "rollout.env_kwargs={depth: 2}", "model.lora={r: 4}"])
+    cfg = load_config(
+        p,
+        [
+            "optim.lr=2e-6",
+            "credit.igpo.ig_type=log_prob_diff",
+            "rollout.env_kwargs={depth: 2}",
+            "model.lora={r: 4}",
+        ],
+    )
     assert cfg.steps == 3 and cfg.credit.method == "igpo" and cfg.credit.igpo.norm == "separate"
     assert cfg.optim.lr == 2e-6 and cfg.credit.igpo.ig_type == "log_prob_diff"
     assert cfg.rollout.env_kwargs == {"depth": 2} and cfg.model.lora.r == 4

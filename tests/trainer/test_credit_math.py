@@ -43,7 +43,9 @@ def test_grpo_properties(outcomes, by_std, loo, shift):
     shifted = grpo([r + shift for r in outcomes], by_std, loo)
     assert shifted == approx(adv, abs=1e-5)
     # order-preserving: a better outcome never gets a lower advantage
-    for (ra, aa), (rb, ab) in zip(zip(outcomes, adv, strict=True), zip(outcomes[1:], adv[1:], strict=True), strict=False):
+    for (ra, aa), (rb, ab) in zip(
+        zip(outcomes, adv, strict=True), zip(outcomes[1:], adv[1:], strict=True), strict=False
+    ):
         assert (ra - rb) * (aa - ab) >= -1e-9
 
 

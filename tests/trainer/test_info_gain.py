@@ -22,7 +22,9 @@ def tiny():
 def manual_logprob(model, tok, text, answer_start_char, answer_end_char):
     enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
     ids = torch.tensor([enc["input_ids"]])
-    span = [k for k, (s, e) in enumerate(enc["offset_mapping"]) if s < answer_end_char and e > answer_start_char]
+    span = [
+        k for k, (s, e) in enumerate(enc["offset_mapping"]) if s < answer_end_char and e > answer_start_char
+    ]
     with torch.no_grad():
         logp = torch.log_softmax(model(input_ids=ids).logits[0].float(), -1)
     return sum(float(logp[k - 1, ids[0, k]]) for k in span) / len(span)
@@ -52,7 +54,9 @@ def test_batched_scoring_equals_one_by_one_and_a_plain_forward(tiny):
     contexts = [
         s.render([Message(role="user", content="Q?")]),
         s.render([Message(role="user", content="A much longer question that pads the batch " * 3)]),
-        s.render([Message(role="system", content="sys"), Message(role="user", content="mid length question")]),
+        s.render(
+            [Message(role="system", content="sys"), Message(role="user", content="mid length question")]
+        ),
     ]
     answers = ["Paris", "the river Thames", "1898"]
     items = [s.encode(c, a) for c, a in zip(contexts, answers, strict=True)]
@@ -61,7 +65,9 @@ def test_batched_scoring_equals_one_by_one_and_a_plain_forward(tiny):
     assert batched == pytest.approx(single, abs=1e-4)
     for c, a, v in zip(contexts, answers, batched, strict=True):
         start = len(c) + len(s.prefix)
-        assert v == pytest.approx(manual_logprob(model, tok, c + s.prefix + a + s.suffix, start, start + len(a)), abs=1e-4)
+        assert v == pytest.approx(
+            manual_logprob(model, tok, c + s.prefix + a + s.suffix, start, start + len(a)), abs=1e-4
+        )
     tiny_batches = InfoGainScorer(model, tok, batch_tokens=1).answer_logprobs(items)  # one per forward
     assert tiny_batches == pytest.approx(single, abs=1e-4)
 
@@ -103,7 +109,7 @@ def test_igpo_on_search_qa_expert_trajectories(tiny):
     model, tok = tiny
     trajs = expert_trajectories("search-qa", range(4), {"n_passages": 500, "n_tasks": 50})
     assert trajs
-    for k, t in enumerate(trajs):
+    for t in trajs:
         t.group = "g"
     pipe = CreditPipeline(IGPO(), prepare=InfoGainScorer(model, tok))
     out = pipe(trajs)

@@ -5,7 +5,14 @@ import json
 import pytest
 
 from turngym.trainer.credit import run_tournament
-from turngym.trainer.judges import RUBRICS, LLMJudge, ProgrammaticJudge, backend_complete, outcome_judge, parse_scores
+from turngym.trainer.judges import (
+    RUBRICS,
+    LLMJudge,
+    ProgrammaticJudge,
+    backend_complete,
+    outcome_judge,
+    parse_scores,
+)
 
 from .helpers import make_traj
 
@@ -36,7 +43,13 @@ def test_parse_scores_rubric_weights():
     assert (a, b) == pytest.approx((0.6 * 10, 0.6 * 5 + 0.4 * 10))
     research = RUBRICS["research"]
     assert parse_scores(reply([4], [8], [0], [2]), research) == pytest.approx((6.0, 1.0))
-    for bad in ["no json", "{not json}", json.dumps({"A": {}}), reply([11], [0], [0], [0]), reply(["x"], [1], [1], [1])]:
+    for bad in [
+        "no json",
+        "{not json}",
+        json.dumps({"A": {}}),
+        reply([11], [0], [0], [0]),
+        reply(["x"], [1], [1], [1]),
+    ]:
         with pytest.raises(ValueError):
             parse_scores(bad, research)
 
@@ -58,7 +71,12 @@ def test_llm_judge_both_orders_retries_and_failures():
 
     never = LLMJudge(lambda p: "I refuse", retries=1)
     assert never(a, b) == (10.0, 10.0)  # both orders fail -> tie
-    assert never.metrics == {"judge/retries": 2, "judge/parse_failures": 2, "judge/matches": 1, "judge/ties": 1}
+    assert never.metrics == {
+        "judge/retries": 2,
+        "judge/parse_failures": 2,
+        "judge/matches": 1,
+        "judge/ties": 1,
+    }
 
 
 def test_llm_judge_survives_a_dead_backend():

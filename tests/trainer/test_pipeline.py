@@ -78,7 +78,10 @@ def test_igpo_without_reference_is_grpo():
 
 
 def test_gated_pipeline_logs_outcome_and_total_separately():
-    comps = [[{"valid": 0.5}, {"valid": 0.5, "outcome": 1.0}], [{"valid": 0.5}, {"valid": 0.5, "outcome": 0.0}]]
+    comps = [
+        [{"valid": 0.5}, {"valid": 0.5, "outcome": 1.0}],
+        [{"valid": 0.5}, {"valid": 0.5, "outcome": 0.0}],
+    ]
     trajs = [make_traj([0.5, 1.5], components=comps[0]), make_traj([0.5, 0.5], components=comps[1])]
     method = Gated(delta=1.0, high_component="outcome", low_components=("valid",))
     out = CreditPipeline(method)(trajs)
@@ -88,7 +91,9 @@ def test_gated_pipeline_logs_outcome_and_total_separately():
     assert out.metrics["gated/gate_open_frac"] == pytest.approx(0.5)
     g = grpo([2.0, 0.0])
     assert out.turn_advantages == [pytest.approx([g[0]] * 2), pytest.approx([g[1]] * 2)]
-    turn = CreditPipeline(Gated(delta=1.0, high_component="outcome", low_components=("valid",), advantage="turn"))(trajs)
+    turn = CreditPipeline(
+        Gated(delta=1.0, high_component="outcome", low_components=("valid",), advantage="turn")
+    )(trajs)
     assert turn.turn_advantages[0][0] > turn.turn_advantages[1][0]
 
 
