@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
+
 from turngym.trainer.credit.arena import TOPOLOGIES, run_tournament
 
 
