@@ -231,6 +231,8 @@ class _Slot:
     crashed: bool = False
     closing: bool = False
     launched_at: float = 0.0
+    spare: asyncio.Future[Any] | None = None
+    spare_key: Any = None
 
     @property
     def live(self) -> bool:
@@ -257,6 +259,7 @@ class BrowserPool:
         headless: run without a window (default).
         extra_args: more Chromium flags.
         launch_timeout: seconds to wait for a browser to start.
+        prewarm: keep one spare context open per browser, so a lease does not wait for one.
     """
 
     _ids = itertools.count()
@@ -270,6 +273,7 @@ class BrowserPool:
         headless: bool = True,
         extra_args: tuple[str, ...] = (),
         launch_timeout: float = 30.0,
+        prewarm: bool = True,
     ):
         if size < 1 or contexts_per_browser < 1:
             raise ValueError("size and contexts_per_browser must be >= 1")
@@ -279,6 +283,7 @@ class BrowserPool:
         self.headless = headless
         self.extra_args = tuple(extra_args)
         self.launch_timeout = launch_timeout
+        self.prewarm = prewarm
         self.id = f"{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.stats = PoolStats()
         self._slots = [_Slot(i) for i in range(size)]
@@ -286,6 +291,7 @@ class BrowserPool:
         self._pw: Playwright | None = None
         self._sem: asyncio.Semaphore | None = None
         self._launch_lock: asyncio.Lock | None = None
+        self._starting: asyncio.Future[None] | None = None
         self._leases: set[PageLease] = set()
         self._closed = False
         self._start_lock = threading.Lock()
@@ -308,12 +314,17 @@ class BrowserPool:
             return self._lt
 
     async def _ensure_started(self) -> None:
-        if self._pw is None:
-            from playwright.async_api import async_playwright
+        # runs on the pool's loop only, so check-and-set of the start task is atomic
+        if self._starting is None:
+            self._starting = asyncio.ensure_future(self._start_playwright())
+        await asyncio.shield(self._starting)
 
-            self._pw = await async_playwright().start()
-            self._sem = asyncio.Semaphore(self.capacity)
-            self._launch_lock = asyncio.Lock()
+    async def _start_playwright(self) -> None:
+        from playwright.async_api import async_playwright
+
+        self._sem = asyncio.Semaphore(self.capacity)
+        self._launch_lock = asyncio.Lock()
+        self._pw = await async_playwright().start()
 
     async def _launch(self, slot: _Slot) -> None:
         assert self._pw is not None
@@ -363,6 +374,8 @@ class BrowserPool:
             raise BrowserError("no browser available (all crashed and still in use)")
 
     async def _discard(self, slot: _Slot) -> None:
+        spare, slot.spare = slot.spare, None
+        await self._drop_spare(spare)
         browser, slot.browser = slot.browser, None
         slot.closing = True
         if browser is not None:
@@ -381,6 +394,37 @@ class BrowserPool:
                 except ProcessLookupError:
                     pass
 
+    @staticmethod
+    async def _new_page(browser: Browser, key: tuple[tuple[int, int], float]) -> tuple[BrowserContext, Page]:
+        (w, h), dsf = key
+        context = await browser.new_context(
+            viewport={"width": w, "height": h}, device_scale_factor=dsf, reduced_motion="reduce"
+        )
+        return context, await context.new_page()
+
+    async def _take_spare(self, slot: _Slot, key: Any) -> tuple[BrowserContext, Page] | None:
+        spare, slot.spare = slot.spare, None
+        if spare is None:
+            return None
+        if slot.spare_key != key:
+            await self._drop_spare(spare)
+            return None
+        try:
+            return await spare
+        except Exception:  # noqa: BLE001 - a failed spare just means opening a page now
+            return None
+
+    @staticmethod
+    async def _drop_spare(spare: asyncio.Future[Any] | None) -> None:
+        if spare is None:
+            return
+        spare.cancel()
+        try:
+            context, _ = await spare
+            await asyncio.wait_for(context.close(), 10)
+        except BaseException:  # noqa: BLE001 - cancelled, failed or already gone
+            pass
+
     async def _lease(
         self, viewport: tuple[int, int], device_scale_factor: float, timeout_s: float
     ) -> PageLease:
@@ -392,13 +436,11 @@ class BrowserPool:
             slot = await self._pick_slot()
             slot.leases += 1
             assert slot.browser is not None
-            context = await slot.browser.new_context(
-                viewport={"width": viewport[0], "height": viewport[1]},
-                device_scale_factor=device_scale_factor,
-                reduced_motion="reduce",
-            )
+            key = (viewport, device_scale_factor)
+            context, page = await self._take_spare(slot, key) or await self._new_page(slot.browser, key)
             context.set_default_timeout(timeout_s * 1000)
-            page = await context.new_page()
+            if self.prewarm:  # the next episode's context opens while this one runs
+                slot.spare, slot.spare_key = asyncio.ensure_future(self._new_page(slot.browser, key)), key
         except BaseException as e:
             if slot is not None:
                 slot.leases -= 1

@@ -14,7 +14,7 @@ from turngym.core.types import Message
 from turngym.envs.web import page as wp
 from turngym.envs.web.base import MiniWoBEnvBase
 from turngym.envs.web.dom import Node
-from turngym.envs.web.expert import Step, expert_steps
+from turngym.envs.web.expert import EXPERT_TASKS, Step
 from turngym.envs.web.expert import call as _call
 from turngym.tools import ToolError, tool
 
@@ -31,6 +31,11 @@ _KEY_ALIASES = {
     "cmd": "Meta", "meta": "Meta", "win": "Meta", "super": "Meta",
 }  # fmt: skip
 Button = Literal["left", "middle", "right"]
+#: Tasks the pixel expert solves through the gui tools alone (clicks at element boxes, typed text):
+#: the DOM expert's tasks less those needing a native <select> or a date/time picker.
+GUI_EXPERT_TASKS: tuple[str, ...] = tuple(
+    t for t in EXPERT_TASKS if t not in {"choose-list", "enter-date", "enter-time"}
+)
 #: input types whose value is the typed text (date/time pickers take segment-wise keys instead)
 _TYPEABLE = frozenset({"", "password", "email", "search", "tel", "url", "number"})
 
@@ -305,23 +310,7 @@ class GuiMiniWoBEnv(PixelObservation, MiniWoBEnvBase):
         self._mouse = (0.0, 0.0)
         return await super()._reset(rng, options)
 
-    def expert_action(self) -> str | None:
-        if self._done or self.lease is None:
-            return None
-        steps = expert_steps(self.task_name, self.instruction, self.snap, self.fields)
-        if steps is None:
-            return None
-        calls: list[str] = []
-        for s in steps:
-            rendered = self.step_to_calls(s)
-            if rendered is None:
-                return None
-            if calls and len(calls) + len(rendered) > self.max_calls_per_turn:
-                break  # the rest next turn (the expert re-plans from the new page)
-            calls.extend(rendered)
-        return "\n".join(calls) or None
-
-    def step_to_calls(self, step: Step) -> list[str] | None:
+    def render_step(self, step: Step) -> list[str] | None:
         """An abstract expert step as pixel tool calls (None if pixels cannot express it here)."""
         x, y = self.pixel_center(step.node)
         if not (0 <= x < self.screen_size[0] and 0 <= y < self.screen_size[1]):

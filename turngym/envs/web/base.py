@@ -24,6 +24,7 @@ from turngym.core.env import AsyncEnv, Task
 from turngym.core.types import Message, ToolResult
 from turngym.envs.web import page as wp
 from turngym.envs.web.dom import Snapshot
+from turngym.envs.web.expert import Step, expert_steps
 from turngym.envs.web.tasks import get_task, html_dir, resolve_tasks
 from turngym.sandboxes.browser import BrowserCrashed, BrowserError, BrowserPool, PageLease
 from turngym.tools import ToolError
@@ -230,6 +231,27 @@ class MiniWoBEnvBase(AsyncEnv):
         if self.fault:
             info.update(masked=True, mask_reason=f"browser fault: {self.fault}")
         return info
+
+    def render_step(self, step: Step) -> list[str] | None:
+        """An expert step as this env's tool calls (None when this env's tools cannot express it)."""
+        raise NotImplementedError
+
+    def expert_action(self) -> str | None:
+        """The scripted expert's next action (several calls, within ``max_calls_per_turn``), or None."""
+        if self._done or self.lease is None:
+            return None
+        steps = expert_steps(self.task_name, self.instruction, self.snap, self.fields)
+        if not steps:
+            return None
+        calls: list[str] = []
+        for step in steps:
+            rendered = self.render_step(step)
+            if rendered is None:
+                return None
+            if calls and len(calls) + len(rendered) > self.max_calls_per_turn:
+                break  # the rest next turn: the expert re-plans from the new page
+            calls.extend(rendered)
+        return "\n".join(calls)
 
     def _state_key(self) -> str:
         return f"{self.task_name}:{self.snap.key()}"

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from turngym.core.types import Message
 from turngym.envs.web import page as wp
 from turngym.envs.web.base import MiniWoBEnvBase
-from turngym.envs.web.expert import expert_steps
+from turngym.envs.web.expert import Step
 from turngym.tools import ToolError, tool
 
 if TYPE_CHECKING:
@@ -221,10 +221,5 @@ class WebMiniWoBEnv(MiniWoBEnvBase):
             images.append(await self.lease.run(wp.screenshot, (0, 0, w, h)))
         return Message(role="user", content=text, images=images)
 
-    def expert_action(self) -> str | None:
-        if self._done or self.lease is None:
-            return None
-        steps = expert_steps(self.task_name, self.instruction, self.snap, self.fields)
-        if steps is None:
-            return None
-        return "\n".join(s.to_dom_call() for s in steps) or None
+    def render_step(self, step: Step) -> list[str]:
+        return [step.to_dom_call()]
