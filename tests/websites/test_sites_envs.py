@@ -132,6 +132,20 @@ def test_navigation_and_tab_tools(shop_long):
     assert "no previous page" in _content(obs)
 
 
+def test_pages_the_site_opens_become_tabs(shop_long):
+    shop = shop_long
+    shop.reset(seed=3)
+    _call(shop, "goto", url="/search?q=lamp")
+    link = next(n for n in shop.snap.nodes if n.role == "link" and "Lamp" in n.name)
+    obs, *_ = _call(shop, "press", bid=link.id, key_comb="Control+Enter")  # opens it in a background tab
+    text = _content(obs)
+    assert "Tabs: [0] (active)" in text and "[1] " in text and "http://shop.local/item/" in text
+    obs, *_ = _call(shop, "tab_focus", index=1)
+    assert "URL: http://shop.local/item/" in _content(obs) and len(shop.tabs) == 2
+    _call(shop, "new_tab")
+    assert len(shop.tabs) == 3 and shop.active == 2
+
+
 def test_arena_expert_success_on_every_template(arena):
     by_template = {}
     for t in arena.tasks:

@@ -84,6 +84,10 @@ async def _add_cookies(page: Page, cookies: list[dict[str, Any]]) -> None:
     await page.context.add_cookies(cookies)
 
 
+async def _watch_pages(page: Page, on_page: Any) -> None:
+    page.context.on("page", on_page)
+
+
 async def _read(page: Page, pages: list[Page], timeout_s: float) -> PageView:
     from playwright.async_api import Error as PlaywrightError
 
@@ -197,6 +201,14 @@ class SiteBrowserEnv(WebMiniWoBEnv):
         if self.lease is not None:
             self.lease.page = self.tabs[index]  # the lease runs every tool against the active tab
 
+    def _on_new_page(self, page: Any) -> None:
+        """A page the site opened itself (``target=_blank``, ctrl+click): a new tab, listed, not focused."""
+        if page not in self.tabs and len(self.tabs) < self.max_tabs:
+            self.tabs.append(page)
+            page.on(
+                "pageerror", lambda err: self.lease.page_errors.append(str(err)[:500]) if self.lease else None
+            )
+
     async def _release(self) -> None:
         self.tabs, self.active = [], 0
         await super()._release()
@@ -211,6 +223,7 @@ class SiteBrowserEnv(WebMiniWoBEnv):
             try:
                 if ep.cookies:
                     await self.lease.run(_add_cookies, ep.cookies)
+                await self.lease.run(_watch_pages, self._on_new_page)
                 await self.lease.run(_goto, url, self.load_timeout_s, timeout=self.load_timeout_s + 5)
                 self.tabs = [self.lease.page]
                 return
@@ -331,11 +344,8 @@ class SiteBrowserEnv(WebMiniWoBEnv):
             raise ToolError(f"at most {self.max_tabs} tabs can be open; close one with tab_close")
         real = self.real_url(url) if url else ""
         page = await self.call_page(_new_page)
-        page.on(
-            "pageerror", lambda err: self.lease.page_errors.append(str(err)[:500]) if self.lease else None
-        )
-        self.tabs.append(page)
-        self._focus(len(self.tabs) - 1)
+        self._on_new_page(page)  # (the context's page event may have listed it already)
+        self._focus(self.tabs.index(page))
         if real:
             await self.call_page(_goto, real, self.load_timeout_s)
         return f"opened tab {self.active}"
