@@ -152,6 +152,12 @@ def test_load_tasks_formats(tmp_path, site_dir):
     for t in tasks:
         (folder / f"{t['task_id']}.json").write_text(json.dumps(t))
     assert load_tasks(folder) == tasks
+    shopping = {"task_id": 99, "sites": ["shopping"], "start_url": "__SHOPPING__", "intent": "x",
+                "eval": {"eval_types": ["url_match"], "reference_url": "__SHOPPING__/a"}}  # fmt: skip
+    save_tasks([*tasks, shopping], tmp_path / "mixed.json")
+    with pytest.raises(TaskFormatError, match="not served"):
+        load_tasks(tmp_path / "mixed.json")
+    assert load_tasks(tmp_path / "mixed.json", skip_unsupported=True) == tasks
 
 
 def test_webarena_site_names_and_placeholders_map_to_local_sites():

@@ -66,8 +66,12 @@ def _mentions(obj: Any, placeholders: tuple[str, ...]) -> bool:
     return any(p in text for p in placeholders)
 
 
-def load_tasks(path: str | Path) -> list[dict[str, Any]]:
-    """Tasks from a JSON list, JSON lines, or a directory of one-task JSON files (sorted by task_id)."""
+def load_tasks(path: str | Path, *, skip_unsupported: bool = False) -> list[dict[str, Any]]:
+    """Tasks from a JSON list, JSON lines, or a directory of one-task JSON files (sorted by task_id).
+
+    ``skip_unsupported`` drops tasks on sites that are not served locally (WebArena's shopping,
+    map, wikipedia, ...) instead of raising :class:`TaskFormatError`.
+    """
     path = Path(path)
     if path.is_dir():
         raw = [json.loads(p.read_text()) for p in sorted(path.glob("*.json"))]
@@ -78,7 +82,11 @@ def load_tasks(path: str | Path) -> list[dict[str, Any]]:
             raw = data if isinstance(data, list) else [data]
         except json.JSONDecodeError:
             raw = [json.loads(line) for line in text.splitlines() if line.strip()]
-    tasks = [check_task(t) for t in raw]
+    tasks = []
+    for t in raw:
+        if skip_unsupported and any(s not in SITE_ALIASES for s in t.get("sites") or []):
+            continue
+        tasks.append(check_task(t))
     return sorted(tasks, key=lambda t: t["task_id"])
 
 
