@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -29,6 +30,23 @@ from turngym.envs.search.corpus import Corpus, cache_root
 log = logging.getLogger(__name__)
 
 INDEX_FORMAT = 1
+
+
+def import_bm25s():
+    """``import bm25s`` without numba: bm25s imports numba (~1 s) whenever it is installed, but
+    turngym scores with the numpy backend, so numba is hidden for that one import (unless some
+    other module already loaded it)."""
+    if "bm25s" in sys.modules:
+        return sys.modules["bm25s"]
+    hide = "numba" not in sys.modules
+    if hide:
+        sys.modules["numba"] = None  # type: ignore[assignment]  # makes `import numba` raise ImportError
+    try:
+        import bm25s
+    finally:
+        if hide:
+            del sys.modules["numba"]
+    return bm25s
 
 
 class RetrieverError(RuntimeError):
@@ -66,8 +84,7 @@ class BM25Params:
     stopwords: str = "en"
 
     def key(self) -> str:
-        import bm25s
-
+        bm25s = import_bm25s()
         payload = json.dumps(
             {
                 "format": INDEX_FORMAT,
@@ -87,6 +104,7 @@ class Tokenizer:
     """Lowercase regex tokens minus English stopwords (the same for passages and queries)."""
 
     def __init__(self, params: BM25Params):
+        import_bm25s()
         from bm25s.stopwords import STOPWORDS_EN
 
         self._findall = re.compile(params.token_pattern).findall
@@ -108,8 +126,7 @@ class BM25Retriever:
         use_cache: bool = True,
         params: BM25Params | None = None,
     ):
-        import bm25s
-
+        bm25s = import_bm25s()
         if len(corpus) == 0:
             raise RetrieverError("cannot index an empty corpus")
         self.corpus = corpus
@@ -144,8 +161,7 @@ class BM25Retriever:
         return f"{self.corpus.fingerprint[:20]}-{self.params.key()}"
 
     def _build(self):
-        import bm25s
-
+        bm25s = import_bm25s()
         start = time.perf_counter()
         tokenize = self.tokenize
         vocab: dict[str, int] = {}
