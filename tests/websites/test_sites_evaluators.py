@@ -204,3 +204,19 @@ def test_bad_tasks_are_rejected(patch, message):
         message = "intent"
     with pytest.raises(TaskFormatError, match=message):
         check_task(raw)
+
+
+def test_registered_site_subsets():
+    import turngym
+
+    for env_id, site in (("web-forum-v0", "forum"), ("web-tracker-v0", "tracker")):
+        env = turngym.make(env_id, per_template=1)
+        try:
+            assert {s for t in env.tasks for s in t["sites"]} == {site} and len(env.tasks) == 8
+            assert env.instances == {}  # sites start lazily, at the first reset
+        finally:
+            env.close()
+    with pytest.raises(ValueError, match="unknown sites"):
+        turngym.make("web-arena-lite-v0", sites=["wikipedia"])
+    with pytest.raises(ValueError, match="no tasks"):
+        turngym.make("web-arena-lite-v0", template_ids=[999])

@@ -39,6 +39,7 @@ def build_cached(path: Path, build: Callable[[sqlite3.Connection], None]) -> Pat
             conn.commit()
         finally:
             conn.close()
+        os.chmod(tmp, 0o644)  # a shared cache: readable by other users' workers
         os.replace(tmp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
