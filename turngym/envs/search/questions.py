@@ -20,7 +20,7 @@ from turngym.envs.search.metrics import contains_answer
 from turngym.envs.search.tasks import QATask
 from turngym.envs.search.world import ATTRIBUTES, RELATIONS, Entity, World
 
-#: relation -> noun phrases for "the <relation> of {x}"
+#: relation -> noun phrases for "the <relation> of {x}" (the first is the plain form)
 PHRASES: dict[str, tuple[str, ...]] = {
     "born_in": ("the birthplace of {x}", "the city where {x} was born"),
     "employer": ("the employer of {x}", "the company that employs {x}"),
@@ -155,8 +155,11 @@ def _bridge(world: World, rng: random.Random, hops: int) -> QATask | None:
             cur = ents[cur.rels[key]]
             visited.add(cur.idx)
     phrase = start.name
-    for _, key in chain[:-1]:
-        phrase = rng.choice(PHRASES[key]).format(x=phrase)
+    for i, (_, key) in enumerate(chain[:-1]):
+        variants = PHRASES[key]
+        # nested relative clauses read badly: inside a phrase, prefer the plain "the R of X" form
+        template = variants[0] if i > 0 and rng.random() < 0.7 else rng.choice(variants)
+        phrase = template.format(x=phrase)
     last_subject, last_key = chain[-1]
     question = rng.choice(ASKS[last_key]).format(x=phrase)
     answer = world.value_text(last_subject, last_key)

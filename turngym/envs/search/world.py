@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 from turngym.envs.search.corpus import Corpus
 
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3  # covers the question generator too (the dataset cache uses this key)
 
 KINDS = ("country", "city", "person", "company", "university", "book")
 
