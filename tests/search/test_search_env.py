@@ -322,3 +322,13 @@ def test_search_r1_parquet_with_wiki18_corpus(tmp_path):
     assert obs[0].content.startswith("<information>Doc 1 (Title: Wilhelm Röntgen) Wilhelm Röntgen won")
     _, reward, terminated, *_ = env.step("<answer> wilhelm röntgen </answer>")
     assert terminated and reward == 1.0
+
+
+def test_huge_passages_are_truncated_not_lost(tmp_path):
+    corpus = Corpus.from_records([{"id": "big", "title": "Big", "contents": "porvik " * 50_000}])
+    task = QATask("q", "What is big?", ["porvik"])
+    env = SearchQAEnv(corpus=corpus, tasks=[task], cache_dir=tmp_path)
+    env.reset(seed=0)
+    obs, _, _, _, info = env.step(call("search", query="porvik"))
+    assert len(obs[0].content) <= 16_000 and "characters truncated" in obs[0].content
+    assert info["tool_results"][0].truncated and info["state_key"].endswith("|big")
