@@ -418,6 +418,17 @@ def _multi(instr: str, snap: Snapshot, fields: dict[str, str]) -> list[Step]:
     return [*steps, Step("click", _submit(snap))]
 
 
+@_handles("drag-box")
+def _drag_box(instr: str, snap: Snapshot, fields: dict[str, str]) -> list[Step]:
+    small = _one([n for n in snap.nodes if n.dom_id == "draggableSmall"])
+    large = _one([n for n in snap.nodes if n.dom_id == "draggableLarge"])
+    sx, sy, sw, sh = small.box
+    lx, ly, lw, lh = large.box
+    if lx <= sx and ly <= sy and sx + sw <= lx + lw and sy + sh <= ly + lh:
+        return [Step("click", _submit(snap))]
+    return [Step("drag", small, target=large)]
+
+
 @_handles("form-sequence-2")
 def _form_sequence_2(instr: str, snap: Snapshot, fields: dict[str, str]) -> list[Step]:
     m = re.search(

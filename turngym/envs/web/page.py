@@ -13,7 +13,6 @@ All functions here take a playwright ``Page`` first: run them with ``PageLease.r
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -114,7 +113,3 @@ async def screenshot(page: Page, clip: tuple[float, float, float, float] | None 
 
 def locator(page: Page, bid: int) -> Any:
     return page.locator(f'[data-tg-id="{int(bid)}"]')
-
-
-def js_literal(value: Any) -> str:
-    return json.dumps(value)
