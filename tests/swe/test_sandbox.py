@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -173,3 +174,21 @@ def test_sigkilled_driver_leaves_nothing_after_reaper(base_image):
         proc.wait()
     assert name in reap_orphans()
     assert managed_containers(run_id="t-orphan") == []
+
+
+@pytest.mark.parametrize("break_channel", [False, True])
+def test_docker_exec_fallback_behaves_the_same(base_image, break_channel):
+    """Without the PID-1 channel (disabled, or broken mid-life) commands go through ``docker exec``."""
+    with DockerSandbox.create(base_image, run_id="t-sandbox", fast_exec=break_channel) as box:
+        if break_channel:
+            assert box.exec("true").exit_code == 0 and box.fast_exec
+            box._attach._sock.shutdown(socket.SHUT_RDWR)  # the attach stream dies under its feet
+        assert box.exec("echo one; exit 4").exit_code == 4
+        assert not box.fast_exec
+        res = box.exec("sleep 30", timeout=1)
+        assert res.timed_out and res.exit_code == 124
+        assert box.exec("wc -c", stdin=b"12345").output.strip() == "5"
+        res = box.exec("seq 1 200000", max_output_bytes=1000)
+        assert res.truncated and res.output.rstrip().endswith("200000")
+        box.exec("sleep 100 & echo bg")
+        assert "sleep 100" not in box.exec("ps -eo args").output

@@ -47,25 +47,27 @@ TIMEOUT_EXIT_CODE = 124
 
 # Runs a command under GNU timeout (its own process group); when it ends, whatever it left behind in
 # that group (background jobs, fork bombs) is killed too.
-_RUNNER = 'timeout -s KILL "$1" bash -c "$2" & t=$!; wait $t; rc=$?; kill -KILL -- -$t 2>/dev/null; exit $rc'
-
-# PID 1: reap every child, ignore the signals a process inside may send to it.
-_INIT = (
-    "import os,signal\n"
-    "for s in (signal.SIGTERM,signal.SIGINT,signal.SIGHUP,signal.SIGUSR1,signal.SIGUSR2):\n"
-    "    signal.signal(s,signal.SIG_IGN)\n"
-    "def reap(*_):\n"
-    "    while True:\n"
-    "        try:\n"
-    "            pid,_=os.waitpid(-1,os.WNOHANG)\n"
-    "        except ChildProcessError:\n"
-    "            return\n"
-    "        if pid==0:\n"
-    "            return\n"
-    "signal.signal(signal.SIGCHLD,reap)\n"
-    "while True:\n"
-    "    signal.pause()\n"
+_RUNNER = (
+    'exec 3<&0; timeout -s KILL "$1" bash -c "$2" <&3 3<&- & t=$!; exec 3<&-; '
+    "exec 4>&2 2>/dev/null; wait $t; rc=$?; exec 2>&4 4>&-; kill -KILL -- -$t 2>/dev/null; exit $rc"
 )
+
+_SERVER_SOURCE: str | None = None
+
+
+def _server_source() -> str:
+    """The program PID 1 runs: a zombie reaper and command server (``exec_server.py``)."""
+    global _SERVER_SOURCE
+    if _SERVER_SOURCE is None:
+        from pathlib import Path
+
+        _SERVER_SOURCE = Path(__file__).with_name("exec_server.py").read_text()
+    return _SERVER_SOURCE
+
+
+class _FastPathLost(Exception):
+    """The attach stream to PID 1 broke or stalled; fall back to ``docker exec``."""
+
 
 _EXECUTOR: ThreadPoolExecutor | None = None
 _EXECUTOR_LOCK = threading.Lock()
@@ -279,7 +281,8 @@ def _close_live_sandboxes() -> None:
             pass
 
 
-def _tar_of(files: Mapping[str, bytes | str], mode: int) -> bytes:
+def tar_of(files: Mapping[str, bytes | str], mode: int = 0o644) -> bytes:
+    """A tar archive of ``files`` (absolute or relative path -> content), for ``tar -x -C /``."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for path, data in files.items():
@@ -295,8 +298,14 @@ def _tar_of(files: Mapping[str, bytes | str], mode: int) -> bytes:
 class DockerSandbox:
     """One running container. Use :meth:`create`; always :meth:`close` (also a context manager)."""
 
-    def __init__(self, container: Any, client: Any, *, image: str, run_id: str = ""):
+    def __init__(self, container: Any, client: Any, *, image: str, run_id: str = "", fast_exec: bool = True):
         self.container = container
+        self.fast_exec = fast_exec
+        self._attach: Any = None
+        self._attach_buf = bytearray()
+        self._attach_out = bytearray()
+        self._attach_lock = threading.Lock()
+        self._request_id = 0
         self.client = client
         self.image = image
         self.run_id = run_id
@@ -319,8 +328,13 @@ class DockerSandbox:
         workdir: str | None = None,
         environment: Mapping[str, str] | None = None,
         client: Any = None,
+        fast_exec: bool = True,
     ) -> DockerSandbox:
-        """Create and start a container from ``image`` with ``limits``; raises :class:`SandboxError`."""
+        """Create and start a container from ``image`` with ``limits``; raises :class:`SandboxError`.
+
+        With ``fast_exec`` commands go to PID 1 over the attached stdin/stdout (no ``docker exec``
+        per command); if that channel breaks, the sandbox falls back to ``docker exec`` for good.
+        """
         import docker.errors
 
         client = client or docker_client()
@@ -332,7 +346,8 @@ class DockerSandbox:
         try:
             container = client.containers.create(  # create + start: never pulls from a registry
                 image,
-                command=["python3", "-c", _INIT],
+                command=["python3", "-c", _server_source()],
+                stdin_open=True,
                 name=name,
                 labels=all_labels,
                 network_mode=limits.network,
@@ -357,7 +372,7 @@ class DockerSandbox:
             except docker.errors.APIError:
                 pass
             raise SandboxError(f"could not start a container from {image!r}: {e}") from e
-        return cls(container, client, image=image, run_id=run_id or "")
+        return cls(container, client, image=image, run_id=run_id or "", fast_exec=fast_exec)
 
     def close(self) -> None:
         """Remove the container (idempotent; a container already gone is fine)."""
@@ -368,6 +383,7 @@ class DockerSandbox:
         self._closed = True
         with _LIVE_LOCK:
             _LIVE.discard(self)
+        self._drop_attach()
         try:
             self.client.api.remove_container(self.id, force=True)
         except docker.errors.NotFound:
@@ -418,9 +434,21 @@ class DockerSandbox:
         are kept, with a marker. ``stdin`` bytes are fed to the command. Raises :class:`SandboxDead`
         when the container is not running.
         """
+        if self._closed:
+            raise SandboxDead(f"sandbox {self.name} is closed")
         secs = max(float(timeout), 0.001)
-        argv = ["bash", "-c", _RUNNER, "turngym-exec", f"{secs:.3f}", command]
         start = time.perf_counter()
+        if self.fast_exec:
+            try:
+                return self._fast_exec(command, secs, workdir, environment, max_output_bytes, stdin, start)
+            except _FastPathLost:
+                self.fast_exec = False
+                self._drop_attach()
+                if not self.alive():
+                    raise SandboxDead(
+                        f"container {self.name} is not running (killed or removed from outside)"
+                    )
+        argv = ["bash", "-c", _RUNNER, "turngym-exec", f"{secs:.3f}", command]
         code, out = self._exec_raw(argv, secs, workdir, environment, max_output_bytes, stdin)
         elapsed = time.perf_counter() - start
         text, truncated = out.text()
@@ -435,6 +463,130 @@ class DockerSandbox:
             output_bytes=out.total,
             elapsed_s=elapsed,
         )
+
+    # ---- the fast path: requests to PID 1 over the attached stdin/stdout
+    def _fast_exec(
+        self,
+        command: str,
+        timeout: float,
+        workdir: str | None,
+        environment: Mapping[str, str] | None,
+        max_output_bytes: int,
+        stdin: bytes | None,
+        start: float,
+    ) -> ExecResult:
+        import base64
+        import json
+        import struct
+
+        with self._attach_lock:
+            raw = self._attached()
+            self._request_id += 1
+            rid = self._request_id
+            header = json.dumps(
+                {
+                    "id": rid,
+                    "cmd": command,
+                    "timeout": timeout,
+                    "cwd": workdir,
+                    "env": dict(environment or {}),
+                    "max_bytes": max_output_bytes,
+                    "stdin_len": len(stdin or b""),
+                }
+            ).encode()
+            try:
+                raw.sendall(struct.pack(">I", len(header)) + header + (stdin or b""))
+            except OSError as e:
+                raise _FastPathLost(str(e)) from e
+            deadline = time.monotonic() + timeout + 15.0
+            while True:
+                resp = self._next_response(raw, deadline)
+                if resp.get("id") == rid:
+                    break
+        out = base64.b64decode(resp.get("out", ""))
+        total = int(resp.get("total", len(out)))
+        head, cut, tail = out.partition(b"\0TURNGYM-CUT\0")
+        truncated = bool(cut)
+        if truncated:
+            dropped = total - len(head) - len(tail)
+            text = (
+                head.decode("utf-8", errors="replace")
+                + f"\n[... {dropped} bytes of output truncated ...]\n"
+                + tail.decode("utf-8", errors="replace")
+            )
+        else:
+            text = out.decode("utf-8", errors="replace")
+        return ExecResult(
+            exit_code=int(resp.get("code", -1)),
+            output=text,
+            timed_out=bool(resp.get("timed_out")),
+            truncated=truncated,
+            output_bytes=total,
+            elapsed_s=time.perf_counter() - start,
+        )
+
+    def _attached(self) -> Any:
+        import docker.errors
+
+        if self._attach is None:
+            if not self.alive():
+                raise _FastPathLost("the container is not running")
+            try:
+                sock = self.client.api.attach_socket(
+                    self.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+                )
+            except docker.errors.APIError as e:
+                raise _FastPathLost(str(e)) from e
+            self._attach = sock
+            self._attach_buf = bytearray()
+            self._attach_out = bytearray()
+        return getattr(self._attach, "_sock", self._attach)
+
+    def _drop_attach(self) -> None:
+        sock, self._attach = self._attach, None
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def _next_response(self, raw: Any, deadline: float) -> dict[str, Any]:
+        """Read Docker's multiplexed frames until one whole response of PID 1 is buffered."""
+        import json
+        import struct
+
+        while True:
+            pending = self._attach_out
+            if len(pending) >= 4:
+                (n,) = struct.unpack(">I", pending[:4])
+                if len(pending) >= 4 + n:
+                    body = bytes(pending[4 : 4 + n])
+                    del pending[: 4 + n]
+                    return json.loads(body)
+            frames = self._attach_buf
+            if len(frames) >= 8:
+                size = struct.unpack(">I", frames[4:8])[0]
+                if len(frames) >= 8 + size:
+                    if frames[0] == 1:  # stdout; stderr (2) carries nothing the host needs
+                        pending += frames[8 : 8 + size]
+                    del frames[: 8 + size]
+                    continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._kill_strays()
+                raise _FastPathLost("no answer from the sandbox's command server")
+            raw.settimeout(min(left, 1.0))
+            try:
+                chunk = raw.recv(1 << 16)
+            except TimeoutError:
+                if not self.alive():  # killed from outside: the stream may never close by itself
+                    raise _FastPathLost("the container stopped") from None
+                continue
+            except OSError as e:
+                raise _FastPathLost(str(e)) from e
+            if not chunk:
+                raise _FastPathLost("the attach stream closed")
+            frames += chunk
 
     def _exec_raw(
         self,
@@ -517,7 +669,7 @@ class DockerSandbox:
         for path in files:
             if not path.startswith("/") or ".." in path.split("/"):
                 raise SandboxError(f"put_files needs absolute paths without '..', got {path!r}")
-        code, out = self._exec_raw(["tar", "-x", "-C", "/", "-f", "-"], timeout, stdin=_tar_of(files, mode))
+        code, out = self._exec_raw(["tar", "-x", "-C", "/", "-f", "-"], timeout, stdin=tar_of(files, mode))
         if code != 0:
             raise SandboxError(f"writing {len(files)} file(s) failed: {out.text()[0].strip()[:2000]}")
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from turngym.envs.swe.packages import PLUGIN_DIR, PLUGIN_NAME, REPO_DIR, plugin_source
-from turngym.sandboxes.docker import DockerSandbox, SandboxError
+from turngym.sandboxes.docker import DockerSandbox, SandboxError, tar_of
 
 _GIT_ENV = (
     "GIT_AUTHOR_NAME=turngym GIT_AUTHOR_EMAIL=turngym@localhost GIT_COMMITTER_NAME=turngym "
@@ -31,15 +31,14 @@ def seed_repo(sb: DockerSandbox, files: Mapping[str, bytes], *, timeout: float =
     """Upload ``files`` (repo-relative path -> bytes) to ``/testbed`` and commit them; returns HEAD."""
     upload = {f"{REPO_DIR}/{rel}": data for rel, data in files.items()}
     upload[f"{PLUGIN_DIR}/{PLUGIN_NAME}.py"] = plugin_source()
-    sb.put_files(upload, timeout=timeout)
-    script = (
-        f"cd {REPO_DIR} && git init -q -b main && "
+    script = (  # one exec: unpack the tar from stdin, then commit
+        f"tar -x -C / -f - && cd {REPO_DIR} && git init -q -b main && "
         f"printf '__pycache__/\\n*.pyc\\n*.egg-info/\\n.pytest_cache/\\n' > .git/info/exclude && "
         f"git add -A && {_GIT_ENV} git commit -q --no-verify -m 'base' && git rev-parse HEAD"
     )
-    res = sb.exec(script, timeout=timeout)
+    res = sb.exec(script, timeout=timeout, stdin=tar_of(upload))
     if res.exit_code != 0:
-        raise SandboxError(f"could not commit the repository: {res.output[-2000:]}")
+        raise SandboxError(f"could not seed the repository: {res.output[-2000:]}")
     return res.output.strip().splitlines()[-1]
 
 
