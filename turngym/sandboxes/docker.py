@@ -441,13 +441,13 @@ class DockerSandbox:
         if self.fast_exec:
             try:
                 return self._fast_exec(command, secs, workdir, environment, max_output_bytes, stdin, start)
-            except _FastPathLost:
+            except _FastPathLost as e:
                 self.fast_exec = False
                 self._drop_attach()
                 if not self.alive():
                     raise SandboxDead(
                         f"container {self.name} is not running (killed or removed from outside)"
-                    )
+                    ) from e
         argv = ["bash", "-c", _RUNNER, "turngym-exec", f"{secs:.3f}", command]
         code, out = self._exec_raw(argv, secs, workdir, environment, max_output_bytes, stdin)
         elapsed = time.perf_counter() - start
