@@ -312,15 +312,64 @@ EXTERNAL_COMMANDS: list[tuple[str, str, str]] = [
     ("view", "turngym.viewer.commands", "view_command"),
     ("rollout", "turngym.rollout.commands", "rollout"),
     ("eval", "turngym.rollout.commands", "eval"),
+    ("train", "turngym.trainer.commands", "train"),
+    ("sft", "turngym.trainer.commands", "sft"),
 ]
-EXTERNAL_GROUPS: list[tuple[str, str, str]] = []
+#: group -> (help, [(command name, module, function)])
+EXTERNAL_GROUPS: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
+    "sandbox": (
+        "Docker sandboxes and browsers: build images, list and reap leftovers.",
+        [
+            ("build", "turngym.sandboxes.commands", "sandbox_build"),
+            ("ls", "turngym.sandboxes.commands", "sandbox_ls"),
+            ("prune", "turngym.sandboxes.commands", "sandbox_prune"),
+            ("browser-reap", "turngym.envs.web.commands", "browser_reap"),
+        ],
+    ),
+    "search": (
+        "search-qa: synthetic worlds, BM25 indexes and the /retrieve server.",
+        [
+            ("generate", "turngym.envs.search.commands", "search_generate"),
+            ("index", "turngym.envs.search.commands", "search_index"),
+            ("serve", "turngym.envs.search.commands", "search_serve"),
+            ("query", "turngym.envs.search.commands", "search_query"),
+        ],
+    ),
+    "swe": (
+        "swe-docker: synthesise and validate bug-fix tasks from real packages.",
+        [
+            ("synth", "turngym.envs.swe.commands", "swe_synth"),
+            ("validate", "turngym.envs.swe.commands", "swe_validate"),
+        ],
+    ),
+    "travel": (
+        "travel-planner: build the sandbox database, sample queries, evaluate plans.",
+        [
+            ("build-db", "turngym.envs.travel.commands", "travel_build_db"),
+            ("sample", "turngym.envs.travel.commands", "travel_sample"),
+            ("eval", "turngym.envs.travel.commands", "travel_eval"),
+        ],
+    ),
+    "web": (
+        "web families: MiniWoB++ task list, local sites (web-shop, web-arena-lite).",
+        [
+            ("miniwob-tasks", "turngym.envs.web.commands", "miniwob_tasks"),
+            ("shop-build", "turngym.envs.webshop.commands", "webshop_build"),
+            ("serve", "turngym.envs.webshop.commands", "web_site_serve"),
+            ("arena-tasks", "turngym.envs.webshop.commands", "webarena_tasks"),
+        ],
+    ),
+}
 
 
 def _attach_external() -> None:
     for name, module, attr in EXTERNAL_COMMANDS:
         app.command(name)(getattr(importlib.import_module(module), attr))
-    for name, module, attr in EXTERNAL_GROUPS:
-        app.add_typer(getattr(importlib.import_module(module), attr), name=name)
+    for group, (help_text, commands) in EXTERNAL_GROUPS.items():
+        sub = typer.Typer(help=help_text, no_args_is_help=True)
+        for name, module, attr in commands:
+            sub.command(name)(getattr(importlib.import_module(module), attr))
+        app.add_typer(sub, name=group)
 
 
 _attach_external()
