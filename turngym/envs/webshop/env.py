@@ -7,11 +7,14 @@ pays WebShop's reward (see :mod:`~turngym.envs.webshop.reward`). No shortcuts: t
 browser tools of ``web-miniwob`` plus navigation and tabs.
 
 Goal splits follow WebShop's layout: goals ``0..499`` are ``test``, ``500..1499`` ``dev``, the rest
-(up to ``n_goals``) ``train``. ``options={"goal_index": i}`` picks one goal.
+(up to ``n_goals``) ``train``. ``options={"goal_index": i}`` picks one goal. With WebShop's own
+files, convert them once with :func:`~turngym.envs.webshop.loader.import_webshop` and pass
+``catalog_path=`` and ``goals_path=`` (the human goals, split the same way).
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 from pathlib import Path
 from typing import Any, Literal
@@ -25,6 +28,7 @@ from turngym.envs.webshop.app import COOKIE, ShopApp
 from turngym.envs.webshop.catalog import DEFAULT_SIZE, Catalog, build_catalog
 from turngym.envs.webshop.expert import shop_expert_action
 from turngym.envs.webshop.goals import Goal, goal_for_index
+from turngym.envs.webshop.loader import load_goals
 from turngym.envs.webshop.reward import webshop_reward
 
 SHOP = "http://shop.local"
@@ -53,7 +57,8 @@ class WebShopEnv(SiteBrowserEnv):
         catalog_seed: seed of the generated catalog.
         catalog_size: number of products (default 12,000).
         catalog_path: an existing catalog file instead of the generated one.
-        n_goals: size of the goal set (train goals are ``1500..n_goals-1``).
+        n_goals: size of the generated goal set (train goals are ``1500..n_goals-1``).
+        goals_path: a goal list (JSON, as written by ``import_webshop``) instead of generated goals.
         show_instruction: also show the instruction on every page, as WebShop does.
         max_turns: default 15.
         **kwargs: :class:`~turngym.envs.webarena.browser_env.SiteBrowserEnv` options.
@@ -75,6 +80,7 @@ class WebShopEnv(SiteBrowserEnv):
         catalog_size: int = DEFAULT_SIZE,
         catalog_path: str | Path | None = None,
         n_goals: int = 10_000,
+        goals_path: str | Path | None = None,
         show_instruction: bool = True,
         **kwargs: Any,
     ):
@@ -83,8 +89,12 @@ class WebShopEnv(SiteBrowserEnv):
         self.split = split
         self.catalog_path = Path(catalog_path) if catalog_path else build_catalog(catalog_seed, catalog_size)
         self.goal_seed = catalog_seed
+        self.goal_list = load_goals(goals_path) if goals_path else None
+        if self.goal_list is not None:
+            n_goals = len(self.goal_list)
         self.n_goals = n_goals
         lo, hi = SPLITS.get(split, (1500, n_goals) if split == "train" else (0, n_goals))
+        hi = min(hi, n_goals)
         if hi <= lo:
             raise ValueError(f"n_goals={n_goals} leaves no goals in split {split!r}")
         self.goal_range = (lo, hi)
@@ -101,9 +111,15 @@ class WebShopEnv(SiteBrowserEnv):
             self.app.close_session(self.sid)
         lo, hi = self.goal_range
         index = int(options["goal_index"]) if "goal_index" in options else int(rng.integers(lo, hi))
-        goal = goal_for_index(self.catalog, index, self.goal_seed)
+        if not 0 <= index < self.n_goals:
+            raise ValueError(f"goal_index {index} out of range 0..{self.n_goals - 1}")
+        if self.goal_list is not None:
+            goal = copy.deepcopy(self.goal_list[index])
+        else:
+            goal = goal_for_index(self.catalog, index, self.goal_seed)
         target = self.catalog.product(goal.asin)
-        assert target is not None
+        if target is None:
+            raise ValueError(f"goal {index} names {goal.asin}, which is not in the catalog")
         goal.extra["goal_brand"] = target.brand
         self.goal, self.result = goal, None
         self.server.ensure()

@@ -46,17 +46,19 @@ def shop_expert_action(goal: Goal, url: str, snap: Snapshot) -> str | None:
 
 def _buy(goal: Goal, snap: Snapshot) -> str | None:
     calls = []
-    group = None
+    group, picked = None, set()
+    wanted = goal.goal_options
     for n in snap.nodes:
         if n.role == "legend":
             group = n.name
+        elif n.role != "radio" or group is None or group in picked:
+            continue
         elif (
-            n.role == "radio"
-            and group is not None
-            and goal.goal_options.get(group) == n.name
-            and not n.checked
-        ):
-            calls.append(call("click", bid=n.id))
+            wanted.get(group) if isinstance(wanted, dict) else (n.name if n.name in wanted else None)
+        ) == n.name:
+            picked.add(group)  # one value per option group (a list goal names values only)
+            if not n.checked:
+                calls.append(call("click", bid=n.id))
     buy = snap.find(role="button", name="Buy Now")
     if not buy:
         return None

@@ -16,7 +16,8 @@ import numpy as np
 from turngym.envs.webshop.catalog import Catalog, Product
 from turngym.envs.webshop.vocab import TYPES
 
-_PRICE_STEPS = (5, 10, 15, 20, 25, 30, 40, 50, 60, 70, 80, 90, 100, 120, 150, 200, 250, 300, 400, 500)
+#: WebShop's PRICE_RANGE: the price ceiling is the larger of two of the first four steps above the price
+PRICE_RANGE = tuple(10.0 * i for i in range(1, 100))
 _TYPE_BY_KEY = {t.key: t for t in TYPES}
 _OPENERS = ("i need", "i'm looking for", "i want to buy", "find me", "i would like", "can you get me")
 
@@ -31,7 +32,7 @@ class Goal:
     category: str
     product_category: str
     attributes: list[str]
-    goal_options: dict[str, str]
+    goal_options: dict[str, str] | list[str]  # WebShop's human goals give a plain list
     price_upper: float
     instruction_text: str
     target_price: float = 0.0
@@ -61,6 +62,18 @@ def _option_phrase(name: str, value: str) -> str:
     return f"with {value} {name}"
 
 
+def price_ceiling(price: float, rng: np.random.Generator) -> float:
+    """WebShop's rule: two of the (at most) four ``PRICE_RANGE`` steps above ``price``, the larger one."""
+    above = [p for p in PRICE_RANGE if p > price][:4]
+    if len(above) < 2:
+        return 1_000_000.0
+    return float(max(rng.choice(above, size=2, replace=False)))
+
+
+def option_values(goal_options: dict[str, str] | list[str]) -> list[str]:
+    return list(goal_options.values()) if isinstance(goal_options, dict) else list(goal_options)
+
+
 def sample_goal(product: Product, rng: np.random.Generator) -> Goal:
     """A goal whose target is ``product``."""
     t = _TYPE_BY_KEY[product.type]
@@ -69,8 +82,7 @@ def sample_goal(product: Product, rng: np.random.Generator) -> Goal:
         product.attributes[i] for i in sorted(rng.choice(len(product.attributes), size=k, replace=False))
     ]
     options = {name: values[int(rng.integers(len(values)))] for name, values in product.options.items()}
-    above = [p for p in _PRICE_STEPS if p > product.price] or [int(product.price * 1.5) + 1]
-    price_upper = float(above[min(len(above) - 1, int(rng.integers(0, 2)))])
+    price_upper = price_ceiling(product.price, rng)
     noun = next((n for n in t.nouns if n.lower() in product.title.lower()), t.nouns[0])
     pre = [a for a in attrs if not a.startswith(("for ", "with "))]
     post = [a for a in attrs if a.startswith(("for ", "with "))]
@@ -81,7 +93,8 @@ def sample_goal(product: Product, rng: np.random.Generator) -> Goal:
     opts = [_option_phrase(n, v) for n, v in options.items()]
     if opts:
         phrase += " " + ", ".join(opts)
-    phrase += f", and price lower than {price_upper:.2f} dollars"
+    if price_upper < 1_000_000:
+        phrase += f", and price lower than {price_upper:.2f} dollars"
     return Goal(
         asin=product.asin,
         name=product.title,

@@ -23,7 +23,7 @@ from typing import Any
 from rapidfuzz import fuzz
 
 from turngym.envs.webshop.catalog import Product
-from turngym.envs.webshop.goals import Goal
+from turngym.envs.webshop.goals import Goal, option_values
 from turngym.envs.webshop.vocab import NOUNS
 
 # WebShop's COLOR_SET, in its order (normalize_color returns the first one contained)
@@ -37,6 +37,12 @@ COLOR_SET = (
     "wheat white wine yellow"
 ).split()
 MATCH_THRESHOLD = 85
+#: ``Product.type`` of products imported from WebShop's files (their titles are not from our lexicon)
+IMPORTED_TYPE = "webshop"
+_STOP = frozenset(
+    "a an and the for with of in on to by from pack set size inch inches ounce oz count pcs piece pieces men "
+    "women men's women's kids girls boys unisex new x xl xxl s m l small medium large".split()
+)
 
 
 def normalize_color(text: str) -> str:
@@ -48,8 +54,15 @@ def normalize_color(text: str) -> str:
 
 
 def title_nouns(title: str, brand: str = "") -> list[str]:
+    """The nouns of a generated title: words of the catalog's noun lexicon, and the brand."""
     words = re.findall(r"[a-z0-9][a-z0-9'\-.]*", title.lower())
     return [w for w in words if w in NOUNS or (brand and w == brand.lower())]
+
+
+def content_words(title: str, brand: str = "") -> list[str]:
+    """Stand-in for spaCy's noun tagging on imported titles: words minus stop, colour and size words."""
+    words = re.findall(r"[a-z][a-z'\-]+", title.lower())
+    return [w for w in words if w not in _STOP and w not in COLOR_SET]
 
 
 def type_reward(product: Product, goal: Goal, goal_brand: str = "") -> dict[str, Any]:
@@ -57,8 +70,9 @@ def type_reward(product: Product, goal: Goal, goal_brand: str = "") -> dict[str,
     bought_cats = {x.strip() for x in product.category.split("›")}
     goal_cats = {x.strip() for x in goal.product_category.split("›")}
     category_match = len(bought_cats & goal_cats) >= 2
-    bought = title_nouns(product.title, product.brand)
-    desired = title_nouns(goal.name, goal_brand)
+    nouns = content_words if product.type == IMPORTED_TYPE else title_nouns
+    bought = nouns(product.title, product.brand)
+    desired = nouns(goal.name, goal_brand)
     title_score = 0.2 if not desired else len(set(bought) & set(desired)) / len(set(desired))
     r_type = 1.0
     if not (query_match or category_match or title_score > 0.2):
@@ -100,7 +114,7 @@ def webshop_reward(
     rt = type_reward(product, goal, goal_brand)
     price_ok = product.price <= goal.price_upper if goal.price_upper > 0 else None
     n_attr = attribute_matches(product, goal.attributes)
-    goal_opts = list(goal.goal_options.values())
+    goal_opts = option_values(goal.goal_options)
     n_opt = option_matches(list(chosen_options.values()), goal_opts)
     total = (n_attr + n_opt + float(bool(price_ok))) / (len(goal.attributes) + len(goal_opts) + 1)
     reward = total * rt["r_type"]
