@@ -174,6 +174,7 @@ class atomic_write:
 
     def __enter__(self):
         fd, self._tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+        os.chmod(self._tmp, 0o644)  # a cache others may read, like any file written with open()
         self._fh = os.fdopen(fd, self.mode, encoding=None if "b" in self.mode else "utf-8")
         return self._fh
 
