@@ -117,7 +117,8 @@ class PixelObservation:
         return x / self.scale, y / self.scale
 
     def pixel_center(self, node: Node) -> tuple[int, int]:
-        cx, cy = node.center
+        """Where to click ``node`` in screenshot pixels (its center, or an uncovered point)."""
+        cx, cy = node.click_point
         return int(cx * self.scale), int(cy * self.scale)
 
     def pixel_box(self, node: Node) -> list[float]:

@@ -35,6 +35,8 @@ class Node:
     focused: bool = False
     bg: str | None = None
     fill: str | None = None
+    point: tuple[float, float] | None = None
+    covered: bool = False
 
     @classmethod
     def from_js(cls, d: dict[str, Any]) -> Node:
@@ -55,12 +57,19 @@ class Node:
             focused=bool(d.get("focused", False)),
             bg=d.get("bg"),
             fill=d.get("fill"),
+            point=tuple(d["pt"]) if d.get("pt") else None,  # type: ignore[arg-type]
+            covered=bool(d.get("covered", False)),
         )
 
     @property
     def center(self) -> tuple[float, float]:
         x, y, w, h = self.box
         return x + w / 2, y + h / 2
+
+    @property
+    def click_point(self) -> tuple[float, float]:
+        """Where a click reaches this element: its center, or an uncovered point if the center is covered."""
+        return self.point or self.center
 
     def contains(self, x: float, y: float) -> bool:
         bx, by, bw, bh = self.box
@@ -83,6 +92,8 @@ class Node:
             parts.append("disabled")
         if self.focused:
             parts.append("focused")
+        if self.covered:
+            parts.append("covered")
         if self.dom_id and self.role not in ("text",):
             parts.append(f"#{self.dom_id}")
         if self.cls and (not self.name or "ui-state-active" in self.cls):

@@ -28,7 +28,17 @@ async def _require(page: Page, bid: int) -> Any:
 
 
 async def _click(page: Page, bid: int, button: str, clicks: int) -> None:
-    await (await _require(page, bid)).click(button=button, click_count=clicks)
+    loc = await _require(page, bid)
+    await loc.scroll_into_view_if_needed()
+    point = await loc.evaluate(f"(el) => ({wp.VISIBLE_POINT_JS})(el)")
+    if point is None:
+        raise ToolError(
+            f"element {bid} is hidden under another element (or has no size); it cannot be clicked"
+        )
+    box = await loc.bounding_box()
+    # click where the element really receives the click (its center unless something covers it)
+    pos = {"x": point[0] - box["x"], "y": point[1] - box["y"]} if box else None
+    await loc.click(button=button, click_count=clicks, position=pos)
 
 
 async def _hover(page: Page, bid: int) -> None:

@@ -91,7 +91,9 @@ def _one(nodes: list[Node]) -> Node:
 
 
 def _button(snap: Snapshot, name: str) -> Node:
-    return _one([n for n in snap.find(role="button") if n.name.strip().lower() == name.strip().lower()])
+    buttons = snap.find(role="button")
+    exact = [n for n in buttons if n.name.strip() == name.strip()]
+    return _one(exact or [n for n in buttons if n.name.strip().lower() == name.strip().lower()])
 
 
 def _submit(snap: Snapshot) -> Node:

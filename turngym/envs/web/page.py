@@ -46,9 +46,28 @@ _STATUS_JS = """
 """
 
 
+#: A point (viewport CSS px) where a hit test reaches ``el`` (or a descendant): its center if that is
+#: not covered, else the first uncovered point of a 7x7 grid over its box; null if it is fully covered.
+VISIBLE_POINT_JS = """
+(el) => {
+  const r = el.getBoundingClientRect();
+  if (r.width <= 0 || r.height <= 0) return null;
+  const hits = (x, y) => { const h = document.elementFromPoint(x, y); return h !== null && (h === el || el.contains(h)); };
+  const cx = r.left + r.width / 2, cy = r.top + r.height / 2;
+  if (hits(cx, cy)) return [cx, cy];
+  for (let i = 1; i < 8; i++) for (let j = 1; j < 8; j++) {
+    const x = r.left + r.width * i / 8, y = r.top + r.height * j / 8;
+    if (hits(x, y)) return [x, y];
+  }
+  return null;
+}
+"""
+
+
 @functools.cache
 def _snapshot_js() -> str:
-    return (Path(__file__).with_name("snapshot.js")).read_text()
+    body = (Path(__file__).with_name("snapshot.js")).read_text().strip().rstrip(";")
+    return f"(opts) => ({body})(opts, {VISIBLE_POINT_JS.strip()})"
 
 
 @dataclass(frozen=True)

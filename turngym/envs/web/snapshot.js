@@ -1,8 +1,8 @@
 // Pruned DOM snapshot of a MiniWoB++ page: a flat, depth-annotated list of the visible
 // elements that matter to an agent. Every listed element carries a stable id
 // (data-tg-id), assigned once per page and kept while the element lives.
-// Returns {nodes: [...], focused: id|null}.
-(opts) => {
+// Returns {nodes: [...], focused: id|null}. ``visiblePoint(el)`` is page.py's VISIBLE_POINT_JS.
+(opts, visiblePoint) => {
   const SKIP_IDS = new Set(["reward-display", "click-canvas", "sync-task-cover", "query"]);
   const SKIP_TAGS = new Set(["SCRIPT", "STYLE", "HEAD", "META", "LINK", "NOSCRIPT", "TEMPLATE", "BR"]);
   const SHAPES = new Set(["circle", "rect", "ellipse", "polygon", "polyline", "path", "line", "text"]);
@@ -136,6 +136,10 @@
       }
       if (tag === "option") node.selected = el.selected;
       if (ownBg) node.bg = ownBg;
+      if (interactive || isSvgShape || el.id || ownBg) {
+        const pt = visiblePoint(el);  // where a click lands on this element (null: covered)
+        if (pt) node.pt = pt; else node.covered = true;
+      }
       if (isSvgShape) {
         const fill = el.getAttribute("fill") || style.fill;
         if (fill && fill !== "none") node.fill = fill;
