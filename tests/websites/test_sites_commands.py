@@ -25,8 +25,8 @@ def test_build_and_tasks_commands(tmp_path, monkeypatch):
     assert list((tmp_path / "cache" / "webshop").glob("catalog-*-s2-n60.sqlite"))
     out = tmp_path / "tasks.json"
     r = CliRunner().invoke(_app(), ["webarena-tasks", str(out), "--per-template", "1"])
-    assert r.exit_code == 0 and "16 tasks" in r.output
-    assert len(json.loads(out.read_text())) == 16
+    assert r.exit_code == 0 and "18 tasks" in r.output
+    assert len(json.loads(out.read_text())) == 18
 
 
 def test_serve_rejects_unknown_site():

@@ -155,7 +155,7 @@ def test_arena_expert_success_on_every_template(arena):
         total, terminated, info = _run_expert(arena, options={"task_id": tid})
         assert terminated and info["evaluation"]["stopped"]
         successes.append(total == 1.0)
-    assert len(successes) == 16 and sum(successes) / len(successes) >= 0.9, successes
+    assert len(successes) == 18 and sum(successes) / len(successes) >= 0.9, successes
 
 
 def _task_of(env, template):

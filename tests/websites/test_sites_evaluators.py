@@ -139,6 +139,7 @@ def test_generated_tasks_follow_the_format(site_dir):
         assert "{{" not in t["intent"] and t["start_url"].startswith(("__FORUM__", "__TRACKER__"))
     locs = [c["locator"] for t in tasks for c in t["eval"]["program_html"]]
     assert any(loc.startswith("sql:") for loc in locs) and any(loc.startswith("document.") for loc in locs)
+    assert any(t["sites"] == ["forum", "tracker"] for t in tasks)  # cross-site tasks
     assert generate_tasks(seed=0, per_template=3, data_dir=site_dir) == tasks
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from turngym.core.types import ToolResult
 from turngym.envs.webarena.browser_env import Episode, SiteBrowserEnv
 from turngym.envs.webarena.evaluators import Judge, ProgramContext, evaluate
-from turngym.envs.webarena.expert import arena_expert_action
+from turngym.envs.webarena.expert import ExpertContext, arena_expert_action
 from turngym.envs.webarena.sites import SITES, SiteInstance
 from turngym.envs.webarena.taskgen import default_tasks
 from turngym.envs.webarena.tasks import check_task, fill_placeholders, load_tasks, site_for
@@ -57,7 +57,7 @@ class WebArenaEnv(SiteBrowserEnv):
         tasks: a path to WebArena-format tasks (JSON list, JSON lines or a folder), a list of task
             dicts, or None for the generated set.
         seed: data seed of the sites (and of the generated tasks).
-        per_template: generated tasks per intent template (16 templates).
+        per_template: generated tasks per intent template (18 templates).
         sites: keep only tasks on these sites (``"forum"``, ``"tracker"``).
         template_ids: keep only tasks of these intent templates.
         judge: callable for ``fuzzy_match`` references (WebArena uses an LLM); none needed otherwise.
@@ -109,6 +109,7 @@ class WebArenaEnv(SiteBrowserEnv):
         self.stopped = False
         self.evaluation: dict[str, Any] | None = None
         self.reset_s = 0.0
+        self._expert = ExpertContext()
 
     def site(self, name: str) -> SiteInstance:
         """The running instance of a site (started on first use)."""
@@ -128,6 +129,7 @@ class WebArenaEnv(SiteBrowserEnv):
         self.reset_s = sum(self.site(s).reset() for s in raw["sites"])
         self.task_cfg = fill_placeholders(raw)
         self.answer, self.stopped, self.evaluation = "", False, None
+        self._expert = ExpertContext()
         return Episode(
             instruction=self.task_cfg["intent"],
             start_url=self.task_cfg["start_url"],
@@ -187,7 +189,9 @@ class WebArenaEnv(SiteBrowserEnv):
     def expert_action(self) -> str | None:
         if self._done or self.lease is None or self.view is None:
             return None
-        return arena_expert_action(self.task_cfg, self.display_url(self.view.url), self.snap)
+        self._expert.tabs = [self.display_url(url) for url, _ in self.view.tabs]
+        self._expert.active = self.active
+        return arena_expert_action(self.task_cfg, self.display_url(self.view.url), self.snap, self._expert)
 
     async def _close(self) -> None:
         await super()._close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -17,14 +18,27 @@ from turngym.envs.web.dom import Node, Snapshot
 from turngym.envs.web.expert import call
 
 FORUM, TRACKER = "http://forum.local", "http://tracker.local"
-Policy = Callable[[dict[str, Any], str, Snapshot], "str | None"]
+
+
+@dataclass
+class ExpertContext:
+    """What an expert sees besides the page: its notes from earlier turns, and the open tabs."""
+
+    memory: dict[str, Any] = field(default_factory=dict)
+    tabs: list[str] = field(default_factory=list)  # display URLs
+    active: int = 0
+
+
+Policy = Callable[[dict[str, Any], str, Snapshot, ExpertContext], "str | None"]
 _POLICIES: dict[int, Policy] = {}
 
 
-def arena_expert_action(task: dict[str, Any], url: str, snap: Snapshot) -> str | None:
+def arena_expert_action(
+    task: dict[str, Any], url: str, snap: Snapshot, ctx: ExpertContext | None = None
+) -> str | None:
     """The next action for ``task`` on the page at ``url`` (a display URL); None if not covered."""
     policy = _POLICIES.get(int(task.get("intent_template_id", -1)))
-    return policy(task["instantiation_dict"], url, snap) if policy else None
+    return policy(task["instantiation_dict"], url, snap, ctx or ExpertContext()) if policy else None
 
 
 def _policy(*ids: int) -> Callable[[Policy], Policy]:
@@ -96,9 +110,38 @@ def _to_issue(inst: dict[str, Any], url: str) -> str | None:
     return None if _path(url) == _path(_issue_url(inst)) else call("goto", url=_issue_url(inst))
 
 
+def _read_open_count(inst: dict[str, Any], url: str, snap: Snapshot) -> str | None:
+    """The open-issue count shown on the project's (open) issue list, if that is the page."""
+    if _path(url) == f"/{inst['project']}/-/issues" and _query(url).get("state", ["opened"]) == ["opened"]:
+        count = next((n for n in snap.nodes if re.match(r"\d+ issues \(", n.name)), None)
+        return count.name.split()[0] if count else None
+    return None
+
+
+def _read_top_title(inst: dict[str, Any], url: str, snap: Snapshot) -> str | None:
+    """The first post title of the forum's top-sorted listing, if that is the page."""
+    if _path(url) == f"/f/{inst['forum']}" and _query(url).get("sort") == ["top"]:
+        first = _after(snap, lambda n: n.name.endswith(" points"), "link")
+        return first.name if first else None
+    return None
+
+
+def _look_up_in_tab(ctx: ExpertContext, key: str, reader: Callable[[], str | None], where: str) -> str | None:
+    """Open ``where`` in a second tab, read a value into memory, close the tab; None once done."""
+    if key in ctx.memory:
+        return call("tab_close") if len(ctx.tabs) > 1 else None
+    if len(ctx.tabs) < 2:
+        return call("new_tab", url=where)
+    value = reader()
+    if value is None:
+        return call("goto", url=where)
+    ctx.memory[key] = value
+    return call("tab_close")
+
+
 # ------------------------------------------------------------------ forum
 @_policy(100)
-def _comments(inst, url, snap):
+def _comments(inst, url, snap, ctx):
     go = _to_post(inst, url, snap)
     if go:
         return go
@@ -109,7 +152,7 @@ def _comments(inst, url, snap):
 
 
 @_policy(101)
-def _author(inst, url, snap):
+def _author(inst, url, snap, ctx):
     go = _to_post(inst, url, snap)
     if go:
         return go
@@ -118,7 +161,7 @@ def _author(inst, url, snap):
 
 
 @_policy(102)
-def _top_sorted(inst, url, snap):
+def _top_sorted(inst, url, snap, ctx):
     if _path(url) == f"/f/{inst['forum']}":
         if _query(url).get("sort") == ["top"]:
             return _stop()
@@ -127,7 +170,7 @@ def _top_sorted(inst, url, snap):
 
 
 @_policy(103)
-def _upvote(inst, url, snap):
+def _upvote(inst, url, snap, ctx):
     go = _to_post(inst, url, snap)
     if go:
         return go
@@ -137,7 +180,7 @@ def _upvote(inst, url, snap):
 
 
 @_policy(104)
-def _reply(inst, url, snap):
+def _reply(inst, url, snap, ctx):
     go = _to_post(inst, url, snap)
     if go:
         return go
@@ -150,7 +193,7 @@ def _reply(inst, url, snap):
 
 
 @_policy(105)
-def _create_post(inst, url, snap):
+def _create_post(inst, url, snap, ctx):
     if any(n.role == "heading" and n.name == inst["title"] for n in snap.nodes):
         return _stop()
     if _path(url) == "/submit":
@@ -174,7 +217,7 @@ def _create_post(inst, url, snap):
 
 
 @_policy(106)
-def _subscribe(inst, url, snap):
+def _subscribe(inst, url, snap, ctx):
     if _path(url) != f"/f/{inst['forum']}":
         return call("goto", url=f"{FORUM}/f/{inst['forum']}")
     if _node(snap, "button", "Unsubscribe"):
@@ -183,19 +226,17 @@ def _subscribe(inst, url, snap):
 
 
 @_policy(107)
-def _top_title(inst, url, snap):
-    if _path(url) != f"/f/{inst['forum']}" or _query(url).get("sort") != ["top"]:
-        return call("goto", url=f"{FORUM}/f/{inst['forum']}?sort=top")
-    first = _after(snap, lambda n: n.name.endswith(" points"), "link")
-    return _stop(first.name) if first else None
+def _top_title(inst, url, snap, ctx):
+    title = _read_top_title(inst, url, snap)
+    return _stop(title) if title is not None else call("goto", url=f"{FORUM}/f/{inst['forum']}?sort=top")
 
 
 # ------------------------------------------------------------------ tracker
 @_policy(200)
-def _open_count(inst, url, snap):
-    if _path(url) == f"/{inst['project']}/-/issues" and _query(url).get("state", ["opened"]) == ["opened"]:
-        count = next((n for n in snap.nodes if re.match(r"\d+ issues \(", n.name)), None)
-        return _stop(count.name.split()[0]) if count else None
+def _open_count(inst, url, snap, ctx):
+    count = _read_open_count(inst, url, snap)
+    if count is not None:
+        return _stop(count)
     if _path(url) == f"/{inst['project']}":
         link = _node(snap, "link", startswith="Issues (")
         if link:
@@ -204,7 +245,7 @@ def _open_count(inst, url, snap):
 
 
 @_policy(201)
-def _assignee(inst, url, snap):
+def _assignee(inst, url, snap, ctx):
     go = _to_issue(inst, url)
     if go:
         return go
@@ -213,7 +254,7 @@ def _assignee(inst, url, snap):
 
 
 @_policy(202)
-def _label_list(inst, url, snap):
+def _label_list(inst, url, snap, ctx):
     if _path(url) == f"/{inst['project']}/-/issues":
         if _query(url).get("label_name") == [inst["label"]]:
             return _stop()
@@ -222,7 +263,7 @@ def _label_list(inst, url, snap):
 
 
 @_policy(203)
-def _close(inst, url, snap):
+def _close(inst, url, snap, ctx):
     go = _to_issue(inst, url)
     if go:
         return go
@@ -232,7 +273,7 @@ def _close(inst, url, snap):
 
 
 @_policy(204)
-def _assign(inst, url, snap):
+def _assign(inst, url, snap, ctx):
     go = _to_issue(inst, url)
     if go:
         return go
@@ -245,7 +286,7 @@ def _assign(inst, url, snap):
 
 
 @_policy(205)
-def _add_label(inst, url, snap):
+def _add_label(inst, url, snap, ctx):
     go = _to_issue(inst, url)
     if go:
         return go
@@ -259,7 +300,7 @@ def _add_label(inst, url, snap):
 
 
 @_policy(206)
-def _new_issue(inst, url, snap):
+def _new_issue(inst, url, snap, ctx):
     if any(n.role == "heading" and n.name == inst["title"] for n in snap.nodes):
         return _stop()
     if _path(url) == f"/{inst['project']}/-/issues/new":
@@ -280,7 +321,7 @@ def _new_issue(inst, url, snap):
 
 
 @_policy(207)
-def _open_issue(inst, url, snap):
+def _open_issue(inst, url, snap, ctx):
     if _path(url) == _path(_issue_url(inst)):
         return _stop()
     if _path(url) == f"/{inst['project']}/-/issues" and _query(url).get("state") == ["all"]:
@@ -288,3 +329,23 @@ def _open_issue(inst, url, snap):
         if link:
             return call("click", bid=link.id)
     return call("goto", url=f"{TRACKER}/{inst['project']}/-/issues?state=all")
+
+
+# ------------------------------------------------------------------ both sites, two tabs
+@_policy(300)
+def _comment_open_count(inst, url, snap, ctx):
+    where = f"{TRACKER}/{inst['project']}/-/issues"
+    look = _look_up_in_tab(ctx, "count", lambda: _read_open_count(inst, url, snap), where)
+    if look:
+        return look
+    text = f"{inst['project']} has {ctx.memory['count']} open issues"
+    return _reply({**inst, "text": text}, url, snap, ctx)
+
+
+@_policy(301)
+def _issue_from_top_post(inst, url, snap, ctx):
+    where = f"{FORUM}/f/{inst['forum']}?sort=top"
+    look = _look_up_in_tab(ctx, "top", lambda: _read_top_title(inst, url, snap), where)
+    if look:
+        return look
+    return _new_issue({**inst, "description": ctx.memory["top"]}, url, snap, ctx)

@@ -1,6 +1,6 @@
 """Arena-style tasks generated from the sites' databases, in WebArena's JSON format.
 
-Sixteen intent templates (eight per site), each instantiated from the pristine database with a
+Eighteen intent templates (eight per site, two that need both sites and two tabs), each instantiated from the pristine database with a
 seed, cover WebArena's three evaluator kinds: information seeking (``string_match``: counts,
 authors, titles, assignees), navigation (``url_match``: sorted or filtered listings, a given page)
 and site changes (``program_html``: page checks through JavaScript locators and database checks
@@ -10,6 +10,7 @@ through ``sql:`` locators). Every task is solvable on the site it starts from.
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,10 @@ from typing import Any
 import numpy as np
 
 from turngym.envs.webarena.sites import forum, pristine_db, tracker
-from turngym.envs.webarena.storage import cache_dir, connect
+from turngym.envs.webarena.storage import cache_dir
 from turngym.envs.webarena.tasks import check_task, load_tasks, save_tasks
 
-TASKS_VERSION = 1
+TASKS_VERSION = 2
 Row = dict[str, Any]
 Maker = Callable[[Any, np.random.Generator], tuple[Row, str, Row]]
 _WORDS = ("maple", "harbor", "quartz", "meadow", "lantern", "pebble", "orchid", "summit", "velvet", "comet")
@@ -226,7 +227,35 @@ def t_open_issue_page(c, rng):
     return inst, "__TRACKER__", {"eval_types": ["url_match"], "reference_url": url}
 
 
-#: intent_template_id -> (site, intent template, maker)
+# ------------------------------------------------------------------ both sites
+def x_comment_count(conns, rng):
+    inst, _, _ = f_reply(conns["forum"], rng)
+    del inst["text"]
+    project = str(rng.choice(list(tracker.PROJECTS)))
+    n = conns["tracker"].execute(
+        "SELECT count(*) FROM issues WHERE project = ? AND state = 'opened'", (project,)
+    )
+    text = f"{project} has {n.fetchone()[0]} open issues"
+    sql = f"SELECT body FROM comments WHERE post_id = {inst['post_id']} AND author = {q(forum.ME)}"
+    inst["project"] = project
+    return inst, "__FORUM__", {"eval_types": ["program_html"],
+                               "program_html": [_sql_check("__FORUM__", sql, must_include=[text])]}  # fmt: skip
+
+
+def x_issue_from_post(conns, rng):
+    inst, _, _ = t_new_issue(conns["tracker"], rng)
+    del inst["description"]
+    f = str(rng.choice(list(forum.FORUMS)))
+    top = conns["forum"].execute(
+        "SELECT title FROM posts WHERE forum = ? ORDER BY score DESC, id LIMIT 1", (f,)
+    )
+    sql = f"SELECT body FROM issues WHERE project = {q(inst['project'])} AND title = {q(inst['title'])}"
+    inst["forum"] = f
+    return inst, "__TRACKER__", {"eval_types": ["program_html"],
+                                 "program_html": [_sql_check("__TRACKER__", sql, exact_match=top.fetchone()[0])]}  # fmt: skip
+
+
+#: intent_template_id -> (site or "forum+tracker", intent template, maker)
 TEMPLATES: dict[int, tuple[str, str, Maker]] = {
     100: ("forum", 'How many comments does the post "{{title}}" in f/{{forum}} have?', f_comments),
     101: ("forum", 'Who submitted the post "{{title}}" in f/{{forum}}?', f_author),
@@ -248,8 +277,20 @@ TEMPLATES: dict[int, tuple[str, str, Maker]] = {
         t_new_issue,
     ),
     207: ("tracker", 'Open the page of the issue "{{title}}" in {{project}}.', t_open_issue_page),
+    300: (
+        "forum+tracker",
+        'Comment on the post "{{title}}" in f/{{forum}}: "{{project}} has N open issues", with N the number of '
+        "open issues of the project {{project}} on the tracker.",
+        x_comment_count,
+    ),
+    301: (
+        "forum+tracker",
+        'Open an issue in {{project}} titled "{{title}}" whose description is the title of the highest-scored '
+        "post in f/{{forum}} on the forum.",
+        x_issue_from_post,
+    ),
 }
-_WRITES = {103, 104, 105, 106, 203, 204, 205, 206}
+_WRITES = {103, 104, 105, 106, 203, 204, 205, 206, 300, 301}
 
 
 def instantiate(template: str, inst: dict[str, Any]) -> str:
@@ -262,12 +303,19 @@ def generate_tasks(
     seed: int = 0, per_template: int = 10, *, data_dir: str | Path | None = None
 ) -> list[dict[str, Any]]:
     """``per_template`` tasks of every template, task ids in template-major order."""
-    tasks = []
-    for tid, (site, template, make) in TEMPLATES.items():
-        with connect(pristine_db(site, seed, directory=data_dir), readonly=True) as c:
+    tasks: list[dict[str, Any]] = []
+    conns = {}
+    try:
+        for name in ("forum", "tracker"):
+            conns[name] = sqlite3.connect(
+                f"file:{pristine_db(name, seed, directory=data_dir)}?mode=ro", uri=True
+            )
+            conns[name].row_factory = sqlite3.Row
+        for tid, (site, template, make) in TEMPLATES.items():
+            sites = site.split("+")
             for k in range(per_template):
                 rng = np.random.default_rng([seed, tid, k])
-                inst, start, ev = make(c, rng)
+                inst, start, ev = make(conns[site] if len(sites) == 1 else conns, rng)
                 ev = {
                     "reference_answers": None,
                     "reference_url": "",
@@ -275,24 +323,24 @@ def generate_tasks(
                     "url_note": "GOLD in PRED",
                     **ev,
                 }
-                tasks.append(
-                    check_task(
-                        {
-                            "sites": [site],
-                            "task_id": len(tasks),
-                            "require_login": True,
-                            "storage_state": None,
-                            "start_url": start,
-                            "geolocation": None,
-                            "intent_template": template,
-                            "instantiation_dict": json.loads(json.dumps(inst)),
-                            "intent": instantiate(template, inst),
-                            "require_reset": tid in _WRITES,
-                            "eval": ev,
-                            "intent_template_id": tid,
-                        }
-                    )
-                )
+                task = {
+                    "sites": sites,
+                    "task_id": len(tasks),
+                    "require_login": True,
+                    "storage_state": None,
+                    "start_url": start,
+                    "geolocation": None,
+                    "intent_template": template,
+                    "instantiation_dict": json.loads(json.dumps(inst)),
+                    "intent": instantiate(template, inst),
+                    "require_reset": tid in _WRITES,
+                    "eval": ev,
+                    "intent_template_id": tid,
+                }
+                tasks.append(check_task(task))
+    finally:
+        for c in conns.values():
+            c.close()
     return tasks
 
 

@@ -59,7 +59,7 @@ def web_site_serve(
 def webarena_tasks(
     out: str = typer.Argument(..., help="where to write the tasks (WebArena JSON list)"),
     seed: int = typer.Option(0, help="data seed"),
-    per_template: int = typer.Option(10, help="tasks per intent template (16 templates)"),
+    per_template: int = typer.Option(10, help="tasks per intent template (18 templates)"),
 ) -> None:
     """Write the generated arena-style tasks in WebArena's JSON format."""
     from turngym.envs.webarena.taskgen import generate_tasks
