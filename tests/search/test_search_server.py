@@ -117,3 +117,23 @@ def test_env_over_remote_retriever(served, tmp_path, world, questions):
     obs, reward, terminated, truncated, info = dead.step(action)
     assert "search failed" in obs[0].content and "unreachable" in info["error"] and not terminated
     dead.close()
+
+
+async def test_concurrent_envs_share_batched_server_calls(served, tmp_path, questions):
+    """16 envs stepping at once over one server: their searches travel in a few HTTP calls."""
+    import asyncio
+
+    from turngym.envs.search.server import shared_remote
+    from turngym.envs.search.tasks import write_tasks
+
+    url, _ = served
+    tasks = write_tasks(questions[:16], tmp_path / "tasks.jsonl")
+    envs = [turngym.make("search-qa", tasks=str(tasks), retriever=url) for _ in range(16)]
+    for i, env in enumerate(envs):
+        await env.areset(seed=i)
+    before = shared_remote(url).batches
+    steps = await asyncio.gather(*(env.astep(env.expert_action()) for env in envs))
+    assert all(obs[0].content.startswith("Doc 1 (Title: ") for obs, *_ in steps)
+    assert shared_remote(url).batches - before < 16
+    for env in envs:
+        await env.aclose()

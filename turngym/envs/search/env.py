@@ -14,7 +14,8 @@ Data: by default a generated world of ``n_passages`` passages and ``n_tasks`` qu
 "default" = bridge 2-4 hops + comparison, "easy" = mostly 1-2 hops, "hard" = 3-4 hops), cached
 on disk (``turngym.make("search-qa")`` is quick after the first call); or ``corpus=`` (JSONL)
 plus ``tasks=`` (FlashRAG JSONL, Search-R1 parquet, HotpotQA JSON — HotpotQA brings its own
-corpus); or ``retriever="http://host:port"`` for a ``/retrieve`` server.
+corpus); or ``retriever="http://host:port"`` for a ``/retrieve`` server (one batching client per
+URL per process, so concurrent envs' searches travel together).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from turngym.envs.search.corpus import Corpus
 from turngym.envs.search.data import load_corpus, load_task_file, synthetic_dataset
 from turngym.envs.search.metrics import best_exact_match, best_f1
 from turngym.envs.search.retriever import Doc, Retriever, RetrieverError, shared_bm25
-from turngym.envs.search.server import RemoteRetriever
+from turngym.envs.search.server import shared_remote
 from turngym.envs.search.tasks import QATask
 from turngym.tools import ToolError, tool
 
@@ -117,9 +118,8 @@ class SearchQAEnv(Env):
         if not self.tasks:
             raise ValueError(f"no tasks left after filtering (split={split}, kinds={kinds}, hops={hops})")
         self._task_index = {t.id: i for i, t in enumerate(self.tasks)}
-        self._owns_retriever = isinstance(retriever, str)
         if isinstance(retriever, str):
-            self.retriever: Retriever = RemoteRetriever(retriever)
+            self.retriever: Retriever = shared_remote(retriever)
         elif retriever is not None:
             self.retriever = retriever
         else:
@@ -251,10 +251,6 @@ class SearchQAEnv(Env):
     def _state_key(self) -> str:
         task_id = self.current.id if self.current else ""
         return f"{task_id}|{','.join(sorted(self._retrieved))}"
-
-    def _close(self) -> None:
-        if self._owns_retriever and isinstance(self.retriever, RemoteRetriever):
-            self.retriever.close()
 
     # ------------------------------------------------------------- experts
     def expert_action(self) -> str | Message | None:

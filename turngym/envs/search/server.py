@@ -10,12 +10,14 @@ the corpus size.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
 import httpx
 from pydantic import BaseModel, Field
 
+from turngym.envs.search.batching import BatchingRetriever
 from turngym.envs.search.corpus import split_title
 from turngym.envs.search.retriever import Doc, Retriever, RetrieverError
 
@@ -145,3 +147,15 @@ def _parse_doc(item: Any, url: str) -> Doc:
     if title is None:  # wiki-18 style: "Title"\ntext
         title, contents = split_title(contents)
     return Doc(str(item.get("id", "")), str(title), contents, score)
+
+
+_SHARED: dict[str, BatchingRetriever] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_remote(url: str) -> BatchingRetriever:
+    """One batching client per server URL per process: concurrent envs' searches share HTTP calls."""
+    with _SHARED_LOCK:
+        if url not in _SHARED:
+            _SHARED[url] = BatchingRetriever(RemoteRetriever(url))
+        return _SHARED[url]
