@@ -21,9 +21,9 @@ from pathlib import Path
 ENV_KWARGS = {
     "n_passages": 3000,
     "n_tasks": 1200,
-    "hops": [1],
+    "hops": [2],
     "reward": "f1",
-    "max_turns": 4,
+    "max_turns": 5,
     "split": "train",
 }
 
@@ -117,6 +117,7 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--target", type=float, default=None, help="target eval F1 (default: SFT F1 + 0.05)")
+    ap.add_argument("--deadline-s", type=float, default=1e9, help="stop the RL runs after this many seconds")
     ap.add_argument("--child", action="store_true")
     ap.add_argument("--run-dir")
     ap.add_argument("--model")
@@ -162,8 +163,13 @@ def main() -> None:
                 ),
                 run_dir,
             )
+    deadline = t0 + args.deadline_s
     for (method, seed), (p, _) in procs.items():
-        p.wait()
+        try:
+            p.wait(timeout=max(deadline - time.time(), 1))
+        except subprocess.TimeoutExpired:  # out of time: keep the steps logged so far
+            p.terminate()
+            p.wait()
         print(f"{method} seed {seed} exited {p.returncode}", flush=True)
     runs = {f"{m}-s{s}": curve(rd) for (m, s), (_, rd) in procs.items()}
     evals = {

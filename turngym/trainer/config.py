@@ -150,7 +150,7 @@ class TrainConfig(_Strict):
     keep_checkpoints: int = 2
     resume: bool = True  # continue from the latest checkpoint in run_dir if there is one
     weight_sync: Literal["in_process", "vllm_lora"] = "in_process"
-    vllm_url: str | None = None
+    vllm_urls: list[str] = Field(default_factory=list)  # vLLM servers for weight_sync=vllm_lora
     model: ModelSettings = Field(default_factory=ModelSettings)
     rollout: RolloutSettings = Field(default_factory=RolloutSettings)
     credit: CreditSettings = Field(default_factory=CreditSettings)
@@ -161,8 +161,8 @@ class TrainConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
-        if self.weight_sync == "vllm_lora" and (self.model.lora is None or not self.vllm_url):
-            raise ValueError("weight_sync=vllm_lora needs model.lora and vllm_url")
+        if self.weight_sync == "vllm_lora" and (self.model.lora is None or not self.vllm_urls):
+            raise ValueError("weight_sync=vllm_lora needs model.lora and vllm_urls")
         return self
 
 

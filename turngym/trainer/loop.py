@@ -173,13 +173,14 @@ class Trainer:
         from turngym.trainer.weight_sync import InProcessSync, VLLMLoRASync
 
         if self.cfg.weight_sync == "vllm_lora":
-            return VLLMLoRASync([self.cfg.vllm_url or ""], self.run_dir / "adapters")
+            return VLLMLoRASync(self.cfg.vllm_urls, self.run_dir / "adapters")
         return InProcessSync()
 
     def _backend(self):
         if self.cfg.weight_sync == "vllm_lora":
-            module = importlib.import_module("turngym.agents.vllm")
-            return module.VLLMBackend(self.cfg.vllm_url)
+            from turngym.agents.vllm import VLLMBackend
+
+            return VLLMBackend(self.cfg.vllm_urls)
         from turngym.agents.hf import HFBackend
 
         r = self.cfg.rollout

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,31 +38,32 @@ class VLLMLoRASync:
     urls: list[str]
     adapter_dir: Path
     prefix: str = "policy"
-    timeout: float = 120.0
     keep: int = 2
     loaded: list[str] = field(default_factory=list)
 
     def __call__(self, model: Any, step: int) -> str:
-        import httpx
+        from turngym.agents.vllm import VLLMBackend
 
+        if not hasattr(model, "peft_config"):
+            raise WeightSyncError("vllm_lora weight sync needs a peft (LoRA) model")
         name = f"{self.prefix}-{step}"
-        path = Path(self.adapter_dir) / f"step-{step:06d}"
+        path = (Path(self.adapter_dir) / f"step-{step:06d}").resolve()
         model.save_pretrained(path)  # a peft model saves only its adapter
-        for url in self.urls:
-            base = url.rstrip("/").removesuffix("/v1")
-            resp = httpx.post(
-                f"{base}/v1/load_lora_adapter",
-                json={"lora_name": name, "lora_path": str(path.resolve())},
-                timeout=self.timeout,
-            )
-            if resp.status_code != 200:
-                raise WeightSyncError(
-                    f"{base}: loading adapter {name} failed ({resp.status_code}): {resp.text[:500]}"
-                )
-        self.loaded.append(name)
-        while len(self.loaded) > self.keep:
-            old = self.loaded.pop(0)
-            for url in self.urls:
-                base = url.rstrip("/").removesuffix("/v1")
-                httpx.post(f"{base}/v1/unload_lora_adapter", json={"lora_name": old}, timeout=self.timeout)
+        stale = self.loaded[-self.keep + 1 :] if self.keep > 1 else []
+        drop = [n for n in self.loaded if n not in stale]
+
+        async def push() -> None:
+            backend = VLLMBackend(self.urls)
+            try:
+                await backend.load_lora_adapter(name, path, replace=True)
+                for old in drop:
+                    await backend.unload_lora_adapter(old)
+            finally:
+                await backend.aclose()
+
+        try:
+            asyncio.run(push())
+        except Exception as e:  # noqa: BLE001 - re-raised with what failed
+            raise WeightSyncError(f"loading adapter {name} from {path} into {self.urls} failed: {e}") from e
+        self.loaded = [*stale, name]
         return name
