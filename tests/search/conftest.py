@@ -11,9 +11,12 @@ from turngym.envs.search.retriever import BM25Retriever
 from turngym.envs.search.world import World, WorldConfig
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="module", autouse=True)
 def search_cache(tmp_path_factory):
-    """Every search test writes its worlds and indexes to a fresh cache, never ~/.cache."""
+    """Each search test module writes its worlds and indexes to a fresh cache, never ~/.cache.
+
+    Module scope (not session): the variable is restored before other areas' tests run.
+    """
     path = tmp_path_factory.mktemp("turngym-cache")
     old = os.environ.get("TURNGYM_CACHE_DIR")
     os.environ["TURNGYM_CACHE_DIR"] = str(path)
