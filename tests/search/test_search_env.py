@@ -197,7 +197,8 @@ def test_simulated_noise_hides_supporting_passages():
         ref = info["reference"]
         for query in ref["gold_trace"]:
             obs, *_ = env.step(call("search", query=query))
-            assert obs[0].content.count("Doc ") == 3
+            titles = [line.split(")", 1)[1] for line in obs[0].content.split("\n")]
+            assert len(titles) == len(set(titles)) == 3  # three distinct passages
         assert not set(ref["supporting_ids"]) & env._retrieved
     a = turngym.make("search-qa", noise_prob=0.5, **SMALL)
     b = turngym.make("search-qa", noise_prob=0.5, **SMALL)
@@ -332,3 +333,16 @@ def test_huge_passages_are_truncated_not_lost(tmp_path):
     obs, _, _, _, info = env.step(call("search", query="porvik"))
     assert len(obs[0].content) <= 16_000 and "characters truncated" in obs[0].content
     assert info["tool_results"][0].truncated and info["state_key"].endswith("|big")
+
+
+def test_noise_in_a_tiny_corpus_draws_distinct_random_passages(tmp_path):
+    corpus = Corpus.from_records(
+        [{"id": str(i), "title": f"T{i}", "contents": f"porvik fact {i}"} for i in range(8)]
+    )
+    task = QATask("q", "What?", ["x"], supporting_ids=["0"], gold_trace=["porvik fact"])
+    env = SearchQAEnv(corpus=corpus, tasks=[task], noise_prob=1.0, cache_dir=tmp_path)
+    for seed in range(5):
+        env.reset(seed=seed)
+        obs, *_ = env.step(call("search", query="porvik fact", k=3))
+        ids = [line.split("Title: T", 1)[1].split(")", 1)[0] for line in obs[0].content.split("\n")]
+        assert len(set(ids)) == len(ids) >= 1 and "0" not in ids

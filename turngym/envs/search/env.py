@@ -195,7 +195,8 @@ class SearchQAEnv(Env):
         if len(pool) < k and self.corpus is not None:
             extra = self.np_random.choice(len(self.corpus), size=min(len(self.corpus), 4 * k), replace=False)
             c = self.corpus
-            pool += [Doc(c.ids[i], c.titles[i], c.contents[i]) for i in extra if c.ids[i] not in gold]
+            seen = gold | {d.id for d in ranked}
+            pool += [Doc(c.ids[i], c.titles[i], c.contents[i]) for i in extra if c.ids[i] not in seen]
         picks = self.np_random.choice(len(pool), size=min(k, len(pool)), replace=False) if pool else []
         return [pool[int(i)] for i in picks]
 
