@@ -44,8 +44,8 @@ def test_chatml_sequence_equals_the_template_rendering(tokenizer):
     expected = fmt.render(conv, add_generation_prompt=True)
     # everything up to the last generation is exactly the template's rendering
     last = sampled(fmt, actions[1])
-    assert tokens.token_ids[: len(tokens) - len(last)] == fmt.encode(expected)
-    assert tokens.token_ids[-len(last) :] == last
+    assert tokens.token_ids.tolist()[: len(tokens) - len(last)] == fmt.encode(expected)
+    assert tokens.token_ids.tolist()[-len(last) :] == last
     assert tokens.retokenization_drift == 0
     assert tokens.prompt_len == len(fmt.encode(fmt.render(PROMPT, add_generation_prompt=True)))
 
@@ -77,10 +77,10 @@ def test_generation_cut_by_max_tokens_gets_the_closing_tail_unmasked(tokenizer):
     gen = tokens.add_generation(ids, [-1.0] * len(ids))
     obs = tokens.add_observation(Message(role="assistant", content="partial answer"), tool_obs("x"))
     im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    assert tokens.token_ids[obs[0]] == im_end and tokens.loss_mask[obs[0]] == 0
+    assert tokens.token_ids.tolist()[obs[0]] == im_end and tokens.loss_mask[obs[0]] == 0
     assert gen[1] == obs[0]
     conv = [*PROMPT, Message(role="assistant", content="partial answer"), *tool_obs("x")]
-    assert tokens.token_ids == fmt.encode(fmt.render(conv, add_generation_prompt=True))
+    assert tokens.token_ids.tolist() == fmt.encode(fmt.render(conv, add_generation_prompt=True))
 
 
 def test_thinking_template_keeps_prefix_consistency(thinking_tokenizer):
@@ -90,7 +90,7 @@ def test_thinking_template_keeps_prefix_consistency(thinking_tokenizer):
     rendered = fmt.render(PROMPT, add_generation_prompt=True)
     assert rendered.endswith("<|im_start|>assistant\n<think>\n")
     assert tokens.retokenization_drift == 0
-    assert fmt.decode(tokens.token_ids).count("I should add.") == 1
+    assert fmt.decode(tokens.token_ids.tolist()).count("I should add.") == 1
 
 
 def test_template_that_rewrites_history_is_detected(strip_tokenizer):
@@ -140,4 +140,4 @@ def test_property_sequence_is_prompt_plus_sampled_plus_template_deltas(tokenizer
     gen_ids = [t for t, m in zip(tokens.token_ids, tokens.loss_mask, strict=True) if m == 1]
     assert gen_ids == [t for a, _ in turns for t in sampled(fmt, a)]
     if tokens.retokenization_drift == 0:
-        assert tokens.token_ids == fmt.encode(fmt.render(conv, add_generation_prompt=True))
+        assert tokens.token_ids.tolist() == fmt.encode(fmt.render(conv, add_generation_prompt=True))

@@ -84,7 +84,7 @@ class LLMSession:
         if self.seed is not None:
             changes["seed"] = (self.seed * 1_000_003 + self.turn) % (2**31)
         gen = await self.agent.backend.generate(
-            list(self.tokens.token_ids),
+            self.tokens.token_ids.tolist(),
             sampling.replace(**changes),
             route=self.route,
             adapter=self.agent.adapter,
@@ -100,9 +100,9 @@ class LLMSession:
 
     def export(self, trajectory: Trajectory) -> None:
         t = self.tokens
-        trajectory.token_ids = list(t.token_ids)
-        trajectory.loss_mask = list(t.loss_mask)
-        trajectory.logprobs = list(t.logprobs)
+        trajectory.token_ids = t.token_ids.tolist()
+        trajectory.loss_mask = t.loss_mask.tolist()
+        trajectory.logprobs = t.logprobs.tolist()
         trajectory.prompt_len = t.prompt_len
         trajectory.metrics["generated_tokens"] = float(self.generated)
         trajectory.metrics["retokenization_drift"] = float(t.retokenization_drift)
