@@ -83,3 +83,24 @@ def test_cli_ls_and_prune(base_image):
         assert out.exit_code == 0 and sb.alive()
         out = runner.invoke(app, ["prune", "--all", "--run-id", "t-cli"])
         assert out.exit_code == 0 and sb.name in out.output and not sb.alive()
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_networked_build_reaches_the_package_index_with_the_host_ca(base_image):
+    from turngym.sandboxes.docker import DockerSandbox
+    from turngym.sandboxes.images import CONTAINER_CA_PATH, build_layer
+
+    rep = build_layer(
+        base_image,
+        "turngym-test",
+        commands=["python3 -m pip download -q --no-deps --only-binary :all: -d /opt/dl six==1.17.0"],
+        network=True,
+    )
+    with DockerSandbox.create(rep.tag) as sb:
+        assert sb.exec("ls /opt/dl").output.strip() == "six-1.17.0-py2.py3-none-any.whl"
+        assert sb.exec(f"test -e {CONTAINER_CA_PATH}").exit_code == 1  # the host CA is not baked in
+        assert (
+            sb.exec("python3 -c 'import socket; socket.create_connection((\"pypi.org\", 443), 3)'").exit_code
+            != 0
+        )

@@ -170,7 +170,7 @@ class SweDockerEnv(AsyncEnv):
     # ------------------------------------------------------------ episode
     async def _reset(self, rng: np.random.Generator, options: dict[str, Any]) -> Task:
         from turngym.envs.swe.repo import seed_repo
-        from turngym.sandboxes.docker import run_blocking
+        from turngym.sandboxes.docker import SandboxDead, run_blocking
 
         self._release_sandbox()
         self._reset_episode_state()
@@ -184,12 +184,18 @@ class SweDockerEnv(AsyncEnv):
             task = self.tasks[int(rng.integers(len(self.tasks)))]
         self._swe = task
         self._pool = await run_blocking(self._pool_for, task)
-        self._sb = await self._pool.aacquire()
-        try:
-            head = await run_blocking(seed_repo, self._sb, task.files())
-        except Exception:
-            self._release_sandbox()
-            raise
+        for attempt in range(2):  # a container that dies between hand-out and seeding is replaced once
+            self._sb = await self._pool.aacquire()
+            try:
+                head = await run_blocking(seed_repo, self._sb, task.files())
+                break
+            except SandboxDead:
+                self._release_sandbox()
+                if attempt:
+                    raise
+            except Exception:
+                self._release_sandbox()
+                raise
         system = SYSTEM_PROMPT + ("\n\n" + self.tool_instructions() if self.tools_in_prompt else "")
         user = USER_PROMPT.format(repo_dir=REPO_DIR, issue=task.problem_statement.strip())
         return Task(
