@@ -113,3 +113,12 @@ def test_synthesis_validates_mutations():
         assert t.fail_to_pass and t.pass_to_pass and t.test_files == ["test_inflection.py"]
         assert t.instance_id.startswith("inflection-0.5.1__")
         assert "Observed behaviour" in t.problem_statement
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_tasks_run_in_the_images_sandbox_build_makes(one_task_per_package):
+    from turngym.envs.swe.packages import package_image
+
+    for task in one_task_per_package:
+        assert task.image_tag() == package_image(task.spec)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from turngym.envs.swe.mutations import Mutation, mutations_of, still_parses, unified_patch
-from turngym.envs.swe.packages import PACKAGES, PackageSpec, env_image, sdist_files
+from turngym.envs.swe.packages import PACKAGES, PackageSpec, env_image, package_image, sdist_files
 
 DEFAULT_TASKS = Path(__file__).with_name("data") / "tasks.json"
 SWEBENCH_FIELDS = (
@@ -114,7 +114,7 @@ class SweTask:
             return self.image
         spec = self.spec
         if spec is not None:
-            return env_image(base=base, src_root=spec.src_root, test_requires=spec.test_requires)
+            return package_image(spec, base=base)
         return env_image(base=base, src_root=self.src_root, test_requires=self.test_requires)
 
     # ------------------------------------------------------------ SWE-bench format
@@ -327,7 +327,7 @@ def synthesize(
 
     say = log or (lambda s: None)
     files = sdist_files(spec)
-    image = env_image(base=base, src_root=spec.src_root, test_requires=spec.test_requires)
+    image = package_image(spec, base=base)
     limits = Limits(cpus=2.0, memory_mb=2048, pids=1024, disk_mb=1024)
     tasks: list[SweTask] = []
     with DockerSandbox.create(image, limits=limits, run_id="swe-synth") as sb:
