@@ -40,7 +40,7 @@ class LocalServer:
         app: Any,
         *,
         name: str = "site",
-        start_timeout_s: float = 10.0,
+        start_timeout_s: float = 30.0,
         port: int = 0,
         host: str = "127.0.0.1",
     ):
