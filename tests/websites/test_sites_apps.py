@@ -11,6 +11,8 @@ from turngym.envs.webarena.server import LocalServer, ServerError
 from turngym.envs.webarena.sites import SiteInstance, pristine_db
 from turngym.envs.webshop.app import COOKIE, MAX_RESULTS, ShopApp
 
+pytestmark = pytest.mark.slow  # real uvicorn servers
+
 
 @pytest.fixture(scope="module")
 def shop(small_catalog):
