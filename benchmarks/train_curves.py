@@ -118,6 +118,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--target", type=float, default=None, help="target eval F1 (default: SFT F1 + 0.05)")
     ap.add_argument("--deadline-s", type=float, default=1e9, help="stop the RL runs after this many seconds")
+    ap.add_argument("--stagger-s", type=float, default=3.0)
     ap.add_argument("--child", action="store_true")
     ap.add_argument("--run-dir")
     ap.add_argument("--model")
@@ -157,6 +158,7 @@ def main() -> None:
             for k in ("steps", "tasks", "group", "eval_tasks", "eval_every", "lr"):
                 cmd += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
             log = open(out / f"{method}-s{seed}.log", "w")
+            time.sleep(args.stagger_s)  # children load the model and the search index one after another
             procs[(method, seed)] = (
                 subprocess.Popen(
                     cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "2"}

@@ -17,8 +17,10 @@ import copy
 import hashlib
 import importlib
 import json
+import logging
 import math
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,8 @@ from turngym.trainer.credit import (
     GiGPO,
     OutcomeReward,
 )
+
+log = logging.getLogger("turngym.trainer")
 
 
 def build_credit(
@@ -223,6 +227,16 @@ class Trainer:
                 await backend.aclose()
 
         trajs = asyncio.run(run())
+        masked = [t for t in trajs if t.masked]
+        if masked:  # say why, once per rollout: a silent fully-masked run trains nothing
+            reasons = Counter(t.mask_reason for t in masked)
+            log.warning(
+                "%d/%d trajectories masked (%s); first error: %s",
+                len(masked),
+                len(trajs),
+                dict(reasons),
+                masked[0].metadata.get("error", "")[:2000],
+            )
         return trajs, engine.stats.as_dict()
 
     def evaluate(self) -> dict[str, float]:
@@ -327,6 +341,7 @@ class Trainer:
             **timings,
             "rollout/tokens_per_s": rstats["generated_tokens"] / max(timings["time/rollout"], 1e-9),
             "rollout/generated_tokens": float(rstats["generated_tokens"]),
+            **{f"rollout/masked/{k}": float(v) for k, v in rstats["mask_reasons"].items()},
             "time/step": time.perf_counter() - t0,
         }
         judge = getattr(self.credit.method, "judge", None)
