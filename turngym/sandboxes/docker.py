@@ -66,7 +66,14 @@ def _server_source() -> str:
 
 
 class _FastPathLost(Exception):
-    """The attach stream to PID 1 broke or stalled; fall back to ``docker exec``."""
+    """The attach stream to PID 1 broke or stalled; fall back to ``docker exec``.
+
+    ``sent`` tells whether the request may have reached PID 1 (then it is not run a second time).
+    """
+
+    def __init__(self, message: str, sent: bool = False):
+        super().__init__(message)
+        self.sent = sent
 
 
 _EXECUTOR: ThreadPoolExecutor | None = None
@@ -448,6 +455,10 @@ class DockerSandbox:
                     raise SandboxDead(
                         f"container {self.name} is not running (killed or removed from outside)"
                     ) from e
+                if e.sent:  # it may have run: never run a command twice
+                    raise SandboxError(
+                        f"lost the connection to a running command ({e}); it was killed"
+                    ) from e
         argv = ["bash", "-c", _RUNNER, "turngym-exec", f"{secs:.3f}", command]
         code, out = self._exec_raw(argv, secs, workdir, environment, max_output_bytes, stdin)
         elapsed = time.perf_counter() - start
@@ -499,10 +510,14 @@ class DockerSandbox:
             except OSError as e:
                 raise _FastPathLost(str(e)) from e
             deadline = time.monotonic() + timeout + 15.0
-            while True:
-                resp = self._next_response(raw, deadline)
-                if resp.get("id") == rid:
-                    break
+            try:
+                while True:
+                    resp = self._next_response(raw, deadline)
+                    if resp.get("id") == rid:
+                        break
+            except _FastPathLost as e:
+                e.sent = True
+                raise
         out = base64.b64decode(resp.get("out", ""))
         total = int(resp.get("total", len(out)))
         head, cut, tail = out.partition(b"\0TURNGYM-CUT\0")

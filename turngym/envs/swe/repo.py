@@ -47,7 +47,7 @@ def current_patch(sb: DockerSandbox, *, timeout: float = 60.0) -> str:
     res = sb.exec(
         f"cd {REPO_DIR} && git add -A >/dev/null 2>&1; git diff --cached --binary HEAD",
         timeout=timeout,
-        max_output_bytes=64 << 20,
+        max_output_bytes=16 << 20,
     )
     if res.exit_code != 0:
         raise SandboxError(f"git diff failed: {res.output[-2000:]}")
