@@ -104,3 +104,16 @@ def test_networked_build_reaches_the_package_index_with_the_host_ca(base_image):
             sb.exec("python3 -c 'import socket; socket.create_connection((\"pypi.org\", 443), 3)'").exit_code
             != 0
         )
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_an_existing_base_image_can_be_named(base_image, monkeypatch):
+    from turngym.sandboxes.docker import SandboxError
+    from turngym.sandboxes.images import base_image as resolve
+
+    assert resolve(base_image) == base_image
+    monkeypatch.setenv("TURNGYM_BASE_IMAGE", base_image)
+    assert resolve() == base_image
+    with pytest.raises(SandboxError, match="does not exist"):
+        resolve("registry.example/nope:1")

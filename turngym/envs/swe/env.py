@@ -75,6 +75,8 @@ class SweDockerEnv(AsyncEnv):
         packages: Sequence[str] | None = None,
         snapshot: str | None = None,
         image: str | None = None,
+        src_root: str = "",
+        test_requires: Sequence[str] = (),
         base_image: str | None = None,
         limits: Any = None,
         pool_warm: int = 1,
@@ -86,7 +88,9 @@ class SweDockerEnv(AsyncEnv):
     ):
         from turngym.sandboxes.docker import Limits
 
-        self.tasks = _load_tasks(tasks, snapshot=snapshot, image=image)
+        self.tasks = _load_tasks(
+            tasks, snapshot=snapshot, image=image, src_root=src_root, test_requires=tuple(test_requires)
+        )
         if packages:
             self.tasks = [t for t in self.tasks if t.repo in set(packages) or t.package in set(packages)]
         if task_ids:
@@ -486,11 +490,14 @@ def _call(name: str, arguments: dict[str, Any]) -> str:
 
 
 def _load_tasks(
-    tasks: str | Path | Sequence[SweTask | dict[str, Any]] | None, *, snapshot: str | None, image: str | None
+    tasks: str | Path | Sequence[SweTask | dict[str, Any]] | None,
+    *,
+    snapshot: str | None,
+    image: str | None,
+    src_root: str,
+    test_requires: tuple[str, ...],
 ) -> list[SweTask]:
+    extra = {"snapshot": snapshot, "image": image, "src_root": src_root, "test_requires": test_requires}
     if tasks is None or isinstance(tasks, str | Path):
-        return load_instances(tasks, snapshot=snapshot, image=image)
-    out = []
-    for t in tasks:
-        out.append(t if isinstance(t, SweTask) else SweTask.from_swebench(t, snapshot=snapshot, image=image))
-    return out
+        return load_instances(tasks, **extra)
+    return [t if isinstance(t, SweTask) else SweTask.from_swebench(t, **extra) for t in tasks]
