@@ -12,7 +12,11 @@ from turngym.envs.web.expert import EXPERT_TASKS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-SEEDS = (0, 1)  # benchmarks/web_expert.py measures the success rate over 20 seeds a task
+SEEDS = (0, 1)  # benchmarks/web_expert.py measures the success rate over 10-20 seeds a task
+#: a sample of the pixel expert's tasks (all of GUI_EXPERT_TASKS are measured by the benchmark)
+GUI_SAMPLE = ("click-button", "click-checkboxes", "click-collapsible", "click-color", "click-dialog-2",
+              "click-link", "click-tab-2", "click-widget", "drag-box", "enter-password", "grid-coordinate",
+              "login-user", "multi-layouts", "navigate-tree", "simple-algebra")  # fmt: skip
 
 
 async def _expert_episode(env_cls, task: str, seed: int) -> tuple[float, list[str]]:
@@ -40,7 +44,7 @@ async def _solve_all_seeds(env_cls, task: str) -> None:
 
 def test_documented_subsets_are_large_enough():
     assert len(EXPERT_TASKS) >= 25 and len(GUI_EXPERT_TASKS) >= 10
-    assert set(GUI_EXPERT_TASKS) <= set(EXPERT_TASKS)
+    assert set(GUI_SAMPLE) <= set(GUI_EXPERT_TASKS) <= set(EXPERT_TASKS)
 
 
 @pytest.mark.parametrize("task", EXPERT_TASKS)
@@ -48,6 +52,6 @@ async def test_dom_expert_solves(task):
     await _solve_all_seeds(WebMiniWoBEnv, task)
 
 
-@pytest.mark.parametrize("task", GUI_EXPERT_TASKS)
+@pytest.mark.parametrize("task", GUI_SAMPLE)
 async def test_pixel_expert_solves_through_gui_tools_only(task):
     await _solve_all_seeds(GuiMiniWoBEnv, task)

@@ -66,7 +66,7 @@ class MiniWoBEnvBase(AsyncEnv):
         pool: BrowserPool | None = None,
         viewport: tuple[int, int] = (500, 320),
         scale: float = 1.0,
-        action_timeout_s: float = 2.0,
+        action_timeout_s: float = 5.0,
         load_timeout_s: float = 10.0,
         animations: bool = False,
         html: str | Path | None = None,
@@ -104,8 +104,9 @@ class MiniWoBEnvBase(AsyncEnv):
     # ------------------------------------------------------------------ browser plumbing
     @property
     def pool(self) -> BrowserPool:
-        if self._pool is None or self._pool.closed:
-            self._pool = BrowserPool.shared()
+        """The caller's pool, or the process-wide shared one (reopened if it was closed)."""
+        if self._pool is None:
+            return BrowserPool.shared()
         return self._pool
 
     async def call_page(self, fn: Callable[..., Awaitable[T]], *args: Any, timeout: float | None = None) -> T:
