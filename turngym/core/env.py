@@ -4,7 +4,8 @@ A subclass writes:
   * tools: methods decorated with ``@tool`` (sync or async); ``@tool(terminal=True)``
     ends the episode when called successfully (or call ``self.end_episode()``);
   * ``_reset(rng, options) -> Task``: pick a task, set up state, return the first messages;
-  * ``_turn_reward(results, done) -> dict[str, float]``: reward components of this turn;
+  * ``_turn_reward(results, done) -> dict[str, float]``: reward components of this turn
+    (the reward is their sum; override ``_reward(components)`` to pay a documented subset);
   * optionally ``_observe(results)`` (extra messages after tool results, e.g. a new page
     state), ``_state_key()``, ``_close()``, ``_step_info()`` (extra info keys) and
     ``expert_action()`` (a scripted expert).
@@ -114,6 +115,11 @@ class Env(gymnasium.Env[list[Message], str]):
     def _close(self) -> None | Awaitable[None]:
         return None
 
+    def _reward(self, components: dict[str, float]) -> float:
+        """The scalar reward of a turn from its components: their sum, unless an env documents otherwise
+        (e.g. reporting EM and F1 but paying only one of them)."""
+        return sum(components.values())
+
     def _step_info(self) -> dict[str, Any] | Awaitable[dict[str, Any]]:
         """Extra ``info`` keys for this step (e.g. ``masked``/``mask_reason`` after a sandbox fault);
         they never replace the standard keys."""
@@ -219,7 +225,7 @@ class Env(gymnasium.Env[list[Message], str]):
         truncated = not terminated and self.turn >= self.max_turns
         done = terminated or truncated
         components = {k: float(v) for k, v in (await _maybe_await(self._turn_reward(results, done))).items()}
-        reward = float(sum(components.values()))
+        reward = float(self._reward(components))
         self._done = done
         self._last_render = _render_messages([_as_message(action), *obs])
         info: dict[str, Any] = {

@@ -242,12 +242,9 @@ class SearchQAEnv(Env):
             "format": 0.0,
         }
 
-    async def astep(self, action):
-        obs, reward, terminated, truncated, info = await super().astep(action)
-        components = info["reward_components"]
-        if components:  # the final turn: only the chosen metric counts (see the module docstring)
-            reward = components[self.reward_metric] + components["format"]
-        return obs, reward, terminated, truncated, info
+    def _reward(self, components: dict[str, float]) -> float:
+        """Only the chosen metric (plus the format penalty) is paid; see the module docstring."""
+        return components[self.reward_metric] + components["format"] if components else 0.0
 
     def _state_key(self) -> str:
         task_id = self.current.id if self.current else ""

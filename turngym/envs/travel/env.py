@@ -303,10 +303,12 @@ class TravelPlannerEnv(Env):
             out.pop("pass", None)
         return out
 
-    async def astep(self, action: str | Message):
-        obs, _, terminated, truncated, info = await super().astep(action)
-        comps = info["reward_components"]
-        reward = 0.0 if self.open_ended else float(comps.get("pass", 0.0))
+    def _reward(self, components: dict[str, float]) -> float:
+        """Only the final pass is paid (none in open mode); the other components are diagnostics."""
+        return 0.0 if self.open_ended else float(components.get("pass", 0.0))
+
+    def _step_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = {}
         if self._submitted_turn == self.turn and self._evaluation is not None:
             info["plan_evaluation"] = {
                 "final_pass": self._evaluation.final_pass,
@@ -316,9 +318,9 @@ class TravelPlannerEnv(Env):
             info["grounding"] = self._grounding.to_dict() if self._grounding else None
             if self.open_ended:
                 info["judge_features"] = self.judge_features()
-        elif self.open_ended and (terminated or truncated):
+        elif self.open_ended and self._done:
             info["judge_features"] = self.judge_features()
-        return obs, reward, terminated, truncated, info
+        return info
 
     def judge_features(self) -> dict[str, float]:
         """The soft scores the programmatic judge compares (see :mod:`.judge`)."""
