@@ -1,5 +1,7 @@
 """``SandboxPool``: pre-warmed, bounded, self-healing containers of one image.
 
+* ``prepare`` runs on each new container before it counts as warm (e.g. staging files that every
+  episode needs), so that work is off the hand-out path.
 * At most ``max_active`` sandboxes are handed out at once (``acquire`` waits beyond that).
 * ``warm`` containers are kept started in the background, so a hand-out costs a liveness check
   instead of a container start. A warm container that died is replaced, never handed out.
@@ -17,7 +19,7 @@ import collections
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +53,8 @@ class SandboxPool:
         run_id: str | None = None,
         workdir: str | None = None,
         environment: dict[str, str] | None = None,
+        prepare: Callable[[DockerSandbox], Any] | None = None,
+        prepare_key: str = "",
     ):
         if warm < 0 or max_active < 1:
             raise ValueError("warm must be >= 0 and max_active >= 1")
@@ -61,6 +65,7 @@ class SandboxPool:
         self.run_id = run_id
         self.workdir = workdir
         self.environment = dict(environment or {})
+        self.prepare = prepare
         self.stats = PoolStats()
         self._idle: collections.deque[DockerSandbox] = collections.deque()
         self._slots = threading.BoundedSemaphore(max_active)
@@ -77,9 +82,12 @@ class SandboxPool:
     def shared(cls, image: str, **kwargs: Any) -> SandboxPool:
         """The process-wide pool for ``image`` with these settings (created on first use).
 
+        ``prepare`` is not part of the identity of a shared pool: give a ``prepare_key`` that names
+        what it does.
+
         Each call counts one user; :meth:`detach` uncounts it and closes the pool after the last.
         """
-        key = (image, tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
+        key = (image, tuple(sorted((k, repr(v)) for k, v in kwargs.items() if k != "prepare")))
         with _SHARED_LOCK:
             pool = _SHARED.get(key)
             if pool is None or pool.closed:
@@ -109,13 +117,20 @@ class SandboxPool:
 
     # ------------------------------------------------------------ warming
     def _new(self) -> DockerSandbox:
-        return DockerSandbox.create(
+        sb = DockerSandbox.create(
             self.image,
             limits=self.limits,
             run_id=self.run_id,
             workdir=self.workdir,
             environment=self.environment,
         )
+        if self.prepare is not None:
+            try:
+                self.prepare(sb)
+            except BaseException:
+                sb.close()
+                raise
+        return sb
 
     def _fill(self) -> None:
         with self._lock:
@@ -130,7 +145,7 @@ class SandboxPool:
         sb: DockerSandbox | None = None
         try:
             sb = self._new()
-        except SandboxError as e:
+        except Exception as e:  # noqa: BLE001 - counted and retried by the next fill
             self.stats.start_failures += 1
             self._last_error = str(e)
         with self._lock:

@@ -111,7 +111,8 @@ class SweDockerEnv(AsyncEnv):
             max_output_chars=self.output_limit + 2_000,
             **kwargs,
         )
-        self._pools: dict[str, Any] = {}
+        self._pools: dict[tuple[str, str], Any] = {}
+        self._staged: dict[int, dict[str, bytes] | None] = {}
         self._sb: Any = None
         self._pool: Any = None
         self._swe: SweTask | None = None
@@ -129,17 +130,34 @@ class SweDockerEnv(AsyncEnv):
 
     # ------------------------------------------------------------ sandbox plumbing
     def _pool_for(self, task: SweTask) -> Any:
+        """The shared pool of the task's image; for package tasks its warm containers come with the
+        pristine package already uploaded (``stage_repo``), so a reset only writes the bug."""
+        from functools import partial
+
+        from turngym.envs.swe.packages import sdist_files
+        from turngym.envs.swe.repo import stage_repo
         from turngym.sandboxes.pool import SandboxPool
 
         key = (task.image or task.package or task.repo, self.base_image)
         image = _IMAGE_CACHE.get(key)
         if image is None:
             image = _IMAGE_CACHE[key] = task.image_tag(self.base_image)
-        pool = self._pools.get(image)
+        spec = task.spec
+        pool_key = (image, spec.key if spec else "")
+        pool = self._pools.get(pool_key)
         if pool is None or pool.closed:
-            pool = self._pools[image] = SandboxPool.shared(
-                image, warm=self.pool_warm, max_active=self.max_active, limits=self.limits, workdir=REPO_DIR
+            staged = sdist_files(spec) if spec is not None else None
+            pool = SandboxPool.shared(
+                image,
+                warm=self.pool_warm,
+                max_active=self.max_active,
+                limits=self.limits,
+                workdir=REPO_DIR,
+                prepare=partial(stage_repo, files=staged) if staged is not None else None,
+                prepare_key=f"stage:{spec.key}" if spec is not None else "",
             )
+            self._pools[pool_key] = pool
+            self._staged[id(pool)] = staged
         return pool
 
     async def _sandbox_call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -191,7 +209,9 @@ class SweDockerEnv(AsyncEnv):
         for attempt in range(2):  # a container that dies between hand-out and seeding is replaced once
             self._sb = await self._pool.aacquire()
             try:
-                head = await run_blocking(seed_repo, self._sb, task.files())
+                head = await run_blocking(
+                    seed_repo, self._sb, task.files(), staged=self._staged.get(id(self._pool))
+                )
                 break
             except SandboxDead:
                 self._release_sandbox()
@@ -260,6 +280,7 @@ class SweDockerEnv(AsyncEnv):
                 test_files=task.test_files,
                 test_patch=task.test_patch,
                 timeout=self.test_timeout,
+                staged=self._staged.get(id(self._pool)),
             )
         finally:
             self._pool.release_later(sb)
@@ -273,6 +294,7 @@ class SweDockerEnv(AsyncEnv):
         for pool in self._pools.values():
             pool.detach()
         self._pools.clear()
+        self._staged.clear()
 
     # ------------------------------------------------------------ tools
     @tool

@@ -25,18 +25,51 @@ _GIT_ENV = (
     "GIT_COMMITTER_DATE='2024-01-01T00:00:00Z'"
 )
 _REPORT = "/tmp/.turngym-report.json"
+_GIT_INIT = (
+    f"cd {REPO_DIR} && git init -q -b main && "
+    "printf '__pycache__/\\n*.pyc\\n*.egg-info/\\n.pytest_cache/\\n' > .git/info/exclude"
+)
 
 
-def seed_repo(sb: DockerSandbox, files: Mapping[str, bytes], *, timeout: float = 120.0) -> str:
-    """Upload ``files`` (repo-relative path -> bytes) to ``/testbed`` and commit them; returns HEAD."""
+def stage_repo(sb: DockerSandbox, files: Mapping[str, bytes], *, timeout: float = 120.0) -> None:
+    """Upload ``files`` to ``/testbed`` and ``git init`` (nothing added: no blob of them is stored).
+
+    Pools run this on warm containers with a package's pristine files; :func:`seed_repo` then only
+    writes what a task changes.
+    """
     upload = {f"{REPO_DIR}/{rel}": data for rel, data in files.items()}
     upload[f"{PLUGIN_DIR}/{PLUGIN_NAME}.py"] = plugin_source()
-    script = (  # one exec: unpack the tar from stdin, then commit
-        f"tar -x -C / -f - && cd {REPO_DIR} && git init -q -b main && "
-        f"printf '__pycache__/\\n*.pyc\\n*.egg-info/\\n.pytest_cache/\\n' > .git/info/exclude && "
-        f"git add -A && {_GIT_ENV} git commit -q --no-verify -m 'base' && git rev-parse HEAD"
+    res = sb.exec(f"tar -x -C / -f - && {_GIT_INIT}", timeout=timeout, stdin=tar_of(upload))
+    if res.exit_code != 0:
+        raise SandboxError(f"could not stage the repository: {res.output[-2000:]}")
+
+
+def seed_repo(
+    sb: DockerSandbox,
+    files: Mapping[str, bytes],
+    *,
+    staged: Mapping[str, bytes] | None = None,
+    timeout: float = 120.0,
+) -> str:
+    """Make ``/testbed`` hold exactly ``files`` and commit them as the base commit; returns HEAD.
+
+    With ``staged`` (what :func:`stage_repo` already uploaded) only the differences travel.
+    """
+    if staged is None:
+        upload = {f"{REPO_DIR}/{rel}": data for rel, data in files.items()}
+        upload[f"{PLUGIN_DIR}/{PLUGIN_NAME}.py"] = plugin_source()
+        prefix = f"tar -x -C / -f - && {_GIT_INIT} && "
+    else:
+        upload = {f"{REPO_DIR}/{rel}": data for rel, data in files.items() if staged.get(rel) != data}
+        gone = [f"{REPO_DIR}/{rel}" for rel in staged if rel not in files]
+        prefix = (f"rm -f -- {' '.join(shlex.quote(p) for p in gone)} && " if gone else "") + (
+            "tar -x -C / -f - && " if upload else ""
+        )
+    script = (
+        prefix
+        + f"cd {REPO_DIR} && git add -A && {_GIT_ENV} git commit -q --no-verify -m 'base' && git rev-parse HEAD"
     )
-    res = sb.exec(script, timeout=timeout, stdin=tar_of(upload))
+    res = sb.exec(script, timeout=timeout, stdin=tar_of(upload) if upload else None)
     if res.exit_code != 0:
         raise SandboxError(f"could not seed the repository: {res.output[-2000:]}")
     return res.output.strip().splitlines()[-1]
@@ -155,9 +188,10 @@ def grade_patch(
     test_files: list[str],
     test_patch: str = "",
     timeout: float = 300.0,
+    staged: Mapping[str, bytes] | None = None,
 ) -> Grade:
     """Seed a fresh sandbox with the task's files, apply ``patch`` (+ ``test_patch``) and run the tests."""
-    seed_repo(sb, files)
+    seed_repo(sb, files, staged=staged)
     for name, p in (("patch", patch), ("test_patch", test_patch)):
         if not p.strip():
             continue
