@@ -18,13 +18,17 @@ from turngym.envs.gui.env import GUI_EXPERT_TASKS, GuiMiniWoBEnv
 from turngym.envs.web.base import MiniWoBEnvBase
 from turngym.envs.web.env import WebMiniWoBEnv
 from turngym.envs.web.expert import EXPERT_TASKS
-from turngym.sandboxes.browser import BrowserPool
+from turngym.sandboxes.browser import BrowserError, BrowserPool
 
 
 async def episode(cls: type[MiniWoBEnvBase], pool: BrowserPool, task: str, seed: int, random: bool) -> float:
     env = cls(task, pool=pool, max_turns=12)
     try:
-        await env.areset(seed=seed)
+        try:
+            await env.areset(seed=seed)
+        except BrowserError as e:  # an overloaded machine: counted as a failure, reported
+            print(f"  {task} seed {seed}: reset failed: {e}", flush=True)
+            return 0.0
         env.action_space.seed(seed)
         total, done = 0.0, False
         while not done:

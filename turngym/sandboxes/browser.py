@@ -55,6 +55,8 @@ CHROMIUM_ARGS: tuple[str, ...] = (
 )
 #: Every browser we launch carries this flag (``=<owner pid>:<pool id>``), so it can be found and reaped.
 LABEL_FLAG = "--turngym-browser"
+#: JavaScript errors kept per page (a page that throws in a loop must not grow memory).
+MAX_PAGE_ERRORS = 200
 _CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
@@ -576,7 +578,11 @@ class PageLease:
         self.page_crashed = False
         self.page_errors: list[str] = []
         page.on("crash", lambda _: setattr(self, "page_crashed", True))
-        page.on("pageerror", lambda err: self.page_errors.append(str(err)[:500]))
+        page.on("pageerror", self._on_page_error)
+
+    def _on_page_error(self, err: Any) -> None:
+        if len(self.page_errors) < MAX_PAGE_ERRORS:
+            self.page_errors.append(str(err)[:500])
 
     @property
     def crashed(self) -> bool:

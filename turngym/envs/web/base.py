@@ -133,7 +133,7 @@ class MiniWoBEnvBase(AsyncEnv):
     async def _start(self, name: str, seed: int) -> wp.Started:
         url = (self.html / "miniwob" / f"{name}.html").as_uri()
         max_ms = int(self.time_limit_s * 1000) if self.time_limit_s else wp.NO_TIME_LIMIT_MS
-        for attempt in (0, 1):  # one retry: a browser that crashed between episodes is relaunched
+        for attempt in (0, 1):  # one retry: a crashed browser is relaunched, a slow load gets another go
             await self._release()
             self.lease = await self.pool.lease(
                 self.viewport, device_scale_factor=self.scale, timeout_s=self.action_timeout_s
@@ -148,10 +148,12 @@ class MiniWoBEnvBase(AsyncEnv):
                     load_timeout_s=self.load_timeout_s,
                     timeout=self.load_timeout_s * 2 + 5,
                 )
-            except BrowserCrashed:
+            except (BrowserCrashed, TimeoutError) as e:
                 if attempt == 1:
                     await self._release()
-                    raise
+                    if isinstance(e, BrowserCrashed):
+                        raise
+                    raise BrowserError(f"MiniWoB task {name!r} did not start: {_short_error(e)}") from e
             except Exception as e:
                 await self._release()
                 raise BrowserError(f"MiniWoB task {name!r} did not start: {_short_error(e)}") from e
