@@ -15,9 +15,14 @@ Every number is printed next to its baseline measured in the same run.
   CPU wall-clock ratios are noisy, so the event-loop thread's CPU time is also reported: the
   engine's own cost per turn (env step, chat template, bookkeeping) and the tokens/s at which the
   engine alone would saturate one core. Target: engine >= 90% of the bare backend's tokens/s.
-* async: every env step sleeps a heavy-tailed latency (lognormal, median 50 ms, sigma 1.2; the same
-  draw for the same trajectory and turn in both modes). The engine (one coroutine per trajectory)
-  is compared with a lock-step loop (all envs step, then all generate, as a batch). Target >= 2x.
+* async: every env step sleeps a heavy-tailed latency (lognormal, default median 0.2 s, sigma 1.5;
+  the same draw for the same trajectory and turn in both modes). The engine (one coroutine per
+  trajectory) is compared with a lock-step loop (all envs step, then all generate, as a batch) on
+  the same trajectories, both bounded to ``--concurrency`` live trajectories (the lock-step loop
+  runs waves of that size; the engine refills a slot as soon as a trajectory ends). ``--backend hf`` uses the real tiny model on CPU; ``--backend sim`` /
+  ``sim-static`` a latency model of a GPU server (20 ms per decode step whatever the batch width,
+  continuous or static batching), which keeps the comparison meaningful on a CPU shared with other
+  jobs. Target >= 2x.
 * memory: tracemalloc while N trajectories are live (all blocked in an env step), for several N;
   reports the slope in bytes per live trajectory and the linear fit's worst relative error.
 """
@@ -51,6 +56,46 @@ class Recorder:
     async def generate(self, prompt_ids, sampling, *, route=None, adapter=None):
         self.requests.append((route, list(prompt_ids), sampling))
         return await self.inner.generate(prompt_ids, sampling, route=route, adapter=adapter)
+
+    async def aclose(self):
+        pass
+
+
+class SimulatedGPU:
+    """A latency model of a GPU server where a decode step costs ``step_s`` whatever the batch width
+    (the host-bound regime measured for HF generate on H100/H200). ``continuous``: a request joins
+    the running batch at the next step (vLLM's continuous batching); otherwise requests wait for the
+    running batch to finish and go together in the next one (static batching, like ``HFBackend``).
+    Returns fixed text ids, so the env sees an (invalid) action."""
+
+    def __init__(self, tokenizer, step_s: float, continuous: bool = True):
+        self.step_s, self.continuous = step_s, continuous
+        self.ids = tokenizer.encode(" thinking", add_special_tokens=False)
+        self.pending: list = []
+        self.batches = 0
+        self._runner: asyncio.Task | None = None
+
+    async def generate(self, prompt_ids, sampling, *, route=None, adapter=None):
+        n = sampling.max_tokens
+        if self.continuous:
+            await asyncio.sleep(self.step_s * (n + 0.5))  # on average half a step until it joins
+            return Generation((self.ids * n)[:n], [-1.0] * n, "length")
+        fut = asyncio.get_running_loop().create_future()
+        self.pending.append((sampling.max_tokens, fut))
+        if self._runner is None or self._runner.done():
+            self._runner = asyncio.ensure_future(self._run())
+        return await fut
+
+    async def _run(self):
+        while self.pending:
+            await asyncio.sleep(0.002)
+            batch, self.pending = self.pending, []
+            steps = max(n for n, _ in batch)
+            await asyncio.sleep(self.step_s * steps)
+            self.batches += 1
+            for n, fut in batch:
+                ids = (self.ids * n)[:n]
+                fut.set_result(Generation(ids, [-1.0] * n, "length"))
 
     async def aclose(self):
         pass
@@ -157,8 +202,24 @@ async def bench_overhead(kind: str, n: int, g: int, turns: int, max_tokens: int,
 
 
 # ----------------------------------------------------------------------------- async vs lock-step
-async def bench_async(n: int, g: int, turns: int, max_tokens: int, median_s: float, sigma: float) -> dict:
-    backend, tok, _ = tiny_backend("hf")
+async def bench_async(
+    kind: str,
+    n: int,
+    g: int,
+    turns: int,
+    max_tokens: int,
+    median_s: float,
+    sigma: float,
+    step_s: float,
+    concurrency: int,
+) -> dict:
+    if kind.startswith("sim"):
+        from turngym.agents.models import load_tokenizer
+
+        tok = load_tokenizer("tiny")
+        backend = SimulatedGPU(tok, step_s, continuous=kind == "sim")
+    else:
+        backend, tok, _ = tiny_backend("hf")
     sampling = SamplingParams(max_tokens=max_tokens, temperature=0.0)
     agent = LLMAgent(backend, tok, sampling, max_context=2048)
 
@@ -166,20 +227,31 @@ async def bench_async(n: int, g: int, turns: int, max_tokens: int, median_s: flo
         return SleepyEnv(make("arith", max_turns=turns), median_s, sigma)
 
     await RolloutEngine(env_factory, agent, RolloutConfig(group_size=1), env_id="arith").run(1)  # warm-up
-    engine = RolloutEngine(
-        env_factory, agent, RolloutConfig(group_size=g, max_concurrency=n * g), env_id="arith"
-    )
+    cfg = RolloutConfig(group_size=g, max_concurrency=concurrency)
+    engine = RolloutEngine(env_factory, agent, cfg, env_id="arith")
     t0 = time.perf_counter()
     trajs = await engine.run(n)
     async_s = time.perf_counter() - t0
 
+    jobs = [(seed, k) for seed in range(n) for k in range(g)]
     t0 = time.perf_counter()
-    lock_turns, lock_tokens = await lockstep(env_factory, agent, n, g)
+    lock_turns = lock_tokens = 0
+    for start in range(0, len(jobs), concurrency):  # waves of the same size as the engine's bound
+        turns_done, tokens = await lockstep(env_factory, agent, jobs[start : start + concurrency])
+        lock_turns, lock_tokens = lock_turns + turns_done, lock_tokens + tokens
     lock_s = time.perf_counter() - t0
     await backend.aclose()
     tokens = sum(sum(t.loss_mask) for t in trajs)
     return {
+        "backend": kind
+        if not kind.startswith("sim")
+        else f"simulated GPU, {step_s * 1000:.0f} ms per decode step, "
+        + ("continuous" if kind == "sim" else "static")
+        + " batching",
+        "turns_per_trajectory": turns,
+        "max_tokens": max_tokens,
         "trajectories": n * g,
+        "max_concurrency": concurrency,
         "turns": engine.stats.turns,
         "lockstep_turns": lock_turns,
         "tokens": tokens,
@@ -191,13 +263,13 @@ async def bench_async(n: int, g: int, turns: int, max_tokens: int, median_s: flo
     }
 
 
-async def lockstep(env_factory, agent, n: int, g: int) -> tuple[int, int]:
+async def lockstep(env_factory, agent, jobs: list[tuple[int, int]]) -> tuple[int, int]:
     """Baseline: every round, all live envs step together, then all live agents generate together."""
-    envs = [env_factory() for _ in range(n * g)]
-    firsts = await asyncio.gather(*(e.areset(seed=i // g) for i, e in enumerate(envs)))
+    envs = [env_factory() for _ in jobs]
+    firsts = await asyncio.gather(*(e.areset(seed=seed) for e, (seed, _) in zip(envs, jobs, strict=True)))
     sessions = [
-        agent.start(e, obs, seed=(i // g) * 1000 + i % g, route=str(i))
-        for i, (e, (obs, _)) in enumerate(zip(envs, firsts, strict=True))
+        agent.start(e, obs, seed=seed * 1000 + k, route=f"{seed}#{k}")
+        for e, (obs, _), (seed, k) in zip(envs, firsts, jobs, strict=True)
     ]
     live = list(range(len(envs)))
     turns = tokens = 0
@@ -332,7 +404,19 @@ async def bench_gpu(batches: list[int], prompt_len: int, new_tokens: int, device
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("what", choices=["overhead", "async", "memory", "gpu", "all"], nargs="?", default="all")
-    ap.add_argument("--backend", choices=["hf", "vllm"], default="hf")
+    ap.add_argument(
+        "--backend",
+        choices=["hf", "vllm", "sim", "sim-static"],
+        default="hf",
+        help="sim / sim-static: simulated GPU with continuous / static batching (async benchmark only)",
+    )
+    ap.add_argument("--turns", type=int, default=4, help="async: turns per trajectory")
+    ap.add_argument(
+        "--concurrency", type=int, default=32, help="async: live trajectories (lock-step wave size)"
+    )
+    ap.add_argument("--max-tokens", type=int, default=32, help="async: tokens per generation")
+    ap.add_argument("--median", type=float, default=0.2, help="async: median env step latency (s)")
+    ap.add_argument("--sigma", type=float, default=1.5, help="async: lognormal sigma of env latency")
     ap.add_argument("-n", type=int, default=8)
     ap.add_argument("-g", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=3, help="overhead: interleaved engine/bare runs")
@@ -343,7 +427,20 @@ def main() -> None:
         if what == "overhead":
             res = asyncio.run(bench_overhead(args.backend, args.n, args.g, 3, 32, args.repeats))
         elif what == "async":
-            res = asyncio.run(bench_async(args.n, args.g, turns=4, max_tokens=8, median_s=0.05, sigma=1.2))
+            kind = args.backend if args.backend.startswith("sim") else "hf"
+            res = asyncio.run(
+                bench_async(
+                    kind,
+                    args.n,
+                    args.g,
+                    args.turns,
+                    args.max_tokens,
+                    args.median,
+                    args.sigma,
+                    step_s=0.02,
+                    concurrency=args.concurrency,
+                )
+            )
         elif what == "memory":
             res = asyncio.run(bench_memory([32, 128, 512], turns=3, gen_len=64))
         else:
