@@ -293,17 +293,16 @@ class Trainer:
                                 ref, _ = token_logprobs(self.model, ids, attn)
                 loss, s = policy_loss(logp, old, adv, mask, loss_cfg, ref, entropy, num_tokens, num_seqs)
                 loss.backward()
+                # pg_loss and loss are this micro-batch's share of the batch loss; the rest are token
+                # means of the micro-batch, weighted by its share of the batch's tokens
                 weight = float(mask.sum()) / num_tokens
                 for k, v in s.items():
-                    stats.setdefault(k, []).append(v * weight)
+                    stats.setdefault(k, []).append(v if k == "pg_loss" else v * weight)
                 stats.setdefault("loss", []).append(float(loss.detach()))
             grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, cfg.optim.max_grad_norm)))
             self.optimizer.step()
             self.scheduler.step()
-        out = {
-            f"update/{k}": float(sum(v)) / (cfg.optim.ppo_epochs if k != "loss" else cfg.optim.ppo_epochs)
-            for k, v in stats.items()
-        }
+        out = {f"update/{k}": float(sum(v)) / cfg.optim.ppo_epochs for k, v in stats.items()}
         out["update/grad_norm"] = float(np.mean(grad_norms))
         out["update/lr"] = float(self.scheduler.get_last_lr()[0])
         out["update/tokens"] = num_tokens
