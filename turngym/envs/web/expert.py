@@ -426,7 +426,8 @@ def _drag_box(instr: str, snap: Snapshot, fields: dict[str, str]) -> list[Step]:
     large = _one([n for n in snap.nodes if n.dom_id == "draggableLarge"])
     sx, sy, sw, sh = small.box
     lx, ly, lw, lh = large.box
-    if lx <= sx and ly <= sy and sx + sw <= lx + lw and sy + sh <= ly + lh:
+    # the task wants the small box strictly inside (offsets > 0 and < the size difference)
+    if lx < sx - 1 and ly < sy - 1 and sx + sw < lx + lw - 1 and sy + sh < ly + lh - 1:
         return [Step("click", _submit(snap))]
     return [Step("drag", small, target=large)]
 
