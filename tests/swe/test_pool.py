@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from turngym.sandboxes.docker import SandboxError, docker_client
+from turngym.sandboxes.docker import SandboxError, docker_client, managed_containers
 from turngym.sandboxes.pool import SandboxPool
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -67,3 +67,22 @@ def test_shared_pool_closes_after_its_last_user(base_image):
     assert not b.closed
     b.detach()
     assert b.closed and b.idle == 0
+
+
+def test_prepare_runs_before_hand_out_and_failures_are_not_handed_out(base_image):
+    def stage(sb):
+        sb.put_files({"/tmp/staged.txt": "ready"})
+
+    with SandboxPool(base_image, warm=1, max_active=2, run_id="t-pool", prepare=stage) as pool:
+        assert pool.wait_warm(60)
+        with pool.sandbox() as sb:
+            assert sb.get_file("/tmp/staged.txt") == b"ready"
+
+    def broken(sb):
+        raise RuntimeError("staging failed")
+
+    with SandboxPool(base_image, warm=0, max_active=2, run_id="t-pool", prepare=broken) as pool:
+        with pytest.raises(RuntimeError, match="staging failed"):
+            pool.acquire()
+        assert pool._slots._value == 2  # the slot was given back
+    assert managed_containers(run_id="t-pool") == []

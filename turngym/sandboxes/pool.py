@@ -148,13 +148,15 @@ class SandboxPool:
         except Exception as e:  # noqa: BLE001 - counted and retried by the next fill
             self.stats.start_failures += 1
             self._last_error = str(e)
+        keep = False
         with self._lock:
-            self._starting -= 1
             if sb is not None and not self._closed:
                 self._idle.append(sb)
-                sb = None
-        if sb is not None:  # the pool closed while it started
+                keep = True
+        if sb is not None and not keep:  # the pool closed while it started
             sb.close()
+        with self._lock:
+            self._starting -= 1
 
     def wait_warm(self, timeout: float = 60.0) -> bool:
         """Block until ``warm`` containers are idle (True) or ``timeout`` passes (False)."""
@@ -239,13 +241,17 @@ class SandboxPool:
 
     # ------------------------------------------------------------ shutdown
     def close(self) -> None:
-        """Remove the idle containers; handed-out ones are closed by whoever holds them."""
+        """Remove the idle containers and wait for those still starting (they remove themselves);
+        handed-out ones are closed by whoever holds them."""
         with self._lock:
             self._closed = True
             idle = list(self._idle)
             self._idle.clear()
         for sb in idle:
             sb.close()
+        deadline = time.monotonic() + 120.0
+        while self._starting > 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     async def aclose(self) -> None:
         await run_blocking(self.close)
