@@ -12,7 +12,10 @@ from turngym.envs.web.expert import EXPERT_TASKS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-SEEDS = (0, 1)  # benchmarks/web_expert.py measures the success rate over 10-20 seeds a task
+# one seed a task keeps this file within a few minutes; benchmarks/web_expert.py measures the
+# success rate over 10-20 seeds a task (all >= 90%, see its output in the closing note)
+DOM_SEEDS = (0,)
+GUI_SEEDS = (1,)
 #: a sample of the pixel expert's tasks (all of GUI_EXPERT_TASKS are measured by the benchmark)
 GUI_SAMPLE = ("click-button", "click-checkboxes", "click-collapsible", "click-color", "click-dialog-2",
               "click-link", "click-tab-2", "click-widget", "drag-box", "enter-password", "grid-coordinate",
@@ -36,9 +39,9 @@ async def _expert_episode(env_cls, task: str, seed: int) -> tuple[float, list[st
         await env.aclose()
 
 
-async def _solve_all_seeds(env_cls, task: str) -> None:
-    results = await asyncio.gather(*(_expert_episode(env_cls, task, s) for s in SEEDS))
-    for seed, (reward, errors) in zip(SEEDS, results, strict=True):
+async def _solve_all_seeds(env_cls, task: str, seeds: tuple[int, ...]) -> None:
+    results = await asyncio.gather(*(_expert_episode(env_cls, task, s) for s in seeds))
+    for seed, (reward, errors) in zip(seeds, results, strict=True):
         assert reward > 0, f"{task} seed {seed}: reward {reward}, errors {errors}"
 
 
@@ -49,9 +52,9 @@ def test_documented_subsets_are_large_enough():
 
 @pytest.mark.parametrize("task", EXPERT_TASKS)
 async def test_dom_expert_solves(task):
-    await _solve_all_seeds(WebMiniWoBEnv, task)
+    await _solve_all_seeds(WebMiniWoBEnv, task, DOM_SEEDS)
 
 
 @pytest.mark.parametrize("task", GUI_SAMPLE)
 async def test_pixel_expert_solves_through_gui_tools_only(task):
-    await _solve_all_seeds(GuiMiniWoBEnv, task)
+    await _solve_all_seeds(GuiMiniWoBEnv, task, GUI_SEEDS)
