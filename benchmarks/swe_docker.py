@@ -70,7 +70,7 @@ def bench_exec(image: str, n: int) -> None:
         ours = timed(lambda: sb.exec("true"), n)
         row("docker exec CLI (baseline)", cli)
         row("docker SDK exec_run", sdk, cli)
-        row("DockerSandbox.exec (timeout + group kill)", ours, cli)
+        row("DockerSandbox.exec (PID-1 server, kills session)", ours, cli)
 
 
 def bench_start(image: str, n: int) -> None:
