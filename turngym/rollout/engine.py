@@ -13,7 +13,9 @@
 * Timeouts: ``turn_timeout`` covers reset and each turn (generation + env step);
   ``trajectory_timeout`` covers the whole episode. Env closing has its own ``close_timeout``.
 * Faults never hang or crash the run: the trajectory is returned with ``masked=True`` and
-  ``mask_reason`` one of ``MASK_REASONS``; the error text is in ``metadata["error"]``. Running out
+  ``mask_reason`` one of ``MASK_REASONS``; the error text is in ``metadata["error"]``. An env
+  exception may name its own reason in a ``mask_reason`` attribute (e.g. ``"env_lost"`` when the
+  Ray actor hosting the env died, see ``turngym.rollout.ray_envs``). Running out
   of context truncates the trajectory (not masked; ``metrics["context_full"] = 1``).
 * ``engine.stats`` is updated live (for progress bars) and reconciles at the end:
   ``requested == completed + masked``.
@@ -37,6 +39,7 @@ from turngym.core.types import Trajectory
 
 MASK_REASONS = (
     "env_error",
+    "env_lost",
     "backend_error",
     "agent_error",
     "token_mismatch",
@@ -189,7 +192,7 @@ class RolloutEngine:
                 try:
                     env = self._make_env()
                 except Exception as e:  # noqa: BLE001 - any construction failure is an env fault
-                    raise _Fault("env_error", e) from e
+                    raise _Fault(_reason(e, "env_error"), e) from e
                 await self._episode(env, traj, seed, sample, sessions)
         except _Fault as f:
             _mask(traj, f.reason, f.error)
@@ -212,7 +215,7 @@ class RolloutEngine:
             try:
                 obs, info = await env.areset(seed=seed)
             except Exception as e:  # noqa: BLE001
-                raise _Fault("env_error", e) from e
+                raise _Fault(_reason(e, "env_error"), e) from e
         start = Trajectory.start(obs, info)
         traj.prompt, traj.task_id, traj.reference = start.prompt, start.task_id, start.reference
         traj.start_state_key = start.start_state_key
@@ -237,12 +240,12 @@ class RolloutEngine:
                     break
                 except BackendError as e:
                     raise _Fault("backend_error", e) from e
-                except Exception as e:  # noqa: BLE001
-                    raise _Fault("agent_error", e) from e
+                except Exception as e:  # noqa: BLE001 - an env fault seen by the agent keeps its reason
+                    raise _Fault(_reason(e, "agent_error"), e) from e
                 try:
                     obs, reward, terminated, truncated, info = await env.astep(step.action)
                 except Exception as e:  # noqa: BLE001
-                    raise _Fault("env_error", e) from e
+                    raise _Fault(_reason(e, "env_error"), e) from e
             turn = traj.record_step(step.action, obs, reward, terminated, truncated, info)
             turn.gen_span = step.gen_span
             turn.finish_reason = step.finish_reason
@@ -292,6 +295,11 @@ def _mask(traj: Trajectory, reason: str, error: BaseException | str) -> None:
         traj.metadata["traceback"] = "".join(tb)[-4000:]
     else:
         traj.metadata["error"] = str(error)
+
+
+def _reason(error: BaseException, default: str) -> str:
+    reason = getattr(error, "mask_reason", None)
+    return reason if reason in MASK_REASONS else default
 
 
 def _seeds(seeds: int | Iterable[int]) -> list[int]:

@@ -1,0 +1,106 @@
+"""search-qa envs hosted in Ray actors (a local 2-CPU cluster), driven by the rollout engine."""
+
+from __future__ import annotations
+
+import pytest
+
+ray = pytest.importorskip("ray")
+pytest.importorskip("bm25s")
+
+from turngym.agents.scripted import ScriptedAgent  # noqa: E402
+from turngym.rollout import RolloutConfig, RolloutEngine  # noqa: E402
+from turngym.rollout.ray_envs import EnvActorLost, RayEnvPool  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def pool(cluster):
+    p = RayEnvPool("search-qa", num_actors=2, num_cpus=0.5)
+    p.wait_ready()
+    yield p
+    p.shutdown()
+
+
+async def test_search_qa_in_actors_matches_local_envs(pool):
+    cfg = RolloutConfig(group_size=2, max_concurrency=4)
+    remote = await RolloutEngine(pool, ScriptedAgent(), cfg, env_id="search-qa").run(range(3))
+    local = await RolloutEngine("search-qa", ScriptedAgent(), cfg).run(range(3))
+    assert [t.masked for t in remote] == [False] * 6
+    assert [(t.seed, t.sample, t.group) for t in remote] == [(t.seed, t.sample, t.group) for t in local]
+    for r, l in zip(remote, local, strict=True):
+        assert r.prompt == l.prompt and r.task_id == l.task_id
+        assert [(t.action, t.observation, t.reward) for t in r.turns] == [
+            (t.action, t.observation, t.reward) for t in l.turns
+        ]
+    assert all(t.total_reward == 1.0 for t in remote)  # the expert answers every task
+    assert {a: ray.get(a.num_envs.remote()) for a in pool.actors} == dict.fromkeys(pool.actors, 0)
+
+
+class _KillingAgent(ScriptedAgent):
+    """The expert, except that on its second turn of seed ``victim`` it kills the env's actor."""
+
+    def __init__(self, victim: int):
+        self.victim = victim
+        self.killed_pid: int | None = None
+
+    def start(self, env, prompt, *, seed, route):
+        session = super().start(env, prompt, seed=seed, route=route)
+        if seed // 1000 == self.victim:
+            act = session.act
+
+            async def act_then_kill(turn=[0]):  # noqa: B006 - a counter local to this session
+                step = await act()
+                turn[0] += 1
+                if turn[0] == 2:
+                    self.killed_pid = ray.get(env.actor.pid.remote())
+                    ray.kill(env.actor, no_restart=True)
+                return step
+
+            session.act = act_then_kill
+        return session
+
+
+async def test_actor_killed_mid_episode_masks_and_the_run_continues(pool):
+    agent = _KillingAgent(victim=1)
+    cfg = RolloutConfig(group_size=1, max_concurrency=2, turn_timeout=60)
+    engine = RolloutEngine(pool, agent, cfg, env_id="search-qa")
+    before = pool.stats.replacements
+    trajs = await engine.run(range(6))
+    assert agent.killed_pid is not None
+    victim = next(t for t in trajs if t.seed == 1)
+    assert victim.masked and victim.mask_reason == "env_lost"
+    assert "EnvActorLost" in victim.metadata["error"] and len(victim.turns) == 1  # lost on its 2nd step
+    masked = [t for t in trajs if t.masked]
+    assert {t.mask_reason for t in masked} == {"env_lost"}
+    assert len(masked) <= 2  # at most the envs that lived on the killed actor (2 in flight)
+    assert engine.stats.reconciles() and engine.stats.requested == 6
+    assert engine.stats.completed == 6 - len(masked) and engine.stats.mask_reasons == {"env_lost": len(masked)}
+    assert pool.stats.replacements == before + 1
+    # the replacement actor is a new process and serves the next run
+    pids = {ray.get(a.pid.remote()) for a in pool.actors}
+    assert agent.killed_pid not in pids and len(pids) == 2
+    again = await RolloutEngine(pool, ScriptedAgent(), cfg, env_id="search-qa").run(range(4))
+    assert not any(t.masked for t in again)
+
+
+async def test_calls_before_reset_and_after_close_are_clear_errors(pool):
+    env = pool()
+    with pytest.raises(RuntimeError, match="areset"):
+        env.tool_instructions()
+    with pytest.raises(RuntimeError, match="not open"):
+        await env.astep("hi")
+    obs, info = await env.areset(seed=0)
+    assert obs and env.tools and "search" in {t.name for t in env.tools}
+    await env.aclose()
+    await env.aclose()  # idempotent
+    with pytest.raises(RuntimeError):
+        await env.astep("hi")
+    assert issubclass(EnvActorLost, RuntimeError) and EnvActorLost.mask_reason == "env_lost"
