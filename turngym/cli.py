@@ -18,6 +18,8 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
+from turngym.cli_args import parse_key_values
+
 app = typer.Typer(
     name="turngym",
     help="Multi-turn RL for LLM agents: environments, rollouts, training.",
@@ -75,24 +77,11 @@ def envs_command(
 def _make(env_id: str, kwargs: list[str] | None) -> Any:
     from turngym.core.registry import make
 
-    return make(env_id, **_parse_kwargs(kwargs or []))
-
-
-def _parse_kwargs(pairs: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise CLIError(f"bad --kw {pair!r}: use KEY=VALUE")
-        try:
-            out[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key.strip()] = value
-    return out
+    return make(env_id, **parse_key_values(kwargs or []))
 
 
 KwOption = Annotated[
-    list[str] | None, typer.Option("--kw", help="Constructor argument KEY=VALUE (JSON value); repeatable.")
+    list[str] | None, typer.Option("--env-arg", help="Env constructor argument KEY=VALUE (JSON value); repeatable.")
 ]
 
 
@@ -287,7 +276,7 @@ def check_command(
     envs: list[Any] = []
     for target in targets or [s.id for s in registry.latest()]:
         envs.extend(load_envs_from_path(target) if Path(target).exists() else [target])
-    reports = [check_env(e, **(_parse_kwargs(kw or []) if isinstance(e, str) else {})) for e in envs]
+    reports = [check_env(e, **(parse_key_values(kw or []) if isinstance(e, str) else {})) for e in envs]
     if as_json:
         print(json.dumps([r.to_dict() for r in reports], indent=2))
     else:

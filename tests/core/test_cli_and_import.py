@@ -37,7 +37,7 @@ def test_info_and_check():
 def test_play_expert_and_typed_input():
     r = runner.invoke(app, ["play", "arith", "--expert", "-n", "2"])
     assert r.exit_code == 0 and "2/2 episodes with positive return" in r.stdout
-    r = runner.invoke(app, ["play", "arith", "--kw", "depth=1"], input="answer 0\n")
+    r = runner.invoke(app, ["play", "arith", "--env-arg", "depth=1"], input="answer 0\n")
     assert r.exit_code == 0 and "terminated" in r.stdout
 
 

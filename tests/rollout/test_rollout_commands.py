@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from turngym.rollout.commands import eval as eval_cmd
-from turngym.rollout.commands import parse_env_args, rollout, wilson_interval
+from turngym.cli_args import parse_key_values
+from turngym.rollout.commands import rollout, wilson_interval
 from turngym.rollout.store import load_trajectories
 
 app = typer.Typer()
@@ -87,8 +88,8 @@ def test_bad_arguments_are_clear_errors():
     assert res.exit_code != 0 and "KEY=VALUE" in res.output
 
 
-def test_parse_env_args():
-    assert parse_env_args(["depth=4", "name=abc", "flag=true", 'opts={"a": 1}']) == {
+def test_parse_key_values():
+    assert parse_key_values(["depth=4", "name=abc", "flag=true", 'opts={"a": 1}']) == {
         "depth": 4,
         "name": "abc",
         "flag": True,

@@ -23,6 +23,8 @@ from typing import Annotated, Any
 
 import typer
 
+from turngym.cli_args import parse_key_values
+
 BACKENDS = ("vllm", "hf", "openai", "scripted", "random")
 
 EnvArg = Annotated[str, typer.Argument(help="Environment id (see `turngym envs`).")]
@@ -152,19 +154,6 @@ def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return (lo, hi)
 
 
-def parse_env_args(items: list[str] | None) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise typer.BadParameter(f"--env-arg needs KEY=VALUE, got {item!r}")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
-
-
 def _run(**a: Any) -> tuple[dict[str, Any], list[Any]]:
     if a["backend"] not in BACKENDS:
         raise typer.BadParameter(f"--backend must be one of {', '.join(BACKENDS)}")
@@ -177,7 +166,7 @@ async def _run_async(a: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
     from turngym.rollout.engine import RolloutConfig, RolloutEngine
     from turngym.rollout.store import TrajectoryWriter
 
-    env_kwargs = parse_env_args(a["env_arg"])
+    env_kwargs = parse_key_values(a["env_arg"])
     if a["backend"] == "openai":
         env_kwargs.setdefault("tools_in_prompt", False)
     config = RolloutConfig(
