@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from turngym.rollout.commands import eval as eval_cmd
 from turngym.cli_args import parse_key_values
+from turngym.rollout.commands import eval as eval_cmd
 from turngym.rollout.commands import rollout, wilson_interval
 from turngym.rollout.store import load_trajectories
 
