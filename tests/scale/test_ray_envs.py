@@ -35,10 +35,10 @@ async def test_search_qa_in_actors_matches_local_envs(pool):
     local = await RolloutEngine("search-qa", ScriptedAgent(), cfg).run(range(3))
     assert [t.masked for t in remote] == [False] * 6
     assert [(t.seed, t.sample, t.group) for t in remote] == [(t.seed, t.sample, t.group) for t in local]
-    for r, l in zip(remote, local, strict=True):
-        assert r.prompt == l.prompt and r.task_id == l.task_id
+    for r, loc in zip(remote, local, strict=True):
+        assert r.prompt == loc.prompt and r.task_id == loc.task_id
         assert [(t.action, t.observation, t.reward) for t in r.turns] == [
-            (t.action, t.observation, t.reward) for t in l.turns
+            (t.action, t.observation, t.reward) for t in loc.turns
         ]
     assert all(t.total_reward == 1.0 for t in remote)  # the expert answers every task
     assert {a: ray.get(a.num_envs.remote()) for a in pool.actors} == dict.fromkeys(pool.actors, 0)
@@ -82,7 +82,9 @@ async def test_actor_killed_mid_episode_masks_and_the_run_continues(pool):
     assert {t.mask_reason for t in masked} == {"env_lost"}
     assert len(masked) <= 2  # at most the envs that lived on the killed actor (2 in flight)
     assert engine.stats.reconciles() and engine.stats.requested == 6
-    assert engine.stats.completed == 6 - len(masked) and engine.stats.mask_reasons == {"env_lost": len(masked)}
+    assert engine.stats.completed == 6 - len(masked) and engine.stats.mask_reasons == {
+        "env_lost": len(masked)
+    }
     assert pool.stats.replacements == before + 1
     # the replacement actor is a new process and serves the next run
     pids = {ray.get(a.pid.remote()) for a in pool.actors}

@@ -263,4 +263,3 @@ class RayEnv:
             raise EnvActorLost(f"env actor {slot} died: {type(e).__name__}: {str(e)[:300]}") from e
         except ray.exceptions.RayTaskError as e:
             raise e.as_instanceof_cause() from None
-
