@@ -119,6 +119,9 @@ class ToolBox:
         res.elapsed_s = time.perf_counter() - start
         res.call_id = call.id
         res.content, cut = truncate(res.content, self.max_output_chars)
+        if res.error:  # errors may echo the arguments (a 2 MB "unknown city ..."): same cap as output
+            res.error, err_cut = truncate(res.error, self.max_output_chars)
+            cut = cut or err_cut
         res.truncated = res.truncated or cut
         return res
 

@@ -1,0 +1,139 @@
+"""Resource hygiene of the reliability suite (part 5 of issue 10).
+
+A session-scoped autouse fixture gives the suite its own temp directory (``$TMPDIR`` and
+``tempfile.tempdir``) and, at the end of the session, closes the process-wide pools the way the
+interpreter's ``atexit`` hooks would and then asserts that nothing this suite started is left:
+
+* no Docker container labelled as owned by this process (``turngym.owner.pid``);
+* no child process (Chromium, vLLM or site servers, exec helpers, trainer children);
+* no listening TCP socket owned by this process;
+* nothing left in the suite's temp directory except pytest's own ``pytest-of-*`` folders.
+
+Only this suite's resources are checked: other engineers share the machine and its Docker daemon.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+#: Seconds the end-of-session check waits for asynchronous teardown (containers removed in the background).
+GRACE_S = 90.0
+
+
+def _children(pid: int) -> list[int]:
+    from turngym.sandboxes.browser import process_tree
+
+    return [p for p in process_tree(pid) if p != pid and _is_running(p)]
+
+
+def _is_running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _listening_inodes(pid: int) -> set[str]:
+    """Socket inodes held by ``pid`` that are in LISTEN state (from /proc/net/tcp{,6})."""
+    listening: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                cols = line.split()
+                if len(cols) > 9 and cols[3] == "0A":  # 0A = TCP_LISTEN
+                    listening.add(cols[9])
+    held: set[str] = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    held.add(target[8:-1])
+    return held & listening
+
+
+def _own_containers() -> list[str]:
+    from turngym.sandboxes.docker import LABEL_HOST, LABEL_PID, docker_client
+
+    try:
+        client = docker_client()
+    except Exception:  # noqa: BLE001 - no daemon: nothing can be left there
+        return []
+    flt = {"label": [f"{LABEL_PID}={os.getpid()}", f"{LABEL_HOST}={socket.gethostname()}"]}
+    return [c.name for c in client.containers.list(all=True, filters=flt)]
+
+
+def _close_process_pools() -> None:
+    """What the library's atexit hooks do, done now so the check below can see the result."""
+    import sys
+
+    if "turngym.sandboxes.pool" in sys.modules:
+        from turngym.sandboxes.pool import _close_shared_pools
+
+        _close_shared_pools()
+    if "turngym.sandboxes.browser" in sys.modules:
+        from turngym.sandboxes.browser import _close_shared_pool
+
+        _close_shared_pool()
+
+
+def leftovers(tmp_root: Path) -> dict[str, list]:
+    me = os.getpid()
+    return {
+        "containers": _own_containers(),
+        "child processes": [
+            (p, " ".join(Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[:3]).decode(errors="replace"))
+            for p in _children(me)
+            if Path(f"/proc/{p}").exists()
+        ],
+        "listening sockets": sorted(_listening_inodes(me)),
+        "temp entries": sorted(p.name for p in tmp_root.iterdir() if not p.name.startswith("pytest-of-")),
+    }
+
+
+@pytest.fixture(scope="session", autouse=True)
+def resource_hygiene(tmp_path_factory: pytest.TempPathFactory):
+    tmp_path_factory.getbasetemp()  # pytest's own folder is created before we move tempfile's default
+    tmp_root = Path(tempfile.mkdtemp(prefix="turngym-reliability-"))
+    saved = (tempfile.tempdir, os.environ.get("TMPDIR"))
+    tempfile.tempdir = str(tmp_root)
+    os.environ["TMPDIR"] = str(tmp_root)
+    try:
+        yield tmp_root
+        _close_process_pools()
+        deadline = time.monotonic() + GRACE_S
+        left = leftovers(tmp_root)
+        while any(left.values()) and time.monotonic() < deadline:
+            time.sleep(2)
+            left = leftovers(tmp_root)
+        assert not any(left.values()), f"the reliability suite left resources behind: {left}"
+    finally:
+        tempfile.tempdir = saved[0]
+        if saved[1] is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved[1]
+        with contextlib.suppress(OSError):
+            tmp_root.rmdir()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """Inputs tried per family and category (the numbers behind docs/reliability.md)."""
+    import sys
+
+    hostile = sys.modules.get("tests.reliability.hostile") or sys.modules.get("reliability.hostile")
+    tally = getattr(hostile, "TALLY", None)
+    if not tally:
+        return
+    terminalreporter.section("reliability: hostile inputs tried")
+    for (family, category), n in sorted(tally.items()):
+        terminalreporter.write_line(f"{family:28s} {category:28s} {n:6d}")
+    terminalreporter.write_line(f"{'total':57s} {sum(tally.values()):6d}")
