@@ -111,6 +111,7 @@ def test_sft_warm_start_learns_the_expert_format(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)
 def test_rl_raises_the_reward_of_an_sft_warmed_tiny_model(tmp_path):
     """Evidence, not a smoke test: after a short SFT warm start (format half-learned), a few GRPO steps
     raise the mean reward on a fixed evaluation set (same seeds, same sampling RNG) by a margin."""
