@@ -11,6 +11,11 @@
   a new route goes to the server with the fewest requests in flight.
 * httpx async client with a connection pool; connection errors, timeouts and 5xx responses are
   retried with exponential backoff; 4xx responses and exhausted retries raise ``BackendError``.
+* Failover (several servers): a request whose server fails and then does not answer ``/health`` takes
+  that server out (``backend.dead``) and goes at once to the least-loaded live server (its route
+  moves with it); no request is lost while one server lives. Dead servers are probed in the
+  background every ``health_interval`` seconds (or by ``await backend.check_health()``) and come back
+  with the loaded LoRA adapters reloaded. ``backend.stats`` counts failovers, deaths, revivals.
 * ``VLLMServer`` starts and stops a local server process for a model directory (tests, CLI); the
   process gets its own process group and is killed at interpreter exit if still running.
 """
@@ -33,6 +38,10 @@ from typing import Any
 from turngym.agents.backend import BackendError, Generation, SamplingParams
 
 
+class _Retryable(Exception):
+    """A failure worth retrying: transport error or 5xx."""
+
+
 class VLLMBackend:
     def __init__(
         self,
@@ -44,6 +53,8 @@ class VLLMBackend:
         backoff_s: float = 0.5,
         max_connections: int = 512,
         api_key: str | None = None,
+        health_interval: float = 10.0,
+        health_timeout: float = 3.0,
     ):
         import httpx
 
@@ -53,6 +64,8 @@ class VLLMBackend:
         self.model = model
         self.max_retries = max_retries
         self.backoff_s = backoff_s
+        self.health_interval = health_interval
+        self.health_timeout = health_timeout
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout, connect=10.0),
@@ -62,6 +75,11 @@ class VLLMBackend:
         self._routes: OrderedDict[str, str] = OrderedDict()
         self._in_flight = dict.fromkeys(self.urls, 0)
         self.adapters: set[str] = set()
+        self._adapter_paths: dict[str, str] = {}  # reloaded on a server that comes back
+        self.dead: dict[str, str] = {}  # url -> why it was taken out
+        self.stats = {"failovers": 0, "deaths": 0, "revivals": 0, "retries": 0}
+        self._last_probe = 0.0
+        self._probe_task: asyncio.Task | None = None
 
     # ----------------------------------------------------------------- generate
     async def generate(
@@ -74,9 +92,8 @@ class VLLMBackend:
     ) -> Generation:
         if not prompt_ids:
             raise BackendError("empty prompt")
-        url = self.server_for(route)
         body: dict[str, Any] = {
-            "model": adapter or await self._model_name(url),
+            "model": adapter or await self._model_name(self._pick(route) or self.urls[0]),
             "prompt": list(prompt_ids),
             "max_tokens": sampling.max_tokens,
             "temperature": sampling.temperature,
@@ -90,53 +107,127 @@ class VLLMBackend:
             body["stop_token_ids"] = list(sampling.stop_token_ids)
         if sampling.seed is not None:
             body["seed"] = sampling.seed
-        self._in_flight[url] += 1
-        try:
-            data = await self._post(url, "/v1/completions", body)
-        finally:
-            self._in_flight[url] -= 1
+        data = await self._routed(route, "/v1/completions", body)
         return _parse_completion(data, len(prompt_ids))
 
     def server_for(self, route: str | None) -> str:
-        """The server of ``route`` (sticky); new routes go to the least-loaded server."""
-        if len(self.urls) == 1:
-            return self.urls[0]
-        if route is not None and route in self._routes:
-            self._routes.move_to_end(route)
-            return self._routes[route]
-        url = min(self.urls, key=lambda u: self._in_flight[u])
-        if route is not None:
-            self._routes[route] = url
-            if len(self._routes) > 100_000:
-                self._routes.popitem(last=False)
+        """The server of ``route`` (sticky while it is live); new routes go to the least-loaded live server."""
+        url = self._pick(route)
+        if url is None:
+            raise BackendError(f"no live vLLM server: {self.dead}")
         return url
+
+    @property
+    def live_urls(self) -> list[str]:
+        return [u for u in self.urls if u not in self.dead]
+
+    # ----------------------------------------------------------------- health
+    async def check_health(self) -> dict[str, bool]:
+        """Probe ``/health`` on every server: failing ones are taken out, dead ones that answer come back
+        (after the loaded LoRA adapters are loaded on them)."""
+        self._last_probe = time.monotonic()
+        alive = await asyncio.gather(*(self._alive(u) for u in self.urls))
+        for url, ok in zip(self.urls, alive, strict=True):
+            if ok and url in self.dead:
+                await self._revive(url)
+            elif not ok and url not in self.dead:
+                self._mark_dead(url, "health check failed")
+        return {u: u not in self.dead for u in self.urls}
+
+    async def _alive(self, url: str) -> bool:
+        try:
+            resp = await self._client.get(url + "/health", timeout=self.health_timeout)
+        except Exception:  # noqa: BLE001 - any failure means not healthy
+            return False
+        return resp.status_code == 200
+
+    def _mark_dead(self, url: str, why: str) -> None:
+        if url not in self.dead:
+            self.dead[url] = why
+            self.stats["deaths"] += 1
+
+    async def _revive(self, url: str) -> None:
+        try:
+            for name, path in self._adapter_paths.items():
+                try:  # a server that was only unreachable may still hold an older version
+                    await self._send("POST", url, "/v1/unload_lora_adapter", {"lora_name": name}, False)
+                except BackendError:
+                    pass
+                await self._send(
+                    "POST", url, "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}, False
+                )
+        except (_Retryable, BackendError) as e:
+            self.dead[url] = f"back, but reloading adapters failed: {e}"
+            return
+        self.dead.pop(url, None)
+        self.stats["revivals"] += 1
+
+    def _probe_dead_when_due(self) -> None:
+        """Dead servers are probed in the background at most every ``health_interval`` seconds."""
+        due = time.monotonic() - self._last_probe >= self.health_interval
+        if self.dead and due and (self._probe_task is None or self._probe_task.done()):
+            self._last_probe = time.monotonic()
+            self._probe_task = asyncio.get_running_loop().create_task(self.check_health())
 
     # ----------------------------------------------------------------- LoRA
     async def load_lora_adapter(self, name: str, path: str | Path, *, replace: bool = True) -> None:
-        """Load a peft adapter on every server; with ``replace``, an adapter of that name is swapped."""
+        """Load a peft adapter on every live server; with ``replace``, an adapter of that name is swapped.
+        Servers that are down get it when they come back."""
         if replace and name in self.adapters:
             await self.unload_lora_adapter(name)
         body = {"lora_name": name, "lora_path": str(path)}
-        await asyncio.gather(
-            *(self._post(u, "/v1/load_lora_adapter", body, json_reply=False) for u in self.urls)
-        )
+        await self._on_every_live_server("/v1/load_lora_adapter", body)
         self.adapters.add(name)
+        self._adapter_paths[name] = str(path)
 
     async def unload_lora_adapter(self, name: str) -> None:
-        body = {"lora_name": name}
-        await asyncio.gather(
-            *(self._post(u, "/v1/unload_lora_adapter", body, json_reply=False) for u in self.urls)
-        )
+        await self._on_every_live_server("/v1/unload_lora_adapter", {"lora_name": name})
         self.adapters.discard(name)
+        self._adapter_paths.pop(name, None)
+
+    async def _on_every_live_server(self, path: str, body: dict[str, Any]) -> None:
+        urls = self.live_urls
+        if not urls:
+            raise BackendError(f"no live vLLM server for {path}: {self.dead}")
+        results = await asyncio.gather(
+            *(self._request("POST", u, path, body, json_reply=False) for u in urls), return_exceptions=True
+        )
+        failed = {u: r for u, r in zip(urls, results, strict=True) if isinstance(r, BaseException)}
+        for url, error in failed.items():
+            if len(self.urls) > 1 and not await self._alive(url):
+                self._mark_dead(url, f"{path} failed: {error}")
+            else:
+                raise error
+        if not self.live_urls:
+            raise BackendError(f"{path} failed on every server: {failed}")
 
     async def models(self, url: str | None = None) -> list[str]:
         data = await self._request("GET", url or self.urls[0], "/v1/models")
         return [m["id"] for m in data.get("data", [])]
 
     async def aclose(self) -> None:
+        if self._probe_task is not None:
+            self._probe_task.cancel()
         await self._client.aclose()
 
     # ----------------------------------------------------------------- HTTP
+    def _pick(self, route: str | None) -> str | None:
+        live = self.live_urls
+        if not live:
+            return None
+        if len(live) == 1:
+            return live[0]
+        if route is not None and route in self._routes and self._routes[route] not in self.dead:
+            self._routes.move_to_end(route)
+            return self._routes[route]
+        url = min(live, key=lambda u: self._in_flight[u])
+        if route is not None:
+            self._routes[route] = url
+            self._routes.move_to_end(route)
+            if len(self._routes) > 100_000:
+                self._routes.popitem(last=False)
+        return url
+
     async def _model_name(self, url: str) -> str:
         if self.model is None:
             names = await self.models(url)
@@ -145,35 +236,73 @@ class VLLMBackend:
             self.model = names[0]
         return self.model
 
-    async def _post(self, url: str, path: str, body: dict[str, Any], json_reply: bool = True) -> Any:
-        return await self._request("POST", url, path, body, json_reply)
+    async def _routed(self, route: str | None, path: str, body: dict[str, Any]) -> Any:
+        """POST to the route's server; a server that fails and does not answer ``/health`` is taken out
+        and the request goes at once to another live server. Other failures back off and retry."""
+        self._probe_dead_when_due()
+        last, attempt = "", 0
+        while True:
+            url = self._pick(route)
+            if url is None:
+                await self.check_health()
+                url = self._pick(route)
+            if url is None:
+                last = f"no live server ({self.dead})"
+            else:
+                self._in_flight[url] += 1
+                try:
+                    return await self._send("POST", url, path, body)
+                except _Retryable as e:
+                    last = f"{url}: {e}"
+                    if len(self.urls) > 1 and not await self._alive(url):
+                        self._mark_dead(url, str(e))
+                        if self.live_urls:
+                            self.stats["failovers"] += 1
+                            continue
+                finally:
+                    self._in_flight[url] -= 1
+            attempt += 1
+            if attempt > self.max_retries:
+                raise BackendError(f"POST {path} failed after {attempt} attempts: {last}")
+            self.stats["retries"] += 1
+            await asyncio.sleep(self._backoff(attempt))
 
     async def _request(
         self, method: str, url: str, path: str, body: dict[str, Any] | None = None, json_reply: bool = True
     ) -> Any:
-        import httpx
-
+        """One server, retried with exponential backoff on transport errors and 5xx."""
         last = ""
         for attempt in range(self.max_retries + 1):
             if attempt:
-                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1) * (0.5 + random.random()))
+                await asyncio.sleep(self._backoff(attempt))
             try:
-                resp = await self._client.request(method, url + path, json=body)
-            except httpx.TransportError as e:
-                last = f"{type(e).__name__}: {e}"
-                continue
-            if resp.status_code >= 500:
-                last = f"HTTP {resp.status_code}: {resp.text[:500]}"
-                continue
-            if resp.status_code >= 400:
-                raise BackendError(f"{method} {url}{path} -> HTTP {resp.status_code}: {resp.text[:1000]}")
-            if not json_reply:
-                return resp.text
-            try:
-                return resp.json()
-            except ValueError as e:
-                raise BackendError(f"{url}{path} returned non-JSON: {resp.text[:200]!r}") from e
+                return await self._send(method, url, path, body, json_reply)
+            except _Retryable as e:
+                last = str(e)
         raise BackendError(f"{method} {url}{path} failed after {self.max_retries + 1} attempts: {last}")
+
+    async def _send(
+        self, method: str, url: str, path: str, body: dict[str, Any] | None = None, json_reply: bool = True
+    ) -> Any:
+        import httpx
+
+        try:
+            resp = await self._client.request(method, url + path, json=body)
+        except httpx.TransportError as e:
+            raise _Retryable(f"{type(e).__name__}: {e}") from e
+        if resp.status_code >= 500:
+            raise _Retryable(f"HTTP {resp.status_code}: {resp.text[:500]}")
+        if resp.status_code >= 400:
+            raise BackendError(f"{method} {url}{path} -> HTTP {resp.status_code}: {resp.text[:1000]}")
+        if not json_reply:
+            return resp.text
+        try:
+            return resp.json()
+        except ValueError as e:
+            raise BackendError(f"{url}{path} returned non-JSON: {resp.text[:200]!r}") from e
+
+    def _backoff(self, attempt: int) -> float:
+        return self.backoff_s * 2 ** (attempt - 1) * (0.5 + random.random())
 
 
 def _parse_completion(data: dict[str, Any], prompt_len: int) -> Generation:

@@ -142,6 +142,25 @@ class LogSettings(_Strict):
     save_trajectories: bool = True
 
 
+class ClusterSettings(_Strict):
+    """Where the run executes; the rest of the config stays the same from one machine to a cluster."""
+
+    ray_address: str | None = None  # "auto", "ray://head:10001", ...; None: a local Ray started on demand
+    env_actors: int = 0  # 0: envs run in the trainer process; N: in N Ray actors
+    env_actor_cpus: float = 1.0
+    env_actor_memory_mb: int | None = None
+    env_actor_resources: dict[str, float] = Field(default_factory=dict)  # e.g. {docker: 1}
+    vllm_urls: list[str] = Field(default_factory=list)  # inference servers (same as top-level vllm_urls)
+    nproc: int = 1  # learner processes (torchrun / turngym train --nproc); one GPU each under NCCL
+    ddp_backend: Literal["auto", "nccl", "gloo"] = "auto"
+
+    @model_validator(mode="after")
+    def _check(self) -> ClusterSettings:
+        if self.env_actors < 0 or self.nproc < 1 or self.env_actor_cpus < 0:
+            raise ValueError("cluster: env_actors >= 0, nproc >= 1 and env_actor_cpus >= 0 are needed")
+        return self
+
+
 class TrainConfig(_Strict):
     run_dir: str = "runs/train"
     seed: int = 0
@@ -158,9 +177,14 @@ class TrainConfig(_Strict):
     optim: OptimSettings = Field(default_factory=OptimSettings)
     sft: SFTSettings = Field(default_factory=SFTSettings)
     log: LogSettings = Field(default_factory=LogSettings)
+    cluster: ClusterSettings = Field(default_factory=ClusterSettings)
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
+        if self.cluster.vllm_urls and not self.vllm_urls:
+            self.vllm_urls = list(self.cluster.vllm_urls)
+        elif self.cluster.vllm_urls and self.cluster.vllm_urls != self.vllm_urls:
+            raise ValueError("vllm_urls and cluster.vllm_urls disagree: set one of them")
         if self.weight_sync == "vllm_lora" and (self.model.lora is None or not self.vllm_urls):
             raise ValueError("weight_sync=vllm_lora needs model.lora and vllm_urls")
         return self

@@ -39,6 +39,7 @@ from turngym.trainer.credit import (
     GiGPO,
     OutcomeReward,
 )
+from turngym.trainer.distributed import main_first, merge_metrics, shard, sync_context, zero_backward
 
 log = logging.getLogger("turngym.trainer")
 
@@ -129,14 +130,18 @@ class Trainer:
         import torch
 
         from turngym.agents.models import load_model, load_tokenizer
+        from turngym.trainer.distributed import NullLogger, init_distributed, wrap_ddp
         from turngym.trainer.metrics import MetricLogger
 
         cfg = self.cfg
+        self.dist = init_distributed(cfg.cluster.ddp_backend)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.json").write_text(cfg.model_dump_json(indent=1))
+        if self.dist.is_main:
+            (self.run_dir / "config.json").write_text(cfg.model_dump_json(indent=1))
         torch.manual_seed(cfg.seed)
         self.tokenizer = load_tokenizer(cfg.model.path)
-        model = load_model(cfg.model.path, device=cfg.model.device, dtype=cfg.model.dtype)
+        device = self.dist.device(cfg.model.device)
+        model = load_model(cfg.model.path, device=device, dtype=cfg.model.dtype)
         if cfg.model.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         self.ref_model = None
@@ -157,6 +162,7 @@ class Trainer:
         elif cfg.loss.kl_coef > 0:
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
         self.model = model.eval()  # no dropout: training logprobs match the sampling ones
+        self.ddp_model = wrap_ddp(self.model, self.dist)  # the update's forward; rollouts use self.model
         self.device = next(model.parameters()).device
         params = [p for p in model.parameters() if p.requires_grad]
         o = cfg.optim
@@ -167,9 +173,14 @@ class Trainer:
         )
         self.credit = build_credit(cfg, self.model, self.tokenizer, self.judge)
         self.sync = self._build_sync()
-        self.logger = MetricLogger(
-            self.run_dir, cfg.log.tensorboard, cfg.log.wandb, cfg.log.wandb_project, cfg.model_dump()
+        self.logger = (
+            MetricLogger(
+                self.run_dir, cfg.log.tensorboard, cfg.log.wandb, cfg.log.wandb_project, cfg.model_dump()
+            )
+            if self.dist.is_main
+            else NullLogger()
         )
+        self._env_pool = None
         self.adapter: str | None = None
         self._setup_done = True
 
@@ -179,6 +190,30 @@ class Trainer:
         if self.cfg.weight_sync == "vllm_lora":
             return VLLMLoRASync(self.cfg.vllm_urls, self.run_dir / "adapters")
         return InProcessSync()
+
+    def _env(self):
+        """The env id, or (``cluster.env_actors > 0``) a pool of Ray actors hosting the envs."""
+        c = self.cfg.cluster
+        if c.env_actors <= 0:
+            return self.cfg.rollout.env
+        if self._env_pool is None:
+            from turngym.rollout.ray_envs import RayEnvPool
+
+            memory = c.env_actor_memory_mb * 2**20 if c.env_actor_memory_mb else None
+            self._env_pool = RayEnvPool(
+                self.cfg.rollout.env,
+                c.env_actors,
+                num_cpus=c.env_actor_cpus,
+                memory=memory,
+                resources=c.env_actor_resources,
+                address=c.ray_address,
+            )
+        return self._env_pool
+
+    def _sync_weights(self, step: int) -> None:
+        """Rank 0 pushes the weights to the inference side; every rank learns the adapter name."""
+        adapter = self.sync(self.model, step) if self.dist.is_main else None
+        self.adapter = self.dist.broadcast(adapter)
 
     def _backend(self):
         if self.cfg.weight_sync == "vllm_lora":
@@ -209,7 +244,7 @@ class Trainer:
             adapter=self.adapter,
         )
         engine = RolloutEngine(
-            r.env,
+            self._env(),
             agent,
             RolloutConfig(
                 group_size=group_size,
@@ -218,6 +253,7 @@ class Trainer:
                 max_turns=r.max_turns,
             ),
             env_kwargs=r.env_kwargs if env_kwargs is None else env_kwargs,
+            env_id=r.env,
         )
 
         async def run() -> list[Trajectory]:
@@ -247,10 +283,10 @@ class Trainer:
 
         state = torch.get_rng_state()
         torch.manual_seed(self.cfg.seed)
-        seeds = [r.eval_seed_offset + k for k in range(r.eval_tasks)]
+        seeds = shard([r.eval_seed_offset + k for k in range(r.eval_tasks)], self.dist)
         trajs, _ = self.rollout(seeds, 1, r.eval_temperature, {**r.env_kwargs, **r.eval_env_kwargs})
         torch.set_rng_state(state)
-        return {f"eval/{k}": v for k, v in reward_metrics(trajs).items()}
+        return merge_metrics(self.dist, {f"eval/{k}": v for k, v in reward_metrics(trajs).items()})
 
     # ----------------------------------------------------------------- update
     def update(self, trajs: list[Trajectory], token_adv: list[np.ndarray]) -> dict[str, float]:
@@ -261,38 +297,45 @@ class Trainer:
 
         cfg = self.cfg
         keep = [k for k, t in enumerate(trajs) if not t.masked and t.token_ids and any(t.loss_mask)]
-        if not keep:
-            return {"update/skipped": 1.0}
         seqs = [trajs[k] for k in keep]
         advs = [token_adv[k] for k in keep]
-        num_tokens = float(sum(sum(t.loss_mask) for t in seqs))
-        num_seqs = float(len(seqs))
+        # denominators of the global batch (all ranks): each rank's loss is its share of the batch loss
+        num_tokens, num_seqs = self.dist.all_sum([sum(sum(t.loss_mask) for t in seqs), len(seqs)])
+        if not num_seqs:
+            return {"update/skipped": 1.0}
         loss_cfg = LossConfig(**cfg.loss.model_dump())
         params = [p for p in self.model.parameters() if p.requires_grad]
         groups = micro_batches([len(t.token_ids) for t in seqs], cfg.optim.micro_batch_tokens)
+        scale = self.dist.loss_scale  # DDP averages gradients over ranks; the shares must add up
         stats: dict[str, list[float]] = {}
         grad_norms = []
         dev = self.device
         for _ in range(cfg.optim.ppo_epochs):
             self.optimizer.zero_grad(set_to_none=True)
-            for group in groups:
+            if not groups:  # nothing here, but this rank must join the gradient all-reduce
+                zero_backward(self.ddp_model, dev)
+            for g, group in enumerate(groups):
                 batch = [seqs[k] for k in group]
                 ids = pad_right([t.token_ids for t in batch], 0, torch.long, dev)
                 attn = pad_right([[1] * len(t.token_ids) for t in batch], 0, torch.long, dev)
                 mask = pad_right([t.loss_mask for t in batch], 0, torch.float32, dev)
                 old = pad_right([t.logprobs for t in batch], 0.0, torch.float32, dev)
                 adv = pad_right([advs[k] for k in group], 0.0, torch.float32, dev)
-                logp, entropy = token_logprobs(self.model, ids, attn, with_entropy=loss_cfg.entropy_coef > 0)
-                ref = None
-                if loss_cfg.kl_coef > 0:
-                    with torch.no_grad():
-                        if self.ref_model is not None:
-                            ref, _ = token_logprobs(self.ref_model, ids, attn)
-                        else:
-                            with self.model.disable_adapter():
-                                ref, _ = token_logprobs(self.model, ids, attn)
-                loss, s = policy_loss(logp, old, adv, mask, loss_cfg, ref, entropy, num_tokens, num_seqs)
-                loss.backward()
+                # DDP all-reduces gradients only in the last micro-batch's backward
+                with sync_context(self.ddp_model, last=g == len(groups) - 1):
+                    logp, entropy = token_logprobs(
+                        self.ddp_model, ids, attn, with_entropy=loss_cfg.entropy_coef > 0
+                    )
+                    ref = None
+                    if loss_cfg.kl_coef > 0:
+                        with torch.no_grad():
+                            if self.ref_model is not None:
+                                ref, _ = token_logprobs(self.ref_model, ids, attn)
+                            else:
+                                with self.model.disable_adapter():
+                                    ref, _ = token_logprobs(self.model, ids, attn)
+                    loss, s = policy_loss(logp, old, adv, mask, loss_cfg, ref, entropy, num_tokens, num_seqs)
+                    (loss * scale).backward()
                 # pg_loss and loss are this micro-batch's share of the batch loss; the rest are token
                 # means of the micro-batch, weighted by its share of the batch's tokens
                 weight = float(mask.sum()) / num_tokens
@@ -303,10 +346,11 @@ class Trainer:
             self.optimizer.step()
             self.scheduler.step()
         out = {f"update/{k}": float(sum(v)) / cfg.optim.ppo_epochs for k, v in stats.items()}
+        out["update/micro_batches"] = float(len(groups))
+        out = merge_metrics(self.dist, out, summed=("update/",))  # shares of the global batch add up
         out["update/grad_norm"] = float(np.mean(grad_norms))
         out["update/lr"] = float(self.scheduler.get_last_lr()[0])
         out["update/tokens"] = num_tokens
-        out["update/micro_batches"] = float(len(groups))
         return out
 
     # ------------------------------------------------------------------- step
@@ -316,6 +360,7 @@ class Trainer:
         cfg, r = self.cfg, self.cfg.rollout
         step = self.step
         seeds = [r.task_seed_offset + step * r.tasks_per_step + k for k in range(r.tasks_per_step)]
+        seeds = shard(seeds, self.dist)  # every rank rolls out its share of the tasks
         torch.manual_seed(_derive(cfg.seed, step))
         timings = {}
         t0 = time.perf_counter()
@@ -330,7 +375,7 @@ class Trainer:
         upd = self.update(trajs, credit.token_advantages)
         timings["time/update"] = time.perf_counter() - t2
         t3 = time.perf_counter()
-        self.adapter = self.sync(self.model, step + 1)
+        self._sync_weights(step + 1)
         timings["time/sync"] = time.perf_counter() - t3
         self.step += 1
         metrics = {
@@ -346,8 +391,12 @@ class Trainer:
         judge = getattr(self.credit.method, "judge", None)
         for k, v in getattr(judge, "metrics", {}).items():
             metrics[k] = v
+        metrics = merge_metrics(
+            self.dist, metrics, summed=("rollout/masked/", "rollout/generated_tokens", "rollout/tokens_per_s")
+        )
         if cfg.log.save_trajectories:
-            out = self.run_dir / "trajectories" / f"step-{step + 1:06d}.jsonl"
+            rank = f".rank-{self.dist.rank}" if self.dist.enabled else ""
+            out = self.run_dir / "trajectories" / f"step-{step + 1:06d}{rank}.jsonl"
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text("".join(t.to_json() + "\n" for t in trajs))
         return metrics
@@ -383,6 +432,15 @@ class Trainer:
         marker.write_text(json.dumps(info))
         return info
 
+    def _load_warm_start(self) -> dict[str, float]:
+        """A rank other than 0 loads the warm start rank 0 just wrote (if it ran one)."""
+        import torch
+
+        sft = self.run_dir / "sft_weights.pt"
+        if sft.exists():
+            self.model.load_state_dict(torch.load(sft, map_location="cpu"), strict=False)
+        return {}
+
     def resume(self) -> bool:
         from turngym.trainer.checkpoint import latest_checkpoint, load_checkpoint
 
@@ -398,7 +456,8 @@ class Trainer:
             return False
         state = load_checkpoint(ckpt, self.model, self.optimizer, self.scheduler)
         self.step = int(state["step"])
-        self.adapter = self.sync(self.model, self.step) if self.step else None
+        if self.step:
+            self._sync_weights(self.step)
         return True
 
     def save(self) -> Path:
@@ -423,7 +482,8 @@ class Trainer:
         cfg = self.cfg
         resumed = self.resume()
         if not resumed and self.step == 0:
-            info = self.warm_start()
+            with main_first(self.dist) as first:  # one warm start; the other ranks load its weights
+                info = self.warm_start() if first else self._load_warm_start()
             if info:
                 self.logger.log(0, info)
             base = self.evaluate()
@@ -440,8 +500,10 @@ class Trainer:
             if on_step is not None:
                 on_step(self.step, last)
             if (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0) or self.step == stop:
-                self.save()
-        if self.step >= cfg.steps:
+                with main_first(self.dist) as first:
+                    if first:
+                        self.save()
+        if self.step >= cfg.steps and self.dist.is_main:
             final = self.run_dir / "final"
             self.model.save_pretrained(final)
             self.tokenizer.save_pretrained(final)

@@ -1,0 +1,81 @@
+"""One ``Trainer.update`` on a fixed global batch of 8 sequences, under torchrun with 1 or N processes.
+
+    python tests/scale/ddp_step.py OUT [overrides]                          # one process
+    torchrun --standalone --nproc-per-node 2 tests/scale/ddp_step.py OUT    # two (gloo on CPU, NCCL on GPU)
+
+Rank 0 writes ``OUT/world-N.json`` (loss, grad norm, backend, device) and ``OUT/world-N.pt`` (the
+clipped gradient vector and the updated parameters); each rank updates on its shard of the batch.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from turngym.core.types import Trajectory
+from turngym.trainer.config import load_config
+from turngym.trainer.distributed import shard
+from turngym.trainer.loop import Trainer
+
+
+def global_batch(model: torch.nn.Module, n: int = 8) -> tuple[list[Trajectory], list]:
+    """Random sequences whose sampling logprobs are the model's own plus noise (ratios near 1, some clipped)."""
+    from turngym.trainer.batching import token_logprobs
+
+    g = torch.Generator().manual_seed(0)
+    dev = next(model.parameters()).device
+    trajs, advs = [], []
+    for k in range(n):
+        length = 10 + 7 * k
+        ids = torch.randint(1, 200, (length,), generator=g).tolist()
+        mask = [0] * 5 + [1] * (length - 5)
+        with torch.no_grad():
+            own, _ = token_logprobs(model, torch.tensor([ids], device=dev), torch.ones(1, length, device=dev))
+        noise = 0.2 * torch.randn(length, generator=g)
+        logprobs = [(float(x) + float(e)) * m for x, e, m in zip(own[0].cpu(), noise, mask, strict=True)]
+        adv = (torch.randn(length, generator=g) * torch.tensor(mask, dtype=torch.float32)).numpy()
+        trajs.append(
+            Trajectory(env_id="x", seed=k, group=f"x/{k}", token_ids=ids, loss_mask=mask, logprobs=logprobs)
+        )
+        advs.append(adv)
+    return trajs, advs
+
+
+def main() -> None:
+    out, overrides = Path(sys.argv[1]), sys.argv[2:]
+    cfg = load_config(
+        None,
+        [
+            f"run_dir={out / 'run'}",
+            "model.path=tiny",
+            "model.dtype=float32",
+            "optim.micro_batch_tokens=96",  # several micro-batches: gradient accumulation across them
+            "optim.lr=1e-3",
+            "log.tensorboard=false",
+            *overrides,
+        ],
+    )
+    trainer = Trainer(cfg)
+    trainer.setup()
+    ctx = trainer.dist
+    trajs, advs = global_batch(trainer.model)
+    metrics = trainer.update(shard(trajs, ctx), shard(advs, ctx))
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    grads = torch.cat([p.grad.detach().float().flatten().cpu() for p in params])
+    weights = torch.cat([p.detach().float().flatten().cpu() for p in params])
+    if ctx.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        device = str(next(trainer.model.parameters()).device)
+        name = torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu"
+        info = {"world": ctx.world_size, "backend": ctx.backend, "device": device, "card": name, **metrics}
+        (out / f"world-{ctx.world_size}.json").write_text(json.dumps(info, indent=1))
+        torch.save({"grads": grads, "weights": weights}, out / f"world-{ctx.world_size}.pt")
+    if ctx.enabled:
+        torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

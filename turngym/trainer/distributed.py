@@ -1,0 +1,205 @@
+"""Data-parallel learning with ``torch.distributed`` (DDP): one process per GPU (or CPU, gloo).
+
+Launch with torchrun (or ``turngym train --nproc N``, which runs torchrun for you):
+
+    torchrun --standalone --nproc-per-node 2 -m turngym.trainer.distributed config.yaml key=value ...
+
+How a step is split (see ``Trainer.train_step`` / ``Trainer.update``):
+
+* every rank rolls out its share of the step's tasks (``shard``: task ``k`` goes to rank
+  ``k % world``), so groups of one task never straddle ranks and group-relative credit is exact;
+* the loss denominators (tokens, sequences) are summed over all ranks first, so each rank's loss
+  is exactly its share of the global-batch loss; gradients are all-reduced once per optimizer step
+  (DDP ``no_sync`` on all micro-batches but the last) and DDP's averaging is undone
+  (``loss_scale = world``), so the update equals one process's on the whole batch;
+* a rank with nothing to train on still joins the all-reduce with a zero-weight backward;
+* rank 0 alone logs, saves checkpoints, runs the SFT warm start and pushes weights to the
+  inference servers; the others wait at a barrier and load what it wrote.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """Where this process stands in the job (world 1 when not launched distributed)."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    backend: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def loss_scale(self) -> float:
+        """Multiplies a rank's share of the global loss before backward: DDP averages gradients."""
+        return float(self.world_size)
+
+    def device(self, requested: str | None) -> str | None:
+        """This rank's device: its own GPU under NCCL, else what the config asks."""
+        if self.backend == "nccl":
+            return f"cuda:{self.local_rank}"
+        return requested
+
+    def barrier(self) -> None:
+        if self.enabled:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+    def all_sum(self, values: Sequence[float]) -> list[float]:
+        """Element-wise sum over ranks (float64)."""
+        if not self.enabled:
+            return [float(v) for v in values]
+        import torch
+        import torch.distributed as dist
+
+        t = torch.tensor(list(values), dtype=torch.float64, device=self._comm_device())
+        dist.all_reduce(t)
+        return t.tolist()
+
+    def all_gather(self, obj: T) -> list[T]:
+        if not self.enabled:
+            return [obj]
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def broadcast(self, obj: T) -> T:
+        """Rank 0's ``obj`` on every rank."""
+        if not self.enabled:
+            return obj
+        import torch.distributed as dist
+
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def _comm_device(self) -> str:
+        return f"cuda:{self.local_rank}" if self.backend == "nccl" else "cpu"
+
+
+def init_distributed(backend: str = "auto") -> DistContext:
+    """Join the process group described by torchrun's environment (``RANK``, ``WORLD_SIZE``,
+    ``LOCAL_RANK``, ``MASTER_ADDR``/``PORT``); a single process without them. ``auto`` picks NCCL when
+    CUDA is available, else gloo."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return DistContext()
+    import torch
+    import torch.distributed as dist
+
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+    if not dist.is_initialized():
+        dist.init_process_group(backend=backend)
+    return DistContext(rank=rank, world_size=world, local_rank=local_rank, backend=backend)
+
+
+def shard(items: Sequence[T], ctx: DistContext) -> list[T]:
+    """This rank's items: item ``k`` goes to rank ``k % world`` (balanced within one)."""
+    return list(items[ctx.rank :: ctx.world_size])
+
+
+def wrap_ddp(model: Any, ctx: DistContext) -> Any:
+    """``DistributedDataParallel`` around ``model`` (the model itself when not distributed)."""
+    if not ctx.enabled:
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [ctx.local_rank] if ctx.backend == "nccl" else None
+    return DistributedDataParallel(model, device_ids=ids)
+
+
+def sync_context(ddp_model: Any, last: bool) -> contextlib.AbstractContextManager:
+    """No gradient all-reduce on micro-batches before the last one of an optimizer step."""
+    if last or not hasattr(ddp_model, "no_sync"):
+        return contextlib.nullcontext()
+    return ddp_model.no_sync()
+
+
+def zero_backward(ddp_model: Any, device: Any) -> None:
+    """A zero-weight forward and backward: a rank without sequences still joins the all-reduce."""
+    import torch
+
+    ids = torch.zeros((1, 2), dtype=torch.long, device=device)
+    logits = ddp_model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+    (logits.float().sum() * 0.0).backward()
+
+
+class NullLogger:
+    """The metric logger of ranks other than 0."""
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def merge_metrics(
+    ctx: DistContext, metrics: dict[str, float], summed: Sequence[str] = ()
+) -> dict[str, float]:
+    """Metrics of every rank in one dict: keys starting with a prefix in ``summed`` are summed, the
+    rest averaged over the ranks that report them (ranks may report different keys)."""
+    if not ctx.enabled:
+        return dict(metrics)
+    merged: dict[str, list[float]] = {}
+    for part in ctx.all_gather(metrics):
+        for k, v in part.items():
+            merged.setdefault(k, []).append(float(v))
+    return {k: sum(v) if any(k.startswith(p) for p in summed) else sum(v) / len(v) for k, v in merged.items()}
+
+
+@contextlib.contextmanager
+def main_first(ctx: DistContext) -> Iterator[bool]:
+    """Rank 0 runs the body (yielding True), the others wait for it (yielding False) and then run."""
+    if ctx.is_main:
+        yield True
+        ctx.barrier()
+    else:
+        ctx.barrier()
+        yield False
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point for torchrun: ``-m turngym.trainer.distributed [CONFIG] [key=value ...]``."""
+    import sys
+
+    from turngym.trainer.config import load_config
+    from turngym.trainer.loop import Trainer
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    config = args.pop(0) if args and "=" not in args[0] else None
+    trainer = Trainer(load_config(config, args))
+    summary = trainer.train()
+    if trainer.dist.is_main:
+        print(f"done at step {summary['step']}: {summary['run_dir']}")
+    if trainer.dist.enabled:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
