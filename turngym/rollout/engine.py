@@ -13,7 +13,9 @@
 * Timeouts: ``turn_timeout`` covers reset and each turn (generation + env step);
   ``trajectory_timeout`` covers the whole episode. Env closing has its own ``close_timeout``.
 * Faults never hang or crash the run: the trajectory is returned with ``masked=True`` and
-  ``mask_reason`` one of ``MASK_REASONS``; the error text is in ``metadata["error"]``. An env
+  ``mask_reason`` one of ``MASK_REASONS``; the error text is in ``metadata["error"]``. An env that
+  reports a fault of its own with ``info["masked"]`` (e.g. a crashed browser) masks the trajectory
+  as ``env_error``, with its ``info["mask_reason"]`` as the error text. An env
   exception may name its own reason in a ``mask_reason`` attribute (e.g. ``"env_lost"`` when the
   Ray actor hosting the env died, see ``turngym.rollout.ray_envs``). Running out
   of context truncates the trajectory (not masked; ``metrics["context_full"] = 1``).
@@ -254,6 +256,8 @@ class RolloutEngine:
             self.stats.turns += 1
             if step.gen_span is not None:
                 self.stats.generated_tokens += step.gen_span[1] - step.gen_span[0]
+            if info.get("masked"):  # the env reports an infrastructure fault (crashed browser, ...)
+                raise _Fault("env_error", str(info.get("mask_reason") or "the env masked this episode"))
             if terminated or truncated:
                 break
             try:
