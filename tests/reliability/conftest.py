@@ -41,6 +41,14 @@ def _is_running(pid: int) -> bool:
     return state != "Z"
 
 
+def _cmdline(pid: int) -> str:
+    """The first words of a process's command line; "" once it is gone."""
+    try:
+        return b" ".join(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:3]).decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def _listening_inodes(pid: int) -> set[str]:
     """Socket inodes held by ``pid`` that are in LISTEN state (from /proc/net/tcp{,6})."""
     listening: set[str] = set()
@@ -89,11 +97,7 @@ def leftovers(tmp_root: Path) -> dict[str, list]:
     me = os.getpid()
     return {
         "containers": _own_containers(),
-        "child processes": [
-            (p, " ".join(Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[:3]).decode(errors="replace"))
-            for p in _children(me)
-            if Path(f"/proc/{p}").exists()
-        ],
+        "child processes": [(p, _cmdline(p)) for p in _children(me) if _cmdline(p)],
         "listening sockets": sorted(_listening_inodes(me)),
         "temp entries": sorted(p.name for p in tmp_root.iterdir() if not p.name.startswith("pytest-of-")),
     }
