@@ -5,12 +5,15 @@
 
 Rank 0 writes ``OUT/world-N.json`` (loss, grad norm, backend, device) and ``OUT/world-N.pt`` (the
 clipped gradient vector and the updated parameters); each rank updates on its shard of the batch.
+
+    python tests/scale/ddp_step.py compare ONE_OUT TWO_OUT    # prints the differences as JSON
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -44,12 +47,27 @@ def global_batch(model: torch.nn.Module, n: int = 8) -> tuple[list[Trajectory], 
     return trajs, advs
 
 
+def compare(one_dir: Path, two_dir: Path) -> dict:
+    one, two = (json.loads(next(d.glob("world-*.json")).read_text()) for d in (one_dir, two_dir))
+    a, b = (torch.load(next(d.glob("world-*.pt"))) for d in (one_dir, two_dir))
+    keys = ("update/loss", "update/pg_loss", "update/grad_norm", "update/ratio_mean", "update/tokens")
+    out: dict = {k: {"one": one[k], "two": two[k], "abs_diff": abs(one[k] - two[k])} for k in keys}
+    out["grads_max_abs_diff"] = float((a["grads"] - b["grads"]).abs().max())
+    out["grads_max_abs"] = float(a["grads"].abs().max())
+    out["weights_max_abs_diff"] = float((a["weights"] - b["weights"]).abs().max())
+    out["runs"] = [{k: r[k] for k in ("world", "backend", "device", "card")} for r in (one, two)]
+    return out
+
+
 def main() -> None:
+    if sys.argv[1] == "compare":
+        print(json.dumps(compare(Path(sys.argv[2]), Path(sys.argv[3])), indent=1))
+        return
     out, overrides = Path(sys.argv[1]), sys.argv[2:]
     cfg = load_config(
         None,
         [
-            f"run_dir={out / 'run'}",
+            f"run_dir={tempfile.mkdtemp(prefix='ddp-step-')}",
             "model.path=tiny",
             "model.dtype=float32",
             "optim.micro_batch_tokens=96",  # several micro-batches: gradient accumulation across them

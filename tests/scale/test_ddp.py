@@ -40,3 +40,36 @@ def test_two_process_gloo_update_equals_one_process(tmp_path):
     torch.testing.assert_close(b["grads"], a["grads"], rtol=1e-4, atol=1e-7)
     # Adam's first step is lr * g / (|g| + eps): where g is ~eps, float noise in g moves the step a little
     torch.testing.assert_close(b["weights"], a["weights"], rtol=0, atol=2e-5)  # lr is 1e-3
+
+
+def test_turngym_train_with_two_gloo_processes(tmp_path, monkeypatch):
+    from turngym.trainer.commands import _torchrun
+    from turngym.trainer.metrics import read_metrics
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    run = tmp_path / "run"
+    overrides = [
+        f"run_dir={run}",
+        "rollout.env=arith",
+        "rollout.env_kwargs={depth: 1, max_turns: 2}",
+        "rollout.tasks_per_step=2",
+        "rollout.group_size=2",
+        "rollout.max_tokens=8",
+        "sft.steps=2",
+        "sft.tasks=4",
+        "steps=2",
+        "log.progress=false",
+        "log.tensorboard=false",
+    ]
+    assert _torchrun(2, None, overrides) == 0
+    rows = read_metrics(run)
+    assert [r["step"] for r in rows if r["step"] > 0] == [1, 2]  # rank 0 alone logs
+    assert all("update/loss" in r or "update/skipped" in r for r in rows if r["step"] > 0)
+    assert rows[-1]["rollout/generated_tokens"] > 0
+    for step in (1, 2):  # each rank rolled out its own task (one group of 2)
+        for rank in (0, 1):
+            lines = (run / "trajectories" / f"step-{step:06d}.rank-{rank}.jsonl").read_text().splitlines()
+            assert len(lines) == 2 and json.loads(lines[0])["seed"] == 2 * (step - 1) + rank
+    assert (run / "sft_done.json").exists() and (run / "final" / "config.json").exists()
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["step-000002"]

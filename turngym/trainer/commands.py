@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+
+def _torchrun(nproc: int, config: Path | None, overrides: list[str]) -> int:
+    """Run the data-parallel learner in ``nproc`` local processes under torchrun; its exit code."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    cmd += ["-m", "turngym.trainer.distributed", *([str(config)] if config else []), *overrides]
+    return subprocess.call(cmd)
 
 
 def _split_args(config: Path | None, overrides: list[str] | None) -> tuple[Path | None, list[str]]:
@@ -25,6 +36,10 @@ def train(
     overrides: Annotated[
         list[str] | None, typer.Argument(help="dotted overrides, e.g. optim.lr=1e-5 credit.method=igpo")
     ] = None,
+    nproc: Annotated[
+        int | None,
+        typer.Option(help="learner processes (data parallel, torchrun); default: the config's cluster.nproc"),
+    ] = None,
 ) -> None:
     """Train a policy with RL (SFT warm start first when sft.steps > 0) and print where the results are."""
     from rich.console import Console
@@ -34,7 +49,11 @@ def train(
     from turngym.trainer.loop import Trainer
 
     console = Console()
-    cfg = load_config(*_split_args(config, overrides))
+    config, overrides = _split_args(config, overrides)
+    cfg = load_config(config, overrides)
+    procs = nproc if nproc is not None else cfg.cluster.nproc
+    if procs > 1 and "WORLD_SIZE" not in os.environ:
+        raise typer.Exit(_torchrun(procs, config, [*overrides, f"cluster.nproc={procs}"]))
     trainer = Trainer(cfg)
     console.print(
         f"[bold]turngym train[/] env={cfg.rollout.env} method={cfg.credit.method} model={cfg.model.path} run_dir={cfg.run_dir}"
