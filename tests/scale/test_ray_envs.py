@@ -106,3 +106,35 @@ async def test_calls_before_reset_and_after_close_are_clear_errors(pool):
     with pytest.raises(RuntimeError):
         await env.astep("hi")
     assert issubclass(EnvActorLost, RuntimeError) and EnvActorLost.mask_reason == "env_lost"
+
+
+def test_trainer_rolls_out_in_env_actors_from_the_cluster_section(cluster, tmp_path):
+    from turngym.trainer.config import load_config
+    from turngym.trainer.loop import Trainer
+    from turngym.trainer.metrics import read_metrics
+
+    cfg = load_config(
+        None,
+        [
+            f"run_dir={tmp_path / 'run'}",
+            "rollout.env=arith",
+            "rollout.env_kwargs={depth: 1, max_turns: 2}",
+            "rollout.tasks_per_step=2",
+            "rollout.group_size=2",
+            "rollout.max_tokens=8",
+            "steps=1",
+            "log.progress=false",
+            "log.tensorboard=false",
+            "cluster.env_actors=1",
+            "cluster.env_actor_cpus=0.5",
+        ],
+    )
+    trainer = Trainer(cfg)
+    trainer.setup()
+    trajs, stats = trainer.rollout([0, 1], 2, 1.0)
+    pool = trainer._env_pool
+    assert pool is not None and pool.stats.opened == 4 and len(pool.actors) == 1
+    assert stats["requested"] == 4 and stats["masked"] == 0 and all(t.env_id == "arith" for t in trajs)
+    trainer.train()
+    assert [r["step"] for r in read_metrics(tmp_path / "run")] == [1]
+    assert trainer._env_pool is None  # the actors went with the run

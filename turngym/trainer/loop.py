@@ -507,6 +507,9 @@ class Trainer:
             final = self.run_dir / "final"
             self.model.save_pretrained(final)
             self.tokenizer.save_pretrained(final)
+        if self._env_pool is not None:
+            self._env_pool.shutdown()
+            self._env_pool = None
         self.logger.close()
         return {"run_dir": str(self.run_dir), "step": self.step, "resumed": resumed, "last": last}
 
