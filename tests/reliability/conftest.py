@@ -7,7 +7,7 @@ interpreter's ``atexit`` hooks would and then asserts that nothing this suite st
 * no Docker container labelled as owned by this process (``turngym.owner.pid``);
 * no child process (Chromium, vLLM or site servers, exec helpers, trainer children);
 * no listening TCP socket owned by this process;
-* nothing left in the suite's temp directory except pytest's own ``pytest-of-*`` folders.
+* nothing left in the suite's temp directory except pytest's folders and torch's compile cache.
 
 Only this suite's resources are checked: other engineers share the machine and its Docker daemon.
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import tempfile
 import time
@@ -23,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+#: Temp entries that are not leaks: pytest's own folders and torch's compile cache (kept on purpose).
+KEPT_TEMP = ("pytest-of-", "torchinductor_")
 #: Seconds the end-of-session check waits for asynchronous teardown (containers removed in the background).
 GRACE_S = 90.0
 
@@ -99,7 +102,7 @@ def leftovers(tmp_root: Path) -> dict[str, list]:
         "containers": _own_containers(),
         "child processes": [(p, _cmdline(p)) for p in _children(me) if _cmdline(p)],
         "listening sockets": sorted(_listening_inodes(me)),
-        "temp entries": sorted(p.name for p in tmp_root.iterdir() if not p.name.startswith("pytest-of-")),
+        "temp entries": sorted(p.name for p in tmp_root.iterdir() if not p.name.startswith(KEPT_TEMP)),
     }
 
 
@@ -125,8 +128,7 @@ def resource_hygiene(tmp_path_factory: pytest.TempPathFactory):
             os.environ.pop("TMPDIR", None)
         else:
             os.environ["TMPDIR"] = saved[1]
-        with contextlib.suppress(OSError):
-            tmp_root.rmdir()
+        shutil.rmtree(tmp_root, ignore_errors=True)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:

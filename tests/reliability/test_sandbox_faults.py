@@ -59,7 +59,9 @@ def test_browser_killed_during_a_rollout():
     try:
         agent = KillOnTurn(RandomAgent(p_malformed=0.0, seed=1), kill)
         engine = RolloutEngine(
-            "web-miniwob-v0", agent, RolloutConfig(max_concurrency=2, turn_timeout=60, max_turns=3),
+            "web-miniwob-v0",
+            agent,
+            RolloutConfig(max_concurrency=2, turn_timeout=60, max_turns=3),
             env_kwargs={"task": "click-button", "pool": pool},
         )
         trajs = asyncio.run(engine.run(3))
@@ -70,8 +72,9 @@ def test_browser_killed_during_a_rollout():
         with turngym.make("web-miniwob-v0", task="click-button", pool=pool) as env:
             env.reset(seed=5)
             for case in fixed_cases()[:6] + [c for c in schema_cases(env.tools, "hermes") if c.malformed][:6]:
-                check_answer(env, case.action, malformed=case.malformed, family="web-miniwob",
-                             category=case.category)
+                check_answer(
+                    env, case.action, malformed=case.malformed, family="web-miniwob", category=case.category
+                )
     finally:
         pool.close()
 
@@ -94,7 +97,9 @@ def test_container_killed_during_a_rollout():
     task = load_instances()[0].instance_id
     agent = KillOnTurn(ScriptedAgent(), kill)  # the expert's next action needs the dead container
     engine = RolloutEngine(
-        "swe-docker-v0", agent, RolloutConfig(max_concurrency=2, turn_timeout=120, max_turns=3),
+        "swe-docker-v0",
+        agent,
+        RolloutConfig(max_concurrency=2, turn_timeout=120, max_turns=3),
         env_kwargs={"task_ids": [task], "command_timeout": 5},
     )
     trajs = asyncio.run(engine.run(2))
