@@ -1,0 +1,219 @@
+"""Load test (issue 10, part 6): many concurrent search-qa trajectories plus concurrent swe-docker
+episodes, sustained for a while, through the real rollout engine.
+
+Reports throughput, step latency (p50/p99 of ``env.astep``), resident memory over time (growth between
+the first and last quarter of the run), errors (masked trajectories, by reason) and leftovers (this
+process's containers and child processes). Baseline, measured in the same run: the same search-qa load
+at concurrency 1, so the ratios show what concurrency costs per step and gains in throughput.
+
+    python benchmarks/reliability_load.py                       # 32 search-qa + 2 swe-docker, 120 s
+    python benchmarks/reliability_load.py --seconds 600 --swe 8 # the issue's full setting (a bigger box)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import turngym
+from turngym.agents.scripted import RandomAgent, ScriptedAgent
+from turngym.core.wrappers import AsyncWrapper
+from turngym.rollout.engine import RolloutConfig, RolloutEngine
+
+
+class Timed(AsyncWrapper):
+    """Records the wall time of every ``astep`` into a shared list."""
+
+    def __init__(self, env: Any, sink: list[float]):
+        super().__init__(env)
+        self.sink = sink
+
+    async def astep(self, action: Any):
+        t0 = time.perf_counter()
+        try:
+            return await self.env.astep(action)
+        finally:
+            self.sink.append(time.perf_counter() - t0)
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+async def sustain(name: str, make_engine, wave: int, seconds: float, result: dict) -> None:
+    """Run waves of ``wave`` trajectories until ``seconds`` have passed; every wave must reconcile."""
+    t0, seed = time.monotonic(), 0
+    done, masked, reasons, turns = 0, 0, Counter(), 0
+    while time.monotonic() - t0 < seconds:
+        engine = make_engine()
+        trajs = await engine.run(range(seed, seed + wave))
+        seed += wave
+        s = engine.stats
+        assert s.reconciles() and len(trajs) == wave, s.as_dict()
+        done += len(trajs)
+        masked += s.masked
+        reasons.update(s.mask_reasons)
+        turns += s.turns
+    result[name] = {
+        "trajectories": done,
+        "masked": masked,
+        "mask_reasons": dict(reasons),
+        "turns": turns,
+        "wall_s": round(time.monotonic() - t0, 1),
+    }
+
+
+async def sample_memory(stop: asyncio.Event, out: list[tuple[float, float]]) -> None:
+    t0 = time.monotonic()
+    while not stop.is_set():
+        out.append((time.monotonic() - t0, rss_mb()))
+        try:
+            await asyncio.wait_for(stop.wait(), 2.0)
+        except TimeoutError:
+            pass
+
+
+def search_engine(concurrency: int, sink: list[float]):
+    def factory():
+        return Timed(turngym.make("search-qa-v0"), sink)
+
+    agent = RandomAgent(p_malformed=0.2, seed=0)  # malformed actions included: errors must stay observations
+    return lambda: RolloutEngine(
+        factory, agent, RolloutConfig(max_concurrency=concurrency, turn_timeout=60), env_id="search-qa-v0"
+    )
+
+
+def swe_engine(concurrency: int, sink: list[float], task_ids: list[str]):
+    def factory():
+        return Timed(
+            turngym.make("swe-docker-v0", task_ids=task_ids, max_active=concurrency, command_timeout=60), sink
+        )
+
+    return lambda: RolloutEngine(
+        factory,
+        ScriptedAgent(),
+        RolloutConfig(max_concurrency=concurrency, turn_timeout=600),
+        env_id="swe-docker-v0",
+    )
+
+
+async def main_async(a: argparse.Namespace) -> dict:
+    out: dict[str, Any] = {"args": vars(a), "cpus": os.cpu_count(), "load_before": os.getloadavg()}
+    # baseline: search-qa at concurrency 1
+    base_lat: list[float] = []
+    base: dict = {}
+    await sustain("search_qa", search_engine(1, base_lat), 1, a.baseline_seconds, base)
+    out["baseline_c1"] = {
+        **base["search_qa"],
+        "p50_step_ms": pct(base_lat, 0.5) * 1e3,
+        "p99_step_ms": pct(base_lat, 0.99) * 1e3,
+    }
+    # load
+    lat_s: list[float] = []
+    lat_w: list[float] = []
+    mem: list[tuple[float, float]] = []
+    stop = asyncio.Event()
+    res: dict = {}
+    jobs = [sustain("search_qa", search_engine(a.search, lat_s), a.search, a.seconds, res)]
+    if a.swe:
+        from turngym.envs.swe.tasks import load_instances
+
+        seen: dict[str, str] = {}
+        for t in load_instances():
+            seen.setdefault(t.package, t.instance_id)
+        jobs.append(
+            sustain("swe_docker", swe_engine(a.swe, lat_w, list(seen.values())), a.swe, a.seconds, res)
+        )
+    sampler = asyncio.create_task(sample_memory(stop, mem))
+    await asyncio.gather(*jobs)
+    stop.set()
+    await sampler
+    q = max(1, len(mem) // 4)
+    first, last = statistics.median(m for _, m in mem[:q]), statistics.median(m for _, m in mem[-q:])
+    sq = res["search_qa"]
+    out["load"] = {
+        "search_qa": {
+            **sq,
+            "traj_per_s": sq["trajectories"] / sq["wall_s"],
+            "turns_per_s": sq["turns"] / sq["wall_s"],
+            "p50_step_ms": pct(lat_s, 0.5) * 1e3,
+            "p99_step_ms": pct(lat_s, 0.99) * 1e3,
+        },
+        "memory_mb": {
+            "first_quarter": first,
+            "last_quarter": last,
+            "growth": last - first,
+            "peak": max(m for _, m in mem),
+        },
+        "load_after": os.getloadavg(),
+    }
+    if a.swe:
+        sw = res["swe_docker"]
+        out["load"]["swe_docker"] = {
+            **sw,
+            "episodes_per_min": 60 * sw["trajectories"] / sw["wall_s"],
+            "p50_step_ms": pct(lat_w, 0.5) * 1e3,
+            "p99_step_ms": pct(lat_w, 0.99) * 1e3,
+        }
+    b = out["baseline_c1"]
+    out["ratios_vs_c1"] = {
+        "throughput": out["load"]["search_qa"]["traj_per_s"] / (b["trajectories"] / b["wall_s"]),
+        "p99_step": out["load"]["search_qa"]["p99_step_ms"] / b["p99_step_ms"],
+    }
+    return out
+
+
+def leftovers() -> dict[str, int]:
+    from turngym.sandboxes.browser import process_tree
+    from turngym.sandboxes.pool import _close_shared_pools
+
+    _close_shared_pools()
+    time.sleep(5)
+    left = {"child_processes": len(process_tree(os.getpid())) - 1}
+    try:
+        import socket
+
+        from turngym.sandboxes.docker import LABEL_PID, docker_client
+
+        flt = {"label": [f"{LABEL_PID}={os.getpid()}", f"turngym.owner.host={socket.gethostname()}"]}
+        left["containers"] = len(docker_client().containers.list(all=True, filters=flt))
+    except Exception:  # noqa: BLE001 - no daemon
+        pass
+    return left
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=120.0)
+    ap.add_argument("--baseline-seconds", type=float, default=15.0)
+    ap.add_argument("--search", type=int, default=32, help="concurrent search-qa trajectories")
+    ap.add_argument("--swe", type=int, default=2, help="concurrent swe-docker episodes (0: none)")
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    a = ap.parse_args()
+    out = asyncio.run(main_async(a))
+    out["leftovers"] = leftovers()
+    text = json.dumps(out, indent=1, default=lambda x: round(x, 3) if isinstance(x, float) else str(x))
+    print(text)
+    if a.json:
+        a.json.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
