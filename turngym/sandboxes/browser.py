@@ -397,12 +397,20 @@ class BrowserPool:
                     pass
 
     @staticmethod
-    async def _new_page(browser: Browser, key: tuple[tuple[int, int], float]) -> tuple[BrowserContext, Page]:
-        (w, h), dsf = key
+    async def _new_page(
+        browser: Browser, key: tuple[tuple[int, int], float, str | None]
+    ) -> tuple[BrowserContext, Page]:
+        (w, h), dsf, warm_url = key
         context = await browser.new_context(
             viewport={"width": w, "height": h}, device_scale_factor=dsf, reduced_motion="reduce"
         )
-        return context, await context.new_page()
+        page = await context.new_page()
+        if warm_url:  # start the renderer of the site the episode will load (saves a process start)
+            try:
+                await page.goto(warm_url, timeout=10_000)
+            except Exception:  # noqa: BLE001 - a warm-up that fails only costs the saving
+                pass
+        return context, page
 
     async def _take_spare(self, slot: _Slot, key: Any) -> tuple[BrowserContext, Page] | None:
         spare, slot.spare = slot.spare, None
@@ -428,7 +436,7 @@ class BrowserPool:
             pass
 
     async def _lease(
-        self, viewport: tuple[int, int], device_scale_factor: float, timeout_s: float
+        self, viewport: tuple[int, int], device_scale_factor: float, timeout_s: float, warm_url: str | None
     ) -> PageLease:
         await self._ensure_started()
         assert self._sem is not None
@@ -438,8 +446,10 @@ class BrowserPool:
             slot = await self._pick_slot()
             slot.leases += 1
             assert slot.browser is not None
-            key = (viewport, device_scale_factor)
-            context, page = await self._take_spare(slot, key) or await self._new_page(slot.browser, key)
+            key = (viewport, device_scale_factor, warm_url)
+            context, page = await self._take_spare(slot, key) or await self._new_page(
+                slot.browser, key[:2] + (None,)
+            )
             context.set_default_timeout(timeout_s * 1000)
             if self.prewarm:  # the next episode's context opens while this one runs
                 slot.spare, slot.spare_key = asyncio.ensure_future(self._new_page(slot.browser, key)), key
@@ -476,13 +486,16 @@ class BrowserPool:
         *,
         device_scale_factor: float = 1.0,
         timeout_s: float = 5.0,
+        warm_url: str | None = None,
     ) -> PageLease:
         """A fresh context and page (waits while the pool is full). Close it with ``await lease.close()``.
 
-        ``timeout_s`` is the default timeout of every playwright operation on the page.
+        ``timeout_s`` is the default timeout of every playwright operation on the page. With
+        ``prewarm``, the spare page opened for the next lease first loads ``warm_url`` (a cheap page
+        of the site the caller will open), so its renderer process is already running.
         """
         lt = self._thread()
-        return await _on_loop(lt, self._lease(viewport, device_scale_factor, timeout_s))
+        return await _on_loop(lt, self._lease(viewport, device_scale_factor, timeout_s, warm_url))
 
     async def aclose(self) -> None:
         """Close every lease, browser and the playwright driver (idempotent)."""

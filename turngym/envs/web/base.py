@@ -136,7 +136,10 @@ class MiniWoBEnvBase(AsyncEnv):
         for attempt in (0, 1):  # one retry: a crashed browser is relaunched, a slow load gets another go
             await self._release()
             self.lease = await self.pool.lease(
-                self.viewport, device_scale_factor=self.scale, timeout_s=self.action_timeout_s
+                self.viewport,
+                device_scale_factor=self.scale,
+                timeout_s=self.action_timeout_s,
+                warm_url=(self.html / "core" / "core.css").as_uri(),  # any file:// page starts the renderer
             )
             try:
                 return await self.lease.run(

@@ -37,6 +37,7 @@ _SETUP_JS = """
   Math.seedrandom(args.seed);
   core.EPISODE_MAX_TIME = args.maxTimeMs;
   core.startEpisodeReal();
+  return WOB_TASK_READY ? {ready: true, utterance: core.getUtterance()} : {ready: false};
 }
 """
 
@@ -102,9 +103,13 @@ async def start_episode(
     )
     if not has_core:
         raise RuntimeError(f"{url} is not a MiniWoB++ task page (no core.startEpisodeReal)")
-    await page.evaluate(_SETUP_JS, {"seed": seed, "maxTimeMs": max_time_ms, "noAnimations": no_animations})
-    await page.wait_for_function("() => WOB_TASK_READY", timeout=load_timeout_s * 1000)
-    utt = await page.evaluate("() => core.getUtterance()")
+    args = {"seed": seed, "maxTimeMs": max_time_ms, "noAnimations": no_animations}
+    started = await page.evaluate(_SETUP_JS, args)
+    if started["ready"]:
+        utt = started["utterance"]
+    else:  # tasks that load something first set WOB_TASK_READY later
+        await page.wait_for_function("() => WOB_TASK_READY", timeout=load_timeout_s * 1000, polling=20)
+        utt = await page.evaluate("() => core.getUtterance()")
     if isinstance(utt, dict):  # some tasks return {utterance, fields}
         return Started(
             str(utt.get("utterance", "")), {str(k): str(v) for k, v in (utt.get("fields") or {}).items()}
