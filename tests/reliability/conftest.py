@@ -90,6 +90,10 @@ def _close_process_pools() -> None:
         from turngym.sandboxes.pool import _close_shared_pools
 
         _close_shared_pools()
+    if "turngym.envs.webarena.server" in sys.modules:  # the web families' site servers (shop, forum, ...)
+        from turngym.envs.webarena.server import _stop_all
+
+        _stop_all()
     if "turngym.sandboxes.browser" in sys.modules:
         from turngym.sandboxes.browser import _close_shared_pool
 
