@@ -39,6 +39,10 @@ class TokenMismatch(Exception):
     """The re-rendered conversation does not extend the previous rendering token for token."""
 
 
+class ImagesNotSupported(ValueError):
+    """The conversation carries images but the model's tokenizer is text-only."""
+
+
 class ChatFormat:
     """A tokenizer plus its chat template (and optional native tools)."""
 
@@ -57,6 +61,15 @@ class ChatFormat:
         self.assistant_suffix_ids = self._assistant_suffix()
 
     def render(self, messages: list[Message] | list[dict[str, Any]], add_generation_prompt: bool) -> str:
+        n_images = sum(len(m.images) for m in messages if isinstance(m, Message))
+        if n_images:
+            name = getattr(self.tokenizer, "name_or_path", "") or type(self.tokenizer).__name__
+            raise ImagesNotSupported(
+                f"the conversation carries {n_images} image(s) but {name!r} is a text-only tokenizer: token "
+                "bookkeeping for images is not supported. Use a backend that accepts images (the OpenAI-chat "
+                "backend with a vision model), or an env option without screenshots (e.g. web-miniwob's "
+                "DOM observation)."
+            )
         chat = [m.to_chat() if isinstance(m, Message) else m for m in messages]
         return self.tokenizer.apply_chat_template(
             chat,

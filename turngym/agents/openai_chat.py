@@ -109,7 +109,11 @@ class _ChatSession(TextSession):
 
 
 def to_openai_messages(messages: list[Message]) -> list[dict[str, Any]]:
-    """Chat dicts for the API; tool messages without a call id become user messages."""
+    """Chat dicts for the API; tool messages without a call id become user messages.
+
+    Images travel as ``image_url`` content parts with PNG data URLs. The API accepts images in
+    user messages only, so the images of a tool or system message follow it in a user message.
+    """
     out = []
     for m in messages:
         d = m.to_chat()
@@ -117,8 +121,24 @@ def to_openai_messages(messages: list[Message]) -> list[dict[str, Any]]:
             d = {"role": "user", "content": m.content}
         if d["role"] == "tool":
             d.pop("name", None)
+        if m.images and d["role"] == "user":
+            d["content"] = [{"type": "text", "text": d["content"]}, *_image_parts(m.images)]
+            out.append(d)
+            continue
         out.append(d)
+        if m.images:
+            note = f"(image{'s' if len(m.images) > 1 else ''} from the {m.role} message above)"
+            out.append({"role": "user", "content": [{"type": "text", "text": note}, *_image_parts(m.images)]})
     return out
+
+
+def _image_parts(images: list[bytes]) -> list[dict[str, Any]]:
+    import base64
+
+    return [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(img).decode()}}
+        for img in images
+    ]
 
 
 def _env_key() -> str:
