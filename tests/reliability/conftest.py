@@ -26,6 +26,8 @@ import pytest
 
 #: Temp entries that are not leaks: pytest's own folders and torch's compile cache (kept on purpose).
 KEPT_TEMP = ("pytest-of-", "torchinductor_")
+#: What the end-of-session check found (empty when clean).
+LEFT: dict[str, list] = {}
 #: Seconds the end-of-session check waits for asynchronous teardown (containers removed in the background).
 GRACE_S = 90.0
 
@@ -125,6 +127,8 @@ def resource_hygiene(tmp_path_factory: pytest.TempPathFactory):
         while any(left.values()) and time.monotonic() < deadline:
             time.sleep(2)
             left = leftovers(tmp_root)
+        if any(left.values()):
+            LEFT.update(left)  # also failed in pytest_sessionfinish: an xfail test's teardown would hide it
         assert not any(left.values()), f"the reliability suite left resources behind: {left}"
     finally:
         tempfile.tempdir = saved[0]
@@ -147,3 +151,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     for (family, category), n in sorted(tally.items()):
         terminalreporter.write_line(f"{family:28s} {category:28s} {n:6d}")
     terminalreporter.write_line(f"{'total':57s} {sum(tally.values()):6d}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if LEFT:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print(f"\nRESOURCE HYGIENE FAILED: the reliability suite left resources behind: {LEFT}")
