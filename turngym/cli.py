@@ -81,7 +81,8 @@ def _make(env_id: str, kwargs: list[str] | None) -> Any:
 
 
 KwOption = Annotated[
-    list[str] | None, typer.Option("--env-arg", help="Env constructor argument KEY=VALUE (JSON value); repeatable.")
+    list[str] | None,
+    typer.Option("--env-arg", help="Env constructor argument KEY=VALUE (JSON value); repeatable."),
 ]
 
 
