@@ -7,8 +7,12 @@ BIN := $(VENV)/bin
 setup:
 	bash scripts/setup.sh
 
+# The main job on the default env (search-qa): watch the scripted expert, train a tiny model with
+# IGPO on CPU (SFT warm start, 4 RL steps, ~2 minutes), then write the HTML report of the run.
 demo: setup
-	$(BIN)/turngym play search-qa --expert -n 3
+	$(BIN)/turngym play search-qa --expert -n 2
+	$(BIN)/turngym train examples/configs/igpo_search_qa.yaml
+	$(BIN)/turngym view runs/igpo-search-qa
 
 lint:
 	$(BIN)/ruff check .

@@ -106,3 +106,22 @@ def test_report_in_headless_chromium(run_dir):
         browser.close()
     assert errors == []
     assert (ARTIFACTS / "viewer.png").stat().st_size > 1000
+
+
+def test_training_run_directory_is_read_step_by_step(tmp_path):
+    from turngym.viewer.report import write_report
+
+    env = turngym.make("arith", depth=1, max_turns=2)
+    for step in (1, 2):
+        d = tmp_path / "trajectories"
+        d.mkdir(exist_ok=True)
+        (d / f"step-{step:06d}.jsonl").write_text(
+            "".join(
+                play(env, seed, 0, expert=step == 2).to_json() + "\n" for seed in (step * 10, step * 10 + 1)
+            )
+        )
+    (tmp_path / "trajectories" / "notes.txt").write_text("ignored")
+    out = write_report(tmp_path)
+    html = out.read_text()
+    assert out == tmp_path / "report.html" and html.count('class="traj ') == 4
+    assert "return and success by step" in html  # one point per training step

@@ -370,6 +370,10 @@ class Trainer:
         if isinstance(self.credit.method, Arena):
             self.credit.method.seed = _derive(cfg.seed, step)
         credit = self.credit(trajs)
+        for traj, advantages in zip(trajs, credit.turn_advantages, strict=True):  # kept for `turngym view`
+            traj.metadata["step"] = step + 1
+            for turn, a in zip(traj.turns, advantages, strict=False):
+                turn.info.setdefault("advantages", {})[cfg.credit.method] = float(a)
         timings["time/credit"] = time.perf_counter() - t1
         t2 = time.perf_counter()
         upd = self.update(trajs, credit.token_advantages)

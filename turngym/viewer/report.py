@@ -7,7 +7,8 @@ episode, tool-error rate by turn index) rendered by matplotlib as inline SVG.
 
 Advantages are read from ``turn.info["advantages"]`` (``{method: value}``) or from
 ``trajectory.metadata["advantages"]`` (``{method: [value per turn]}``). Training metrics are
-read from ``metrics.jsonl`` in the run directory when present (one JSON object per step).
+read from ``metrics.jsonl`` in the run directory when present (one JSON object per step). A
+training run directory (``trajectories/step-NNNNNN.jsonl``) is read step by step.
 """
 
 from __future__ import annotations
@@ -215,7 +216,18 @@ def write_report(run: str | Path, out: str | Path | None = None) -> Path:
     from turngym.rollout.store import load_trajectories
 
     run = Path(run)
-    trajs = load_trajectories(run)
+    steps_dir = run / "trajectories"
+    if run.is_dir() and steps_dir.is_dir() and not any(run.glob("trajectories.*")):
+        trajs = []  # a training run: one JSONL file per step
+        for path in sorted(steps_dir.glob("step-*.jsonl")):
+            step = int(path.name.split("-")[1].split(".")[0])
+            for t in load_trajectories(path):
+                t.metadata.setdefault("step", step)
+                trajs.append(t)
+        if not trajs:
+            raise FileNotFoundError(f"no step-*.jsonl trajectories in {steps_dir}")
+    else:
+        trajs = load_trajectories(run)
     metrics_path = (run if run.is_dir() else run.parent) / "metrics.jsonl"
     metrics = []
     if metrics_path.exists():
