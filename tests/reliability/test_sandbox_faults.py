@@ -118,12 +118,6 @@ def test_killed_browser_leaves_no_temp_files():
 
 
 @pytest.mark.docker
-@pytest.mark.xfail(
-    strict=True,
-    reason="swe-docker bug (reported to the lead): a container killed mid-episode ends the episode with "
-    "info['sandbox_error'] but no info['masked'], so the engine records a completed trajectory with "
-    "reward 0 that training would learn from",
-)
 def test_container_killed_during_a_rollout():
     from turngym.envs.swe.tasks import load_instances
     from turngym.rollout.engine import RolloutConfig, RolloutEngine

@@ -186,22 +186,11 @@ def test_editing_tests_does_not_fake_a_pass(env, task_id):
     assert reward == 0.0 and info["reward_components"]["outcome_level"] <= 2.0, info.get("grade")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="swe-docker bug (reported to the lead): the grader runs `python3 -m pytest` with /testbed first "
-    "on sys.path, and a new /testbed/pytest.py is not a test path, so it survives into grading and can "
-    "turn every test into a pass",
-)
 def test_shadowing_pytest_does_not_fake_a_pass(env, task_id):
     reward, info = _fake_pass_and_submit(env, task_id, {"pytest.py": SHADOW_PYTEST})
     assert reward == 0.0, info.get("grade")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="swe-docker bug (reported to the lead): a root pytest.ini with `addopts = -p <module>` loads an "
-    "agent-written plugin from /testbed during grading (pytest.ini is not a test path)",
-)
 def test_pytest_ini_plugin_does_not_fake_a_pass(env, task_id):
     files = {"pytest.ini": "[pytest]\naddopts = -p fakepass_plugin\n", "fakepass_plugin.py": FAKE_PLUGIN}
     reward, info = _fake_pass_and_submit(env, task_id, files)

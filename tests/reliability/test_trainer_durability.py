@@ -74,11 +74,6 @@ def test_sigkill_resumes_from_the_last_complete_checkpoint(killed_run):
         assert {p.name for p in ckpt.iterdir()} == {"trainable.pt", "optimizer.pt", "state.json"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="trainer bug (reported to the lead): Trainer.train logs a step's metrics before the checkpoint "
-    "that commits it, so a kill between the two makes the resumed run log that step again",
-)
 def test_metrics_have_each_step_exactly_once(killed_run):
     steps = [r["step"] for r in killed_run["rows"] if r["step"] > 0]
     assert steps == [1, 2, 3, 4], steps

@@ -460,6 +460,8 @@ class Trainer:
             return False
         state = load_checkpoint(ckpt, self.model, self.optimizer, self.scheduler)
         self.step = int(state["step"])
+        if self.dist.is_main:  # rows of steps after the checkpoint are redone: no duplicates, no gaps
+            self.logger.rewind(self.step)
         if self.step:
             self._sync_weights(self.step)
         return True

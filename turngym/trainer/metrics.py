@@ -41,6 +41,23 @@ class MetricLogger:
         if self._wandb is not None:
             self._wandb.log(clean, step=step)
 
+    def rewind(self, step: int) -> int:
+        """Forget JSONL rows of steps after ``step`` (a resumed run recomputes them); returns how many.
+
+        A step is logged before the checkpoint that commits it, so a run killed in between has rows
+        for a step it will redo; without this the resumed run would log that step twice. The file is
+        replaced atomically.
+        """
+        if not self.path.exists():
+            return 0
+        lines = [line for line in self.path.read_text().splitlines() if line.strip()]
+        keep = [line for line in lines if json.loads(line).get("step", 0) <= step]
+        if len(keep) != len(lines):
+            tmp = self.path.with_suffix(".jsonl.tmp")
+            tmp.write_text("".join(line + "\n" for line in keep))
+            tmp.replace(self.path)
+        return len(lines) - len(keep)
+
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()

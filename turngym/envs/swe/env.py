@@ -16,7 +16,9 @@ do not add to the reward (documented exception to the components-sum rule):
 * ``tests_run`` (every turn): a bash command ran tests this turn.
 
 A container that dies mid-episode (killed from outside) ends the episode with an error observation
-and ``info["sandbox_error"]``; the next reset gets a new container. ``info["grade"]`` holds the
+and ``info["sandbox_error"]`` plus ``info["masked"]`` (the rollout engine masks the trajectory: a
+sandbox fault is not the policy's doing); the next reset gets a new container. The graded patch
+leaves out test files and test-runner files (``repo.gradable_patch``). ``info["grade"]`` holds the
 verdict's details after ``submit``.
 """
 
@@ -234,14 +236,17 @@ class SweDockerEnv(AsyncEnv):
             info={"repo": task.repo, "base_commit": head, "container": self._sb.name},
         )
 
-    async def astep(self, action: str | Message) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
-        obs, _, terminated, truncated, info = await super().astep(action)
-        reward = float(info["reward_components"].get("resolved", 0.0))
+    def _reward(self, components: dict[str, float]) -> float:
+        """Only ``resolved`` is paid; the G-RA inputs are diagnostics (see the module docstring)."""
+        return float(components.get("resolved", 0.0))
+
+    def _step_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = {}
         if self._grade is not None:
             info["grade"] = self._grade.as_dict()
-        if self._dead:
-            info["sandbox_error"] = self._dead
-        return obs, reward, terminated, truncated, info
+        if self._dead:  # a sandbox fault is not the policy's doing: the trajectory must not be trained on
+            info.update(sandbox_error=self._dead, masked=True, mask_reason=f"sandbox fault: {self._dead}")
+        return info
 
     async def _turn_reward(self, results: list[ToolResult], done: bool) -> dict[str, float]:
         comps = {
@@ -425,16 +430,19 @@ class SweDockerEnv(AsyncEnv):
     @tool(terminal=True)
     async def submit(self) -> str:
         """Submit the current state of the repository as the fix; ends the episode."""
-        from turngym.envs.swe.repo import changed_paths, current_patch, without_tests
+        from turngym.envs.swe.repo import changed_paths, current_patch, gradable_patch
 
         task = self._swe
         assert task is not None
         patch = await self._sandbox_call(current_patch, self._sb)
-        self._patch = without_tests(patch, task.is_test_path)
+        self._patch, dropped = gradable_patch(patch, task.is_test_path, task.files())
         self._submitted = True
         files = changed_paths(self._patch)
-        dropped = sorted(set(changed_paths(patch)) - set(files))
-        note = f" Changes to test files were dropped: {', '.join(dropped)}." if dropped else ""
+        note = (
+            f" Changes to test or test-runner files were dropped: {', '.join(sorted(dropped))}."
+            if dropped
+            else ""
+        )
         return f"Submitted a patch that changes {len(files)} file(s): {', '.join(files) or '(none)'}.{note}"
 
     # ------------------------------------------------------------ editor I/O

@@ -10,9 +10,10 @@ broken sandbox cannot change the verdict.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,9 +101,51 @@ def split_patch(patch: str) -> list[tuple[str, str]]:
     return out
 
 
-def without_tests(patch: str, is_test_path: Callable[[str], bool]) -> str:
-    """``patch`` minus the sections that touch test files (graded on pristine tests)."""
-    return "".join(section for path, section in split_patch(patch) if not is_test_path(path))
+#: Files that configure or replace the test runner; a submitted patch never changes them (an agent
+#: could otherwise fake a pass: a /testbed/pytest.py shadows pytest, a pytest.ini loads a plugin).
+RUNNER_FILES = frozenset(
+    {
+        "pytest.py",
+        "conftest.py",
+        "pytest.ini",
+        "tox.ini",
+        "setup.cfg",
+        "pyproject.toml",
+        "noxfile.py",
+        "sitecustomize.py",
+        "usercustomize.py",
+        ".pytest_cache",
+    }
+)
+RUNNER_PACKAGES = frozenset({"pytest", "_pytest", "pluggy", "py"})
+
+
+def gradable_patch(
+    patch: str, is_test_path: Callable[[str], bool], original_paths: Iterable[str]
+) -> tuple[str, list[str]]:
+    """The part of ``patch`` that is graded, and the paths dropped from it.
+
+    Kept: changes to source files — files of the original repository, or new files in a
+    directory that already held some — that are neither test files (grading uses pristine tests)
+    nor test-runner files (``RUNNER_FILES``, ``*.pth``, or anything under a ``pytest``/``_pytest``/
+    ``pluggy`` package). New files at the repository root are dropped too: a fix does not need them,
+    and Python would import them before the installed test runner.
+    """
+    original = set(original_paths)
+    source_dirs = {os.path.dirname(p) for p in original if os.path.dirname(p)}
+    kept, dropped = [], []
+    for path, section in split_patch(patch):
+        parts = path.split("/")
+        allowed = (
+            not is_test_path(path)
+            and parts[-1] not in RUNNER_FILES
+            and not path.endswith(".pth")
+            and not RUNNER_PACKAGES & set(parts[:-1])
+            and parts[0] not in RUNNER_PACKAGES
+            and (path in original or os.path.dirname(path) in source_dirs)
+        )
+        (kept if allowed else dropped).append(section if allowed else path)
+    return "".join(kept), dropped
 
 
 def changed_paths(patch: str) -> list[str]:
