@@ -84,7 +84,10 @@ def test_browser_killed_during_a_rollout():
 
 
 def chromium_temp() -> set[str]:
-    return {p.name for p in Path(tempfile.gettempdir()).glob("org.chromium.Chromium.*")}
+    tmp = Path(tempfile.gettempdir())
+    return {
+        p.name for pattern in ("org.chromium.Chromium.*", "turngym-chromium-*") for p in tmp.glob(pattern)
+    }
 
 
 def remove_chromium_temp() -> None:
@@ -93,11 +96,6 @@ def remove_chromium_temp() -> None:
 
 
 @pytest.mark.browser
-@pytest.mark.xfail(
-    strict=True,
-    reason="browser pool bug (reported to the lead): a Chromium killed with SIGKILL leaves its "
-    "org.chromium.Chromium.* temp directory behind; relaunch and close do not remove it",
-)
 def test_killed_browser_leaves_no_temp_files():
     from turngym.sandboxes.browser import BrowserPool
 
