@@ -1,8 +1,10 @@
 """Resource hygiene of the reliability suite (part 5 of issue 10).
 
-A session-scoped autouse fixture gives the suite its own temp directory (``$TMPDIR`` and
-``tempfile.tempdir``) and, at the end of the session, closes the process-wide pools the way the
-interpreter's ``atexit`` hooks would and then asserts that nothing this suite started is left:
+A package-scoped autouse fixture gives the suite its own temp directory (``$TMPDIR`` and
+``tempfile.tempdir``) and, after the suite's last test, closes the process-wide pools the way the
+interpreter's ``atexit`` hooks would (they are recreated on demand) and then asserts that nothing this
+suite started is left — resources that existed before the suite (e.g. another suite's session-scoped
+vLLM server in a whole-tree run) are a baseline, not leftovers:
 
 * no Docker container labelled as owned by this process (``turngym.owner.pid``);
 * no child process (Chromium, vLLM or site servers, exec helpers, trainer children);
@@ -102,20 +104,25 @@ def _close_process_pools() -> None:
         _close_shared_pool()
 
 
-def leftovers(tmp_root: Path) -> dict[str, list]:
+def leftovers(tmp_root: Path, baseline: dict[str, list] | None = None) -> dict[str, list]:
+    """What exists now and did not in ``baseline`` (a snapshot taken before the suite)."""
     me = os.getpid()
-    return {
+    now = {
         "containers": _own_containers(),
         "child processes": [(p, _cmdline(p)) for p in _children(me) if _cmdline(p)],
         "listening sockets": sorted(_listening_inodes(me)),
         "temp entries": sorted(p.name for p in tmp_root.iterdir() if not p.name.startswith(KEPT_TEMP)),
     }
+    if baseline is None:
+        return now
+    return {k: [x for x in v if x not in baseline.get(k, [])] for k, v in now.items()}
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="package", autouse=True)
 def resource_hygiene(tmp_path_factory: pytest.TempPathFactory):
     tmp_path_factory.getbasetemp()  # pytest's own folder is created before we move tempfile's default
     tmp_root = Path(tempfile.mkdtemp(prefix="turngym-reliability-"))
+    baseline = leftovers(tmp_root)
     saved = (tempfile.tempdir, os.environ.get("TMPDIR"))
     tempfile.tempdir = str(tmp_root)
     os.environ["TMPDIR"] = str(tmp_root)
@@ -123,10 +130,10 @@ def resource_hygiene(tmp_path_factory: pytest.TempPathFactory):
         yield tmp_root
         _close_process_pools()
         deadline = time.monotonic() + GRACE_S
-        left = leftovers(tmp_root)
+        left = leftovers(tmp_root, baseline)
         while any(left.values()) and time.monotonic() < deadline:
             time.sleep(2)
-            left = leftovers(tmp_root)
+            left = leftovers(tmp_root, baseline)
         if any(left.values()):
             LEFT.update(left)  # also failed in pytest_sessionfinish: an xfail test's teardown would hide it
         assert not any(left.values()), f"the reliability suite left resources behind: {left}"

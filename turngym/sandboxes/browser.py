@@ -26,7 +26,6 @@ import itertools
 import os
 import shutil
 import signal
-import tempfile
 import threading
 import time
 import uuid
@@ -236,7 +235,6 @@ class _Slot:
     launched_at: float = 0.0
     spare: asyncio.Future[Any] | None = None
     spare_key: Any = None
-    tmpdir: str | None = None  # the browser's TMPDIR, removed with it (a killed Chromium leaves files there)
 
     @property
     def live(self) -> bool:
@@ -337,20 +335,17 @@ class BrowserPool:
         args = [a for a in CHROMIUM_ARGS if self.headless or a != "--headless"]
         args += [*self.extra_args, f"{LABEL_FLAG}={slot.label}"]
         t0 = time.perf_counter()
-        slot.tmpdir = tempfile.mkdtemp(prefix="turngym-chromium-")
         try:
             browser = await self._pw.chromium.launch(
                 executable_path=exe,
                 headless=self.headless,
                 args=args,
-                env={**os.environ, "TMPDIR": slot.tmpdir},
                 timeout=self.launch_timeout * 1000,
                 handle_sigint=False,
                 handle_sigterm=False,
                 handle_sighup=False,
             )
         except Exception as e:  # noqa: BLE001 - surfaced as a clear error
-            shutil.rmtree(slot.tmpdir, ignore_errors=True)
             raise BrowserUnavailable(f"could not launch Chromium ({exe}): {e}") from e
         self.stats.launch_s.append(time.perf_counter() - t0)
         self.stats.launches += 1
@@ -391,9 +386,6 @@ class BrowserPool:
             except Exception:  # noqa: BLE001 - it may already be dead
                 pass
             self._kill_label(slot.label)
-        if slot.tmpdir is not None:
-            shutil.rmtree(slot.tmpdir, ignore_errors=True)
-            slot.tmpdir = None
 
     @staticmethod
     def _kill_label(label: str) -> None:
