@@ -28,6 +28,14 @@ ARGS: dict[str, list[str] | None] = {
     "rollout.py": ["all"],
     "search_qa.py": ["--passages", "100000", "--questions", "1000", "--episodes", "200"],
     "travel_planner.py": ["--queries", "100"],
+    "credit_tournament.py": ["--trials", "100"],
+    "scale.py": ["--actors", "1", "2", "--tasks", "8", "--group", "2"],
+    "swe_docker.py": ["--n", "10", "--episodes", "4"],
+    "web_miniwob.py": ["--episodes", "8", "--steps", "16", "--concurrency", "2"],
+    "web_sites.py": ["--episodes", "6", "--concurrency", "1,2"],
+    "web_expert.py": ["--seeds", "2", "--gui-seeds", "1", "--concurrency", "2"],
+    "reliability_load.py": ["--seconds", "60", "--swe", "1"],
+    "train_curves.py": None,  # a GPU learning-curve run (device tool); see gpu_results.md
     "run_all.py": None,
 }
 TIMEOUT_S = 1200
