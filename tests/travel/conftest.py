@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from turngym.envs.travel.database import TravelDB, get_database
+from turngym.envs.travel.schema import ACCOMMODATIONS, COLUMNS, FLIGHTS
 
 SMALL = {"db_seed": 3, "n_cities": 150, "n_days": 14}
 
@@ -34,17 +35,7 @@ def tiny_tables() -> dict[str, pd.DataFrame]:
             ["F102", 150, "07:00", "08:00", "1 hours 0 minutes", "2022-03-03", "Alpha", "Beta", 200.0],
             ["F103", 300, "18:00", "20:00", "2 hours 0 minutes", "2022-03-05", "Beta", "Home", 600.0],
         ],
-        columns=[
-            "Flight Number",
-            "Price",
-            "DepTime",
-            "ArrTime",
-            "ActualElapsedTime",
-            "FlightDate",
-            "OriginCityName",
-            "DestCityName",
-            "Distance",
-        ],
+        columns=COLUMNS[FLIGHTS],
     )
     acc = pd.DataFrame(
         [
@@ -53,16 +44,7 @@ def tiny_tables() -> dict[str, pd.DataFrame]:
             ["Shared bunk", 30.0, "Shared room", "No visitors", 1.0, 1, 3.0, "Alpha"],
             ["Beta house", 120.0, "Entire home/apt", "No children under 10", 2.0, 6, 5.0, "Beta"],
         ],
-        columns=[
-            "NAME",
-            "price",
-            "room type",
-            "house_rules",
-            "minimum nights",
-            "maximum occupancy",
-            "review rate number",
-            "city",
-        ],
+        columns=COLUMNS[ACCOMMODATIONS],
     )
     rest = pd.DataFrame(
         [

@@ -217,27 +217,7 @@ def test_strict_flags_fixed_loopholes_but_lenient_mode_matches_travelplanner(tin
 
 
 def multi_city_plan() -> list[dict]:
-    return [
-        {
-            "days": 1,
-            "current_city": "from Home to Alpha",
-            "transportation": F100,
-            "breakfast": "-",
-            "attraction": "Alpha Museum, Alpha;",
-            "lunch": "-",
-            "dinner": "Dragon Bowl, Alpha",
-            "accommodation": "Sunny loft, Alpha",
-        },
-        {
-            "days": 2,
-            "current_city": "Alpha",
-            "transportation": "-",
-            "breakfast": "Taco Stand, Alpha",
-            "attraction": "Alpha Park, Alpha;",
-            "lunch": "Curry Corner, Alpha",
-            "dinner": "Pasta Place, Alpha",
-            "accommodation": "Sunny loft, Alpha",
-        },
+    return plan3()[:2] + [
         {
             "days": 3,
             "current_city": "from Alpha to Beta",
