@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import statistics
@@ -57,27 +58,40 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-async def sustain(name: str, make_engine, wave: int, seconds: float, result: dict) -> None:
-    """Run waves of ``wave`` trajectories until ``seconds`` have passed; every wave must reconcile."""
-    t0, seed = time.monotonic(), 0
-    done, masked, reasons, turns = 0, 0, Counter(), 0
-    while time.monotonic() - t0 < seconds:
+def lag_stats(lag: list[float]) -> dict[str, float]:
+    return {"p50": pct(lag, 0.5) * 1e3, "p99": pct(lag, 0.99) * 1e3, "max": max(lag, default=0.0) * 1e3}
+
+
+async def sustain(name: str, make_engine, concurrency: int, seconds: float, result: dict) -> None:
+    """Keep ``concurrency`` trajectories in flight for ``seconds``: each worker starts the next one as soon
+    as its last ends (no waves, so the concurrency never sags); every run must reconcile."""
+    t0 = time.monotonic()
+    seeds = itertools.count()
+    totals = {"trajectories": 0, "masked": 0, "turns": 0}
+    reasons: Counter = Counter()
+
+    async def worker() -> None:
         engine = make_engine()
-        trajs = await engine.run(range(seed, seed + wave))
-        seed += wave
-        s = engine.stats
-        assert s.reconciles() and len(trajs) == wave, s.as_dict()
-        done += len(trajs)
-        masked += s.masked
-        reasons.update(s.mask_reasons)
-        turns += s.turns
-    result[name] = {
-        "trajectories": done,
-        "masked": masked,
-        "mask_reasons": dict(reasons),
-        "turns": turns,
-        "wall_s": round(time.monotonic() - t0, 1),
-    }
+        while time.monotonic() - t0 < seconds:
+            trajs = await engine.run([next(seeds)])
+            s = engine.stats
+            assert s.reconciles() and len(trajs) == 1, s.as_dict()
+            totals["trajectories"] += 1
+            totals["masked"] += s.masked
+            totals["turns"] += s.turns
+            reasons.update(s.mask_reasons)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    result[name] = {**totals, "mask_reasons": dict(reasons), "wall_s": round(time.monotonic() - t0, 1)}
+
+
+async def sample_loop_lag(stop: asyncio.Event, out: list[float], period: float = 0.01) -> None:
+    """How late a ``period``-second sleep wakes up: the time the event loop was busy with something else
+    (sync work in a coroutine blocks every trajectory at once)."""
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        await asyncio.sleep(period)
+        out.append(time.perf_counter() - t0 - period)
 
 
 async def sample_memory(stop: asyncio.Event, out: list[tuple[float, float]]) -> None:
@@ -90,13 +104,13 @@ async def sample_memory(stop: asyncio.Event, out: list[tuple[float, float]]) -> 
             pass
 
 
-def search_engine(concurrency: int, sink: list[float]):
+def search_engine(sink: list[float]):
     def factory():
         return Timed(turngym.make("search-qa-v0"), sink)
 
     agent = RandomAgent(p_malformed=0.2, seed=0)  # malformed actions included: errors must stay observations
     return lambda: RolloutEngine(
-        factory, agent, RolloutConfig(max_concurrency=concurrency, turn_timeout=60), env_id="search-qa-v0"
+        factory, agent, RolloutConfig(max_concurrency=1, turn_timeout=60), env_id="search-qa-v0"
     )
 
 
@@ -109,7 +123,7 @@ def swe_engine(concurrency: int, sink: list[float], task_ids: list[str]):
     return lambda: RolloutEngine(
         factory,
         ScriptedAgent(),
-        RolloutConfig(max_concurrency=concurrency, turn_timeout=600),
+        RolloutConfig(max_concurrency=1, turn_timeout=600),
         env_id="swe-docker-v0",
     )
 
@@ -118,20 +132,27 @@ async def main_async(a: argparse.Namespace) -> dict:
     out: dict[str, Any] = {"args": vars(a), "cpus": os.cpu_count(), "load_before": os.getloadavg()}
     # baseline: search-qa at concurrency 1
     base_lat: list[float] = []
+    base_lag: list[float] = []
     base: dict = {}
-    await sustain("search_qa", search_engine(1, base_lat), 1, a.baseline_seconds, base)
+    stop = asyncio.Event()
+    lag_probe = asyncio.create_task(sample_loop_lag(stop, base_lag))
+    await sustain("search_qa", search_engine(base_lat), 1, a.baseline_seconds, base)
+    stop.set()
+    await lag_probe
     out["baseline_c1"] = {
         **base["search_qa"],
         "p50_step_ms": pct(base_lat, 0.5) * 1e3,
         "p99_step_ms": pct(base_lat, 0.99) * 1e3,
+        "loop_lag_ms": lag_stats(base_lag),
     }
     # load
     lat_s: list[float] = []
     lat_w: list[float] = []
     mem: list[tuple[float, float]] = []
+    lag: list[float] = []
     stop = asyncio.Event()
     res: dict = {}
-    jobs = [sustain("search_qa", search_engine(a.search, lat_s), a.search, a.seconds, res)]
+    jobs = [sustain("search_qa", search_engine(lat_s), a.search, a.seconds, res)]
     if a.swe:
         from turngym.envs.swe.tasks import load_instances
 
@@ -141,10 +162,13 @@ async def main_async(a: argparse.Namespace) -> dict:
         jobs.append(
             sustain("swe_docker", swe_engine(a.swe, lat_w, list(seen.values())), a.swe, a.seconds, res)
         )
-    sampler = asyncio.create_task(sample_memory(stop, mem))
+    samplers = [
+        asyncio.create_task(sample_memory(stop, mem)),
+        asyncio.create_task(sample_loop_lag(stop, lag)),
+    ]
     await asyncio.gather(*jobs)
     stop.set()
-    await sampler
+    await asyncio.gather(*samplers)
     q = max(1, len(mem) // 4)
     first, last = statistics.median(m for _, m in mem[:q]), statistics.median(m for _, m in mem[-q:])
     sq = res["search_qa"]
@@ -156,11 +180,13 @@ async def main_async(a: argparse.Namespace) -> dict:
             "p50_step_ms": pct(lat_s, 0.5) * 1e3,
             "p99_step_ms": pct(lat_s, 0.99) * 1e3,
         },
+        "loop_lag_ms": lag_stats(lag),
         "memory_mb": {
             "first_quarter": first,
             "last_quarter": last,
             "growth": last - first,
             "peak": max(m for _, m in mem),
+            "timeline": [(round(t), round(m, 1)) for t, m in mem[:: max(1, len(mem) // 12)]],
         },
         "load_after": os.getloadavg(),
     }

@@ -4,7 +4,8 @@
 ``tasks.jsonl`` under ``<cache>/search/worlds/<key>/`` and reads them back afterwards; the
 files are ordinary corpus/FlashRAG files a user can inspect or reuse. ``load_corpus`` and
 ``load_task_file`` read user files. All three keep one copy per process, so many envs over
-the same data share it.
+the same data share it; ``select_tasks`` filters such a task list once per process too (a rollout
+builds one env per trajectory, on the event loop, so construction must stay cheap).
 """
 
 from __future__ import annotations
@@ -30,6 +31,43 @@ def _memo(key: tuple, build):
         if key not in _MEMO:
             _MEMO[key] = build()
         return _MEMO[key]
+
+
+def _loaded_here(tasks: object) -> bool:
+    """Whether ``tasks`` is a list this module loaded (held, unchanged, for the whole process)."""
+    with _LOCK:
+        return any(isinstance(v, tuple) and any(x is tasks for x in v) for v in _MEMO.values())
+
+
+def select_tasks(
+    tasks: list[QATask], split: str | None, kinds: list[str] | None, hops: list[int] | None
+) -> tuple[tuple[QATask, ...], dict[str, int]]:
+    """The tasks passing the filters (read-only) and each one's position by id.
+
+    Over a list loaded by this module the selection is computed once and shared by every env that
+    asks for it; a caller's own list is filtered afresh (it may change between envs).
+    """
+
+    def build() -> tuple[tuple[QATask, ...], dict[str, int]]:
+        chosen = tuple(
+            t
+            for t in tasks
+            if (split is None or t.split == split)
+            and (kinds is None or t.kind in kinds)
+            and (hops is None or t.hops in hops)
+        )
+        return chosen, {t.id: i for i, t in enumerate(chosen)}
+
+    if not _loaded_here(tasks):
+        return build()
+    key = (
+        "select",
+        id(tasks),
+        split,
+        None if kinds is None else tuple(kinds),
+        None if hops is None else tuple(hops),
+    )
+    return _memo(key, build)  # type: ignore[return-value]
 
 
 def _file_key(path: str | os.PathLike[str]) -> tuple:

@@ -29,7 +29,7 @@ import numpy as np
 from turngym.core.env import Env, Task
 from turngym.core.types import Message, ToolCall, ToolResult
 from turngym.envs.search.corpus import Corpus
-from turngym.envs.search.data import load_corpus, load_task_file, synthetic_dataset
+from turngym.envs.search.data import load_corpus, load_task_file, select_tasks, synthetic_dataset
 from turngym.envs.search.metrics import best_exact_match, best_f1
 from turngym.envs.search.retriever import Doc, Retriever, RetrieverError, shared_bm25
 from turngym.envs.search.server import shared_remote
@@ -108,16 +108,9 @@ class SearchQAEnv(Env):
         self.corpus, all_tasks = self._load_data(
             corpus, tasks, task_format, n_passages, n_tasks, world_seed, mix, cache_dir, retriever
         )
-        self.tasks = [
-            t
-            for t in all_tasks
-            if (split is None or t.split == split)
-            and (kinds is None or t.kind in kinds)
-            and (hops is None or t.hops in hops)
-        ]
+        self.tasks, self._task_index = select_tasks(all_tasks, split, kinds, hops)
         if not self.tasks:
             raise ValueError(f"no tasks left after filtering (split={split}, kinds={kinds}, hops={hops})")
-        self._task_index = {t.id: i for i, t in enumerate(self.tasks)}
         if isinstance(retriever, str):
             self.retriever: Retriever = shared_remote(retriever)
         elif retriever is not None:
