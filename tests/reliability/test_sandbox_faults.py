@@ -96,12 +96,6 @@ def remove_chromium_temp() -> None:
 
 
 @pytest.mark.browser
-@pytest.mark.xfail(
-    strict=True,
-    reason="browser pool bug (open): a Chromium killed with SIGKILL leaves its org.chromium.Chromium.* temp "
-    "directory behind. A per-browser TMPDIR fixes the leak but stops Ctrl+Enter from opening a background "
-    "tab (tests/websites/test_sites_envs.py::test_pages_the_site_opens_become_tabs), so it was reverted",
-)
 def test_killed_browser_leaves_no_temp_files():
     from turngym.sandboxes.browser import BrowserPool
 

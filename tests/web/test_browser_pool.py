@@ -18,6 +18,8 @@ from turngym.sandboxes.browser import (
     find_chromium,
     labelled_browser_pids,
     reap_orphan_browsers,
+    remove_singleton_dir,
+    singleton_dir,
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -79,6 +81,8 @@ async def test_killed_browser_is_detected_and_relaunched():
         lease = await pool.lease()
         assert await lease.run(lambda page: page.evaluate("2 + 2")) == 4
         (pid,) = pool.browser_pids()
+        leftover = singleton_dir(pid)  # $TMPDIR/org.chromium.Chromium.*, which a SIGKILL leaves behind
+        assert leftover is not None and (leftover / "SingletonSocket").exists()
         os.kill(pid, signal.SIGKILL)
         for _ in range(50):
             if lease.crashed:
@@ -92,6 +96,9 @@ async def test_killed_browser_is_detected_and_relaunched():
         assert await fresh.run(lambda page: page.evaluate("3 + 3")) == 6
         assert pool.stats.crashes == 1 and pool.stats.launches == 2
         assert pool.browser_pids() and pid not in pool.browser_pids()
+        assert not leftover.exists()  # removed with the dead browser; the new one has its own
+        (new_pid,) = pool.browser_pids()
+        assert singleton_dir(new_pid) not in (None, leftover) and singleton_dir(new_pid).exists()
         await fresh.close()
     finally:
         await pool.aclose()
@@ -149,3 +156,19 @@ def test_reap_orphans_kills_labelled_processes_of_dead_owners():
         assert proc.wait(timeout=10) == -signal.SIGKILL
     finally:
         proc.kill()
+
+
+def test_singleton_dir_removal_touches_only_chromium_entries(tmp_path):
+    gone = tmp_path / "org.chromium.Chromium.abc123"
+    gone.mkdir()
+    for name in ("SingletonSocket", "SingletonCookie"):
+        (gone / name).write_text("")
+    assert remove_singleton_dir(gone) and not gone.exists()
+    assert remove_singleton_dir(gone)  # already gone
+    kept = tmp_path / "org.chromium.Chromium.def456"
+    kept.mkdir()
+    (kept / "SingletonSocket").write_text("")
+    (kept / "someone-elses-file").write_text("data")
+    assert not remove_singleton_dir(kept)
+    assert (kept / "someone-elses-file").read_text() == "data"
+    assert singleton_dir(999_999_999) is None  # no such process

@@ -161,6 +161,46 @@ def tree_memory_bytes(pid: int) -> int:
     return total
 
 
+def singleton_dir(pid: int) -> Path | None:
+    """The temp directory the running Chromium ``pid`` made for its process singleton, or None.
+
+    Chromium creates ``$TMPDIR/org.chromium.Chromium.XXXXXX`` (``SingletonSocket``, ``SingletonCookie``)
+    and links to it from its user-data dir; a clean exit removes it, a SIGKILL leaves it behind. The
+    link attributes the directory to this browser alone, so it can be removed once the browser is dead.
+    """
+    for arg in _cmdline(pid):
+        if arg.startswith("--user-data-dir="):
+            try:
+                target = Path(os.readlink(Path(arg.split("=", 1)[1]) / "SingletonSocket"))
+            except OSError:
+                return None
+            return target.parent if target.name == "SingletonSocket" and target.is_absolute() else None
+    return None
+
+
+def remove_singleton_dir(path: Path) -> bool:
+    """Remove a dead browser's singleton directory: only Chromium's ``Singleton*`` entries, then the
+    directory (anything else in it is left alone). True if it is gone."""
+    try:
+        for entry in path.iterdir():
+            if entry.name.startswith("Singleton") and not entry.is_dir():
+                entry.unlink(missing_ok=True)
+        path.rmdir()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def _kill_tree(pid: int) -> None:
+    for p in reversed(process_tree(pid)):
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -172,16 +212,16 @@ def _alive(pid: int) -> bool:
 
 
 def reap_orphan_browsers() -> list[int]:
-    """Kill labelled browsers whose owning Python process is gone; returns the killed pids."""
+    """Kill labelled browsers whose owning Python process is gone (and remove their singleton temp
+    directories); returns the killed pids."""
     killed = []
     for pid, value in labelled_browser_pids().items():
         owner = int(value.split(":", 1)[0]) if value.split(":", 1)[0].isdigit() else -1
         if owner > 0 and not _alive(owner):
-            for p in reversed(process_tree(pid)):
-                try:
-                    os.kill(p, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            leftover = singleton_dir(pid)
+            _kill_tree(pid)
+            if leftover is not None:
+                remove_singleton_dir(leftover)
             killed.append(pid)
     return killed
 
@@ -235,6 +275,9 @@ class _Slot:
     launched_at: float = 0.0
     spare: asyncio.Future[Any] | None = None
     spare_key: Any = None
+    pid: int | None = None
+    #: the browser's singleton temp dir (see :func:`singleton_dir`), removed once the browser is gone
+    tempdir: Path | None = None
 
     @property
     def live(self) -> bool:
@@ -350,6 +393,7 @@ class BrowserPool:
         self.stats.launch_s.append(time.perf_counter() - t0)
         self.stats.launches += 1
         slot.browser, slot.crashed, slot.closing, slot.launched_at = browser, False, False, time.time()
+        self._note_tempdir(slot)
 
         def on_disconnect(_: Any, s: _Slot = slot, b: Any = browser) -> None:
             if s.browser is b and not s.closing:
@@ -357,6 +401,14 @@ class BrowserPool:
                 self.stats.crashes += 1
 
         browser.on("disconnected", on_disconnect)
+
+    @staticmethod
+    def _note_tempdir(slot: _Slot) -> None:
+        """Remember the live browser's singleton dir (read from its user-data dir while it exists)."""
+        if slot.pid is None:
+            slot.pid = next(iter(labelled_browser_pids(slot.label)), None)
+        if slot.tempdir is None and slot.pid is not None:
+            slot.tempdir = singleton_dir(slot.pid)
 
     async def _pick_slot(self) -> _Slot:
         assert self._launch_lock is not None
@@ -372,7 +424,9 @@ class BrowserPool:
                 await self._launch(idle[0])
                 return idle[0]
             if free:
-                return min(free, key=lambda s: s.leases)
+                best = min(free, key=lambda s: s.leases)
+                self._note_tempdir(best)  # in case it was not there yet right after the launch
+                return best
             raise BrowserError("no browser available (all crashed and still in use)")
 
     async def _discard(self, slot: _Slot) -> None:
@@ -386,15 +440,19 @@ class BrowserPool:
             except Exception:  # noqa: BLE001 - it may already be dead
                 pass
             self._kill_label(slot.label)
+        self._remove_tempdir(slot)
+
+    @staticmethod
+    def _remove_tempdir(slot: _Slot) -> None:
+        """After the browser is gone: its singleton dir (a clean exit removed it, a killed browser did not)."""
+        tempdir, slot.tempdir, slot.pid = slot.tempdir, None, None
+        if tempdir is not None:
+            remove_singleton_dir(tempdir)
 
     @staticmethod
     def _kill_label(label: str) -> None:
         for pid in labelled_browser_pids(label):
-            for p in reversed(process_tree(pid)):
-                try:
-                    os.kill(p, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            _kill_tree(pid)
 
     @staticmethod
     async def _new_page(
@@ -523,6 +581,7 @@ class BrowserPool:
         except Exception:  # noqa: BLE001 - kill what is left below
             for slot in self._slots:
                 self._kill_label(slot.label)
+                self._remove_tempdir(slot)
         finally:
             lt.stop()
 
@@ -669,5 +728,7 @@ __all__ = [
     "labelled_browser_pids",
     "process_tree",
     "reap_orphan_browsers",
+    "remove_singleton_dir",
+    "singleton_dir",
     "tree_memory_bytes",
 ]
