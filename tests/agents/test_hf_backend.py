@@ -1,6 +1,8 @@
-"""HF backend: dynamic batching, greedy batched == unbatched, raw logprobs, stops, weight updates."""
+"""HF backend: continuous batching (join/leave between decode steps), greedy batched == unbatched,
+per-request seeds, raw logprobs, stops, weight updates, close."""
 
 import asyncio
+from collections import Counter
 
 import pytest
 import torch
@@ -24,10 +26,10 @@ def prompts(tokenizer):
 async def test_greedy_batched_equals_unbatched(hf_backend, tokenizer):
     ps = prompts(tokenizer)
     alone = [hf_backend.generate_batch([p], [GREEDY])[0] for p in ps]
-    before = hf_backend.batches
+    before = Counter(hf_backend.stats["widths"])
     together = await asyncio.gather(*(hf_backend.generate(p, GREEDY) for p in ps))
-    assert hf_backend.batches - before < len(ps)  # concurrent requests were batched
-    assert max(hf_backend.batch_sizes[before:]) > 1
+    widths = hf_backend.stats["widths"] - before
+    assert max(widths) > 1  # concurrent requests shared decode steps
     for a, b in zip(alone, together, strict=True):
         assert a.token_ids == b.token_ids
         assert a.finish_reason == b.finish_reason
@@ -86,3 +88,90 @@ def test_update_weights_changes_generations(tiny_dir, tokenizer):
     backend.update_weights(state)
     after = backend.generate_batch([p], [GREEDY])[0]
     assert after.logprobs != before.logprobs
+
+
+async def test_requests_join_and_leave_between_decode_steps(hf_backend, tokenizer):
+    long_p, short_p = prompts(tokenizer)[1], prompts(tokenizer)[3]
+    long_s = SamplingParams(max_tokens=80, temperature=0.0, stop_token_ids=(-1,))
+    long_alone = hf_backend.generate_batch([long_p], [long_s])[0]
+    short_alone = hf_backend.generate_batch([short_p], [GREEDY.replace(max_tokens=3)])[0]
+    steps0 = hf_backend.stats["steps"]
+    finished: list[str] = []
+
+    async def run(name, p, s):
+        gen = await hf_backend.generate(p, s)
+        finished.append(name)
+        return gen
+
+    long_task = asyncio.create_task(run("long", long_p, long_s))
+    while hf_backend.stats["steps"] - steps0 < 5:  # the long request is decoding
+        await asyncio.sleep(0.001)
+    short = await run("short", short_p, GREEDY.replace(max_tokens=3))
+    long = await long_task
+    # the short request joined the running batch and left it long before the long one ended
+    assert finished == ["short", "long"]
+    assert len(long.token_ids) == 80
+    assert short.token_ids == short_alone.token_ids
+    assert long.token_ids == long_alone.token_ids  # joining and leaving rows do not disturb a row
+    assert long.logprobs == pytest.approx(long_alone.logprobs, abs=1e-4)
+
+
+def test_a_seed_gives_the_same_sample_whatever_the_batch(hf_backend, tokenizer):
+    ps = prompts(tokenizer)
+    s = SamplingParams(max_tokens=10, temperature=1.0, top_p=0.95, top_k=50, seed=7)
+    alone = hf_backend.generate_batch([ps[0]], [s])[0]
+    others = [s.replace(seed=1), s.replace(temperature=0.0), s.replace(seed=3, max_tokens=2)]
+    mixed = hf_backend.generate_batch([ps[1], ps[2], ps[0], ps[3]], [others[0], others[1], s, others[2]])
+    assert mixed[2].token_ids == alone.token_ids
+    assert mixed[2].logprobs == pytest.approx(alone.logprobs, abs=1e-4)
+    reseeded = [hf_backend.generate_batch([ps[0]], [s.replace(seed=k)])[0].token_ids for k in range(4)]
+    assert len({tuple(r) for r in reseeded}) > 1  # other seeds sample other tokens
+
+
+def test_truncated_sampling_collapses_to_greedy(hf_backend, tokenizer):
+    p = prompts(tokenizer)[0]
+    greedy = hf_backend.generate_batch([p], [GREEDY])[0]
+    for s in (GREEDY.replace(temperature=1.0, top_k=1, seed=3), GREEDY.replace(temperature=2.0, top_p=1e-6)):
+        assert hf_backend.generate_batch([p], [s])[0].token_ids == greedy.token_ids
+
+
+async def test_a_caller_that_gives_up_frees_its_row(hf_backend, tokenizer):
+    p = prompts(tokenizer)[1]
+    s = SamplingParams(max_tokens=100_000, temperature=1.0, stop_token_ids=(-1,))
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(hf_backend.generate(p, s), 0.2)
+    gen = await hf_backend.generate(p, GREEDY)  # served; the abandoned row was retired
+    assert gen.token_ids and gen.finish_reason in ("stop", "length")
+    await asyncio.sleep(0.05)
+    steps = hf_backend.stats["steps"]
+    await asyncio.sleep(0.2)
+    assert hf_backend.stats["steps"] == steps  # nothing left decoding
+
+
+async def test_update_weights_lands_between_decode_steps(tiny_dir, tokenizer):
+    backend = HFBackend(tiny_dir, tokenizer)
+    p = prompts(tokenizer)[1]
+    s = SamplingParams(max_tokens=60, temperature=0.0, stop_token_ids=(-1,))
+    task = asyncio.create_task(backend.generate(p, s))
+    while backend.stats["steps"] < 3:
+        await asyncio.sleep(0.001)
+    await asyncio.to_thread(backend.update_weights, backend.model.state_dict())
+    gen = await task
+    first, last = gen.meta["weights_version"]
+    assert (first, last) == (0, 1)  # the update landed mid-generation, between two steps
+    assert backend.weights_version == 1
+    await backend.aclose()
+
+
+async def test_aclose_fails_pending_requests_and_the_backend_restarts(tiny_dir, tokenizer):
+    backend = HFBackend(tiny_dir, tokenizer)
+    p = prompts(tokenizer)[0]
+    s = SamplingParams(max_tokens=100_000, temperature=0.0, stop_token_ids=(-1,))
+    task = asyncio.create_task(backend.generate(p, s))
+    while backend.stats["steps"] < 1:
+        await asyncio.sleep(0.001)
+    await backend.aclose()
+    with pytest.raises(BackendError, match="closed"):
+        await task
+    assert (await backend.generate(p, GREEDY)).token_ids  # a new call starts a new scheduler
+    await backend.aclose()

@@ -1,38 +1,77 @@
-"""``HFBackend``: transformers in-process (CPU or GPU) with dynamic batching of concurrent requests.
+"""``HFBackend``: transformers in-process (CPU or GPU) with continuous batching of concurrent requests.
 
-    backend = HFBackend("tiny", max_batch_size=64, max_wait_ms=5)
-    gen = await backend.generate(prompt_ids, SamplingParams(max_tokens=64, temperature=0))
+    backend = HFBackend("tiny", max_batch_size=64)
+    gen = await backend.generate(prompt_ids, SamplingParams(max_tokens=64, temperature=0, seed=7))
 
-Concurrent ``generate`` calls are queued; a worker collects up to ``max_batch_size`` requests or
-waits at most ``max_wait_ms`` after the first, groups them by sampling settings (temperature, top-p,
-top-k, stop ids), left-pads each group, runs ``model.generate`` in a worker thread (the event loop
-stays free for env steps), and cuts each result at its own stop token or ``max_tokens``.
-Logprobs are the raw model log-probabilities of the sampled tokens (temperature 1, before top-k/p),
-captured during generation. Under greedy decoding a batched request gives the same ids as the same
-request alone (tested). Per-request ``seed`` is not honoured (batches share torch's RNG).
+A scheduler thread owns the model. Requests join and leave the running batch between decode steps:
+each iteration prefills the requests that arrived (one left-padded forward), merges their KV cache
+into the running one (a left-padded ``DynamicCache``), runs one decode step for every live row and
+retires the rows that hit their own stop token or ``max_tokens`` (or whose caller gave up), trimming
+padding nobody needs any more. A long generation therefore never holds a short one back, and a new
+request waits at most one decode step, not a whole batch. (transformers' own
+``ContinuousBatchingManager`` is not used: it samples every request from one global RNG with the
+batch's shared settings and reports logprobs after temperature/top-k/top-p, while RL needs
+per-request seeds and settings and the raw model logprobs.)
 
-For the trainer: ``backend.model`` is the live model; ``update_weights(state_dict)`` swaps weights
-between batches (a lock keeps generation and updates apart); ``generate_batch`` is the synchronous
-batched call used by the worker and benchmarks.
+* Sampling settings are per request and mixed freely in one batch (greedy rows take the argmax).
+* Per-request seeds: every request samples from its own ``torch.Generator`` (seeded by
+  ``SamplingParams.seed``, else from torch's global RNG), one exponential race per token, so the
+  same seed gives the same sample whatever else is in the batch (tested).
+* Logprobs are the raw model log-probabilities of the sampled tokens (temperature 1, before top-k/p).
+  Under greedy decoding a request batched with others gives the ids of the same request alone.
+* ``update_weights(state_dict)`` takes the model lock, so it lands between two decode steps; rows in
+  flight continue on the new weights. ``Generation.meta["weights_version"]`` is ``[first, last]``:
+  the weight versions of a generation's first and last token (equal unless an update landed mid-way).
+
+``generate_batch`` is the synchronous API (it runs the same scheduler in the calling thread).
+``stats`` counts prefills, decode steps and the histogram of batch widths.
 """
 
 from __future__ import annotations
 
 import asyncio
+import queue
 import threading
 import time
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from turngym.agents.backend import BackendError, Generation, SamplingParams
 
+_STOP = object()  # tells the scheduler thread to exit
 
-@dataclass
+
+@dataclass(eq=False)
 class _Request:
     prompt_ids: list[int]
     sampling: SamplingParams
-    future: asyncio.Future
+    done: Callable[[Generation | BaseException], None]
+    gave_up: Callable[[], bool] = lambda: False
+    generator: Any = None
+    stops: frozenset[int] = frozenset()
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return len(self.tokens) >= self.sampling.max_tokens or (
+            bool(self.tokens) and self.tokens[-1] in self.stops
+        )
+
+
+@dataclass
+class _Batch:
+    """Live rows: a left-padded KV cache, its attention mask, each row's next position and next input."""
+
+    rows: list[_Request] = field(default_factory=list)
+    cache: Any = None
+    mask: Any = None  # [B, T] long, 0 on left padding
+    pos: Any = None  # [B] position id of the pending token
+    pending: Any = None  # [B] last sampled token, not yet in the cache
 
 
 class HFBackend:
@@ -58,16 +97,20 @@ class HFBackend:
             if tokenizer is None:
                 raise ValueError("pass the tokenizer along with a model object")
             self.model, self.tokenizer = model, tokenizer
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         self.device = next(self.model.parameters()).device
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.tokenizer.eos_token_id
+        self.vocab_size = self.model.get_input_embeddings().num_embeddings
         self.max_batch_size = max_batch_size
-        self.max_wait_s = max_wait_ms / 1000
-        self._queue: asyncio.Queue[_Request] | None = None
-        self._worker: asyncio.Task | None = None
+        self.max_wait_s = max_wait_ms / 1000  # an idle scheduler waits this long to gather a first batch
+        self.weights_version = 0
+        self.stats: dict[str, Any] = {"prefills": 0, "steps": 0, "widths": Counter()}
         self._lock = threading.Lock()
-        self.batches = 0  # counters for tests and benchmarks
-        self.batch_sizes: list[int] = []
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._thread_lock = threading.Lock()
 
     # ------------------------------------------------------------- async API
     async def generate(
@@ -82,145 +125,320 @@ class HFBackend:
             raise BackendError(
                 "HFBackend serves one set of weights; use update_weights() instead of adapters"
             )
-        if not prompt_ids:
-            raise BackendError("empty prompt")
         loop = asyncio.get_running_loop()
-        if self._worker is None or self._worker.done() or self._worker.get_loop() is not loop:
-            self._queue = asyncio.Queue()
-            self._worker = loop.create_task(self._run_worker(self._queue))
-        fut = loop.create_future()
-        assert self._queue is not None
-        await self._queue.put(_Request(list(prompt_ids), sampling, fut))
+        fut: asyncio.Future[Generation] = loop.create_future()
+
+        def done(result: Generation | BaseException) -> None:
+            loop.call_soon_threadsafe(_settle, fut, result)
+
+        req = self._request(prompt_ids, sampling, done, fut.done)
+        self._ensure_thread()
+        self._inbox.put(req)
         return await fut
 
     async def aclose(self) -> None:
-        if self._worker is not None:
-            self._worker.cancel()
-            await asyncio.gather(self._worker, return_exceptions=True)
-            self._worker = None
-
-    async def _run_worker(self, queue: asyncio.Queue[_Request]) -> None:
-        while True:
-            batch = [await queue.get()]
-            deadline = time.monotonic() + self.max_wait_s
-            while len(batch) < self.max_batch_size:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    while len(batch) < self.max_batch_size and not queue.empty():
-                        batch.append(queue.get_nowait())
-                    break
-                try:
-                    batch.append(await asyncio.wait_for(queue.get(), remaining))
-                except TimeoutError:
-                    break
-            batch = [r for r in batch if not r.future.done()]  # callers that gave up
-            groups: dict[tuple, list[_Request]] = {}
-            for r in batch:
-                s = r.sampling
-                groups.setdefault((s.temperature, s.top_p, s.top_k, s.stop_token_ids), []).append(r)
-            for reqs in groups.values():
-                try:
-                    gens = await asyncio.to_thread(
-                        self.generate_batch, [r.prompt_ids for r in reqs], [r.sampling for r in reqs]
-                    )
-                except Exception as e:  # noqa: BLE001 - every waiting caller gets the error
-                    err = e if isinstance(e, BackendError) else BackendError(f"{type(e).__name__}: {e}")
-                    for r in reqs:
-                        if not r.future.done():
-                            r.future.set_exception(err)
-                    continue
-                for r, g in zip(reqs, gens, strict=True):
-                    if not r.future.done():
-                        r.future.set_result(g)
+        """Stop the scheduler thread; requests still queued or running fail with ``BackendError``."""
+        th = self._thread
+        if th is not None and th.is_alive():
+            self._inbox.put(_STOP)
+            await asyncio.to_thread(th.join)
+        self._thread = None
 
     # -------------------------------------------------------------- sync API
     def generate_batch(self, prompts: list[list[int]], samplings: list[SamplingParams]) -> list[Generation]:
-        """Generate for several prompts at once (they must share temperature/top-p/top-k/stop ids)."""
-        import torch
-        from transformers import GenerationConfig, LogitsProcessorList
+        """Generate for several prompts, continuously batched, in the calling thread."""
+        if len(prompts) != len(samplings):
+            raise ValueError("one SamplingParams per prompt")
+        results: list[Generation | BaseException | None] = [None] * len(prompts)
 
-        s0 = samplings[0]
-        stops = set(s0.stop_token_ids) or {self.tokenizer.eos_token_id}
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            mask[i, width - len(p) :] = 1
-        config = GenerationConfig(
-            max_new_tokens=max(s.max_tokens for s in samplings),
-            do_sample=not s0.greedy,
-            temperature=s0.temperature if not s0.greedy else None,
-            top_p=s0.top_p if not s0.greedy else None,
-            top_k=(s0.top_k if s0.top_k > 0 else None) if not s0.greedy else None,
-            eos_token_id=sorted(stops),
-            pad_token_id=self.pad_id,
-        )
-        recorder = _RawLogprobs()
-        with self._lock, torch.inference_mode():
-            out = self.model.generate(
-                input_ids=ids.to(self.device),
-                attention_mask=mask.to(self.device),
-                generation_config=config,
-                logits_processor=LogitsProcessorList([recorder]),
-            )
-            new = out[:, width:]
-            logprobs = recorder.finish(new)
-        self.batches += 1
-        self.batch_sizes.append(len(prompts))
-        new_l, lp_l = new.tolist(), logprobs.tolist()
-        gens = []
-        for i, (p, s) in enumerate(zip(prompts, samplings, strict=True)):
-            toks, lps = new_l[i], lp_l[i]
-            end, reason = min(s.max_tokens, len(toks)), "length"
-            for j, t in enumerate(toks[:end]):
-                if t in stops:
-                    end, reason = j + 1, "stop"
-                    break
-            gens.append(
-                Generation(
-                    token_ids=toks[:end],
-                    logprobs=lps[:end],
-                    finish_reason=reason,
-                    text=self.tokenizer.decode(toks[:end], skip_special_tokens=True),
-                    prompt_len=len(p),
-                )
-            )
-        return gens
+        def setter(i: int) -> Callable[[Generation | BaseException], None]:
+            return lambda r: results.__setitem__(i, r)
+
+        waiting = [self._request(p, s, setter(i)) for i, (p, s) in enumerate(zip(prompts, samplings))]
+        batch = _Batch()
+        while waiting or batch.rows:
+            room = self.max_batch_size - len(batch.rows)
+            joiners, waiting = waiting[:room], waiting[room:]
+            self._iterate(batch, joiners)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        return results  # type: ignore[return-value]
 
     def update_weights(self, state_dict: dict[str, Any], strict: bool = True) -> None:
-        """Load new weights into the live model, between generation batches."""
+        """Load new weights into the live model, between two decode steps."""
         with self._lock:
             self.model.load_state_dict(state_dict, strict=strict)
+            self.weights_version += 1
 
-
-class _RawLogprobs:
-    """A logits processor that records log p(sampled token) under the raw logits.
-
-    Custom processors run before temperature/top-k/top-p, so ``scores`` here are the model's raw
-    logits. At step t it sees the token sampled at step t-1 as ``input_ids[:, -1]``.
-    """
-
-    def __init__(self) -> None:
-        self.prev = None
-        self.steps: list[Any] = []
-
-    def __call__(self, input_ids, scores):
+    # ------------------------------------------------------------- scheduler
+    def _request(
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        done: Callable[[Generation | BaseException], None],
+        gave_up: Callable[[], bool] = lambda: False,
+    ) -> _Request:
         import torch
 
-        if self.prev is not None:
-            self.steps.append(self.prev.gather(1, input_ids[:, -1:]).squeeze(1))
-        self.prev = torch.log_softmax(scores.float(), dim=-1)
-        return scores
+        if not prompt_ids:
+            raise BackendError("empty prompt")
+        bad = [t for t in prompt_ids if not 0 <= int(t) < self.vocab_size]
+        if bad:
+            raise BackendError(f"prompt token ids outside the vocabulary (size {self.vocab_size}): {bad[:5]}")
+        seed = sampling.seed if sampling.seed is not None else int(torch.randint(0, 2**62, ()).item())
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(seed)
+        stops = frozenset(sampling.stop_token_ids) or frozenset({self.tokenizer.eos_token_id})
+        return _Request([int(t) for t in prompt_ids], sampling, done, gave_up, gen, stops)
 
-    def finish(self, new_tokens):
+    def _ensure_thread(self) -> None:
+        with self._thread_lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._serve, name="hf-backend", daemon=True)
+                self._thread.start()
+
+    def _serve(self) -> None:
+        """The scheduler thread: admit arrivals between decode steps until told to stop."""
+        batch = _Batch()
+        while (joiners := self._arrivals(batch)) is not None:
+            self._iterate(batch, joiners)
+        err = BackendError("the HF backend was closed")
+        for r in batch.rows:
+            r.done(err)
+        while True:
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if item is not _STOP:
+                item.done(err)
+
+    def _arrivals(self, batch: _Batch) -> list[_Request] | None:
+        """Requests to admit now (None: stop). Idle, block for one, then gather more for ``max_wait``."""
+        joiners: list[_Request] = []
+        deadline = None
+        if not batch.rows:
+            item = self._inbox.get()
+            if item is _STOP:
+                return None
+            joiners.append(item)
+            deadline = time.monotonic() + self.max_wait_s
+        while len(batch.rows) + len(joiners) < self.max_batch_size:
+            remaining = 0.0 if deadline is None else deadline - time.monotonic()
+            try:
+                item = self._inbox.get(timeout=remaining) if remaining > 0 else self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if item is _STOP:
+                for r in joiners:
+                    r.done(BackendError("the HF backend was closed"))
+                return None
+            joiners.append(item)
+        return joiners
+
+    def _iterate(self, batch: _Batch, joiners: list[_Request]) -> None:
+        """One scheduler iteration: prefill the joiners, one decode step for all, retire the finished."""
+        joiners = [r for r in joiners if not r.gave_up()]
+        if joiners:
+            self._admit(batch, joiners)
+        if batch.rows:
+            try:
+                self._decode(batch)
+            except Exception as e:  # noqa: BLE001 - every live row gets the error, the thread survives
+                err = _backend_error(e)
+                for r in batch.rows:
+                    r.done(err)
+                batch.__init__()  # type: ignore[misc]
+                return
+            self._retire(batch)
+
+    def _admit(self, batch: _Batch, joiners: list[_Request]) -> None:
+        """Prefill the joiners; a failing group is retried one by one so only the culprit fails."""
+        try:
+            part = self._prefill(joiners)
+        except Exception as e:  # noqa: BLE001
+            if len(joiners) > 1:
+                for r in joiners:
+                    self._admit(batch, [r])
+                return
+            joiners[0].done(_backend_error(e))
+            return
+        self._retire(part)
+        self._merge(batch, part)
+
+    def _prefill(self, reqs: list[_Request]) -> _Batch:
         import torch
+        from transformers import DynamicCache
 
-        n = new_tokens.shape[1]
-        if self.prev is not None and len(self.steps) < n:
-            self.steps.append(
-                self.prev.gather(1, new_tokens[:, len(self.steps) : len(self.steps) + 1]).squeeze(1)
+        width = max(len(r.prompt_ids) for r in reqs)
+        ids = torch.full((len(reqs), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(reqs), width), dtype=torch.long)
+        for i, r in enumerate(reqs):
+            ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids, dtype=torch.long)
+            mask[i, width - len(r.prompt_ids) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=self.model.config)
+        with self._lock, torch.inference_mode():
+            out = self.model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=pos,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
             )
-        if not self.steps:
-            return torch.zeros_like(new_tokens, dtype=torch.float32)
-        return torch.stack(self.steps[:n], dim=1).cpu()
+            version = self.weights_version
+        _check_cache(out.past_key_values)
+        part = _Batch(reqs, out.past_key_values, mask, pos[:, -1] + 1)
+        part.pending = self._sample(part.rows, out.logits[:, -1], version)
+        self.stats["prefills"] += 1
+        return part
+
+    def _decode(self, batch: _Batch) -> None:
+        import torch
+
+        ones = torch.ones((len(batch.rows), 1), dtype=batch.mask.dtype, device=self.device)
+        mask = torch.cat([batch.mask, ones], dim=1)
+        with self._lock, torch.inference_mode():
+            out = self.model(
+                input_ids=batch.pending[:, None],
+                attention_mask=mask,
+                position_ids=batch.pos[:, None],
+                past_key_values=batch.cache,
+                use_cache=True,
+            )
+            version = self.weights_version
+        batch.cache, batch.mask, batch.pos = out.past_key_values, mask, batch.pos + 1
+        batch.pending = self._sample(batch.rows, out.logits[:, -1], version)
+        self.stats["steps"] += 1
+        self.stats["widths"][len(batch.rows)] += 1
+
+    def _sample(self, rows: list[_Request], logits: Any, version: int) -> Any:
+        """Sample one token per row with the row's own settings and generator; record raw logprobs."""
+        import torch
+
+        with torch.inference_mode():
+            logits = logits.float()
+            raw = torch.log_softmax(logits, dim=-1)
+            tokens = raw.argmax(dim=-1)
+            hot = [i for i, r in enumerate(rows) if not r.sampling.greedy]
+            if hot:
+                idx = torch.tensor(hot, device=logits.device)
+                probs = _filtered_probs(logits[idx], [rows[i].sampling for i in hot])
+                race = torch.empty_like(probs)
+                for j, i in enumerate(hot):
+                    race[j].exponential_(generator=rows[i].generator)
+                tokens[idx] = (probs / race).argmax(dim=-1)
+            lps = raw.gather(1, tokens[:, None]).squeeze(1)
+            for r, t, lp in zip(rows, tokens.tolist(), lps.tolist(), strict=True):
+                r.tokens.append(t)
+                r.logprobs.append(lp)
+                r.versions.append(version)
+        return tokens
+
+    def _retire(self, batch: _Batch) -> None:
+        """Deliver finished rows, drop rows whose caller gave up, trim padding no live row needs."""
+        keep = []
+        for i, r in enumerate(batch.rows):
+            if r.finished:
+                r.done(self._result(r))
+            elif not r.gave_up():
+                keep.append(i)
+        if len(keep) == len(batch.rows):
+            return
+        if not keep:
+            batch.__init__()  # type: ignore[misc]
+            return
+        import torch
+
+        idx = torch.tensor(keep, device=self.device)
+        batch.rows = [batch.rows[i] for i in keep]
+        mask = batch.mask[idx]
+        start = int(mask.any(dim=0).nonzero()[0, 0])
+        for layer in batch.cache.layers:
+            layer.keys = layer.keys[idx, :, start:]
+            layer.values = layer.values[idx, :, start:]
+        batch.mask, batch.pos, batch.pending = mask[:, start:], batch.pos[idx], batch.pending[idx]
+
+    def _merge(self, batch: _Batch, part: _Batch) -> None:
+        """Join ``part``'s rows to the running batch, left-padding the shorter cache."""
+        import torch
+        from torch.nn.functional import pad
+
+        if not part.rows:
+            return
+        if not batch.rows:
+            batch.rows, batch.cache, batch.mask = part.rows, part.cache, part.mask
+            batch.pos, batch.pending = part.pos, part.pending
+            return
+        t_old, t_new = batch.mask.shape[1], part.mask.shape[1]
+        width = max(t_old, t_new)
+        for old, new in zip(batch.cache.layers, part.cache.layers, strict=True):
+            for name in ("keys", "values"):
+                a, b = getattr(old, name), getattr(new, name)
+                a = pad(a, (0, 0, width - t_old, 0))
+                b = pad(b, (0, 0, width - t_new, 0))
+                setattr(old, name, torch.cat([a, b], dim=0))
+        batch.mask = torch.cat([pad(batch.mask, (width - t_old, 0)), pad(part.mask, (width - t_new, 0))])
+        batch.pos = torch.cat([batch.pos, part.pos])
+        batch.pending = torch.cat([batch.pending, part.pending])
+        batch.rows = batch.rows + part.rows
+
+    def _result(self, r: _Request) -> Generation:
+        reason = "stop" if r.tokens[-1] in r.stops else "length"
+        return Generation(
+            token_ids=r.tokens,
+            logprobs=r.logprobs,
+            finish_reason=reason,
+            text=self.tokenizer.decode(r.tokens, skip_special_tokens=True),
+            prompt_len=len(r.prompt_ids),
+            meta={"weights_version": [r.versions[0], r.versions[-1]]},
+        )
+
+
+def _filtered_probs(logits: Any, samplings: list[SamplingParams]) -> Any:
+    """Row-wise temperature, then top-k, then top-p (nucleus), as probabilities."""
+    import torch
+
+    dev = logits.device
+    temps = torch.tensor([s.temperature for s in samplings], device=dev, dtype=logits.dtype)
+    scaled = logits / temps[:, None]
+    if all(s.top_k <= 0 and s.top_p >= 1 for s in samplings):
+        return torch.softmax(scaled, dim=-1)
+    vocab = logits.shape[-1]
+    top_k = torch.tensor([s.top_k if s.top_k > 0 else vocab for s in samplings], device=dev).clamp(max=vocab)
+    top_p = torch.tensor([s.top_p for s in samplings], device=dev, dtype=logits.dtype)
+    ordered, order = scaled.sort(dim=-1, descending=True)
+    drop = torch.arange(vocab, device=dev)[None, :] >= top_k[:, None]
+    ordered = ordered.masked_fill(drop, float("-inf"))
+    probs = torch.softmax(ordered, dim=-1)
+    drop = (probs.cumsum(dim=-1) - probs) > top_p[:, None]  # the top token always stays
+    ordered = ordered.masked_fill(drop, float("-inf"))
+    filtered = torch.full_like(scaled, float("-inf")).scatter(-1, order, ordered)
+    return torch.softmax(filtered, dim=-1)
+
+
+def _check_cache(cache: Any) -> None:
+    from transformers.cache_utils import DynamicLayer
+
+    layers = getattr(cache, "layers", None)
+    if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+        kinds = sorted({type(layer).__name__ for layer in layers or []}) or [type(cache).__name__]
+        raise BackendError(
+            f"continuous batching needs full-attention DynamicLayer caches; this model uses {kinds}"
+        )
+
+
+def _backend_error(e: BaseException) -> BackendError:
+    return e if isinstance(e, BackendError) else BackendError(f"{type(e).__name__}: {e}")
+
+
+def _settle(fut: asyncio.Future, result: Generation | BaseException) -> None:
+    if fut.done():
+        return
+    if isinstance(result, BaseException):
+        fut.set_exception(result)
+    else:
+        fut.set_result(result)
