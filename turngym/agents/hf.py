@@ -154,7 +154,8 @@ class HFBackend:
         def setter(i: int) -> Callable[[Generation | BaseException], None]:
             return lambda r: results.__setitem__(i, r)
 
-        waiting = [self._request(p, s, setter(i)) for i, (p, s) in enumerate(zip(prompts, samplings))]
+        pairs = enumerate(zip(prompts, samplings, strict=True))
+        waiting = [self._request(p, s, setter(i)) for i, (p, s) in pairs]
         batch = _Batch()
         while waiting or batch.rows:
             room = self.max_batch_size - len(batch.rows)
