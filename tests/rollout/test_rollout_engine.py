@@ -213,3 +213,48 @@ async def test_native_tools_need_an_env_without_tool_prompt(hf_backend, tokenize
     )
     assert not good.masked
     assert "# Tools" in tokenizer.decode(good.token_ids[: good.prompt_len])
+
+
+class SlowSyncEnv(FaultyEnv):
+    """One env blocks in a sync hook (``_reset``, or the constructor with ``slow_build``) until another
+    trajectory has finished, which can only happen if the blocking call runs off the event loop."""
+
+    finished = None  # a threading.Event, set when any trajectory closes its env
+    waited: list[bool] = []
+    blocked_seed = None
+    slow_build = False
+    builds = 0
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        SlowSyncEnv.builds += 1
+        self.blocked = SlowSyncEnv.slow_build and SlowSyncEnv.builds == 1
+        if self.blocked:
+            SlowSyncEnv.waited.append(SlowSyncEnv.finished.wait(timeout=10))
+
+    def _reset(self, rng, options):
+        task = super()._reset(rng, options)
+        if not SlowSyncEnv.slow_build and self.np_random_seed == 0:
+            self.blocked = True
+            SlowSyncEnv.waited.append(SlowSyncEnv.finished.wait(timeout=10))
+        if self.blocked:
+            SlowSyncEnv.blocked_seed = self.np_random_seed
+        return task
+
+    async def _close(self):
+        await super()._close()
+        SlowSyncEnv.finished.set()
+
+
+@pytest.mark.parametrize("slow_build", [False, True], ids=["sync_reset", "sync_constructor"])
+async def test_a_slow_sync_hook_does_not_block_other_trajectories(slow_build):
+    import threading
+
+    SlowSyncEnv.finished, SlowSyncEnv.waited = threading.Event(), []
+    SlowSyncEnv.slow_build, SlowSyncEnv.builds = slow_build, 0
+    eng = RolloutEngine(SlowSyncEnv, ScriptedAgent(), RolloutConfig(max_concurrency=4), env_id="slow")
+    seeds = [t.seed async for t in eng.stream([0, 1, 2]) if not t.masked]
+    # the blocked trajectory was released by another one finishing, and so finished last
+    assert SlowSyncEnv.waited == [True]
+    assert len(seeds) == 3 and seeds[-1] == SlowSyncEnv.blocked_seed
+    assert eng.stats.reconciles()

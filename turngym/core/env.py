@@ -9,9 +9,12 @@ A subclass writes:
   * optionally ``_observe(results)`` (extra messages after tool results, e.g. a new page
     state), ``_state_key()``, ``_close()``, ``_step_info()`` (extra info keys) and
     ``expert_action()`` (a scripted expert).
-Any hook may be ``async``. The base class parses actions, dispatches tools through a
-``ToolBox`` (every failure becomes an error observation), counts turns, truncates at the
-turn limit, and fills the standard ``info`` keys.
+Any hook may be ``async``. A sync hook the subclass defines (``_reset``, ``_observe``,
+``_turn_reward``, ``_step_info``, ``_close``) runs in a worker thread, so a slow one (loading data,
+grading) does not stall the other episodes sharing the event loop; an env whose sync hooks must stay
+on the loop's thread sets ``sync_hooks_in_thread = False``. The base class parses actions,
+dispatches tools through a ``ToolBox`` (every failure becomes an error observation), counts turns,
+truncates at the turn limit, and fills the standard ``info`` keys.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ class Env(gymnasium.Env[list[Message], str]):
 
     metadata: dict[str, Any] = {"render_modes": ["ansi"]}
     default_max_turns: int = 10
+    sync_hooks_in_thread: bool = True
 
     def __init__(
         self,
@@ -154,7 +158,7 @@ class Env(gymnasium.Env[list[Message], str]):
         self.turn = 0
         self._terminated = False
         self._call_history = []
-        task = await _maybe_await(self._reset(self.np_random, dict(options or {})))
+        task = await self._hook("_reset", self.np_random, dict(options or {}))
         if not isinstance(task, Task):
             raise TypeError(f"{type(self).__name__}._reset must return a Task, got {type(task).__name__}")
         self.task = task
@@ -220,11 +224,11 @@ class Env(gymnasium.Env[list[Message], str]):
             if self._terminated:
                 break
 
-        obs.extend(await _maybe_await(self._observe(results)))
+        obs.extend(await self._hook("_observe", results))
         terminated = self._terminated
         truncated = not terminated and self.turn >= self.max_turns
         done = terminated or truncated
-        components = {k: float(v) for k, v in (await _maybe_await(self._turn_reward(results, done))).items()}
+        components = {k: float(v) for k, v in (await self._hook("_turn_reward", results, done)).items()}
         reward = float(self._reward(components))
         self._done = done
         self._last_render = _render_messages([_as_message(action), *obs])
@@ -238,7 +242,7 @@ class Env(gymnasium.Env[list[Message], str]):
             "reference": copy.deepcopy(self.task.reference),
             "tool_results": results,
         }
-        for k, v in (await _maybe_await(self._step_info())).items():
+        for k, v in (await self._hook("_step_info")).items():
             info.setdefault(k, v)
         return obs, reward, terminated, truncated, info
 
@@ -247,7 +251,7 @@ class Env(gymnasium.Env[list[Message], str]):
             return
         self._closed = True
         self._done = True
-        await _maybe_await(self._close())
+        await self._hook("_close")
 
     # ------------------------------------------------------- sync wrappers
     def reset(
@@ -272,6 +276,14 @@ class Env(gymnasium.Env[list[Message], str]):
         return None
 
     # ---------------------------------------------------------- internals
+    async def _hook(self, name: str, *args: Any) -> Any:
+        """Call hook ``name``: a sync override in a worker thread (see ``sync_hooks_in_thread``)."""
+        fn = getattr(self, name)
+        overridden = getattr(type(self), name) is not getattr(Env, name)
+        if self.sync_hooks_in_thread and overridden and not inspect.iscoroutinefunction(fn):
+            return await _maybe_await(await asyncio.to_thread(fn, *args))
+        return await _maybe_await(fn(*args))
+
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"{type(self).__name__} is closed")

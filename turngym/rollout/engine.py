@@ -5,8 +5,9 @@
     # or, as they finish:
     async for traj in engine.stream(range(32)): ...
 
-* Each trajectory gets its own env (``make(env_id, **env_kwargs)`` or a factory), driven only
-  through ``areset``/``astep``/``aclose``. Samples of one task share the seed (same task) and the
+* Each trajectory gets its own env (``make(env_id, **env_kwargs)`` or a factory), built in a
+  worker thread (a slow constructor does not stall the other trajectories) and driven only
+  through ``areset``/``astep``/``aclose`` (sync env hooks run in worker threads too). Samples of one task share the seed (same task) and the
   group id ``"<env_id>/<seed>"``; ``sample`` is 0..G-1.
 * ``max_concurrency`` bounds live trajectories (and so live envs); backends batch the
   concurrent generations.
@@ -135,6 +136,7 @@ class RolloutEngine:
         self.config = config or RolloutConfig()
         self.on_trajectory = on_trajectory
         self.stats = RolloutStats()
+        self._orphans: set[asyncio.Task] = set()  # closes of envs built after their trajectory ended
 
     # ----------------------------------------------------------------- API
     async def run(self, seeds: int | Iterable[int]) -> list[Trajectory]:
@@ -183,6 +185,24 @@ class RolloutEngine:
             return make(self.env, **self.env_kwargs)
         return self.env(**self.env_kwargs)
 
+    async def _build_env(self) -> Any:
+        """Construct the env in a worker thread (a slow constructor must not stall the event loop).
+
+        If the trajectory is cancelled meanwhile, the env is closed as soon as it exists."""
+        building = asyncio.ensure_future(asyncio.to_thread(self._make_env))
+        try:
+            return await asyncio.shield(building)
+        except asyncio.CancelledError:
+            building.add_done_callback(self._close_orphan)
+            raise
+
+    def _close_orphan(self, building: asyncio.Future) -> None:
+        if building.cancelled() or building.exception() is not None:
+            return
+        task = asyncio.ensure_future(self._close_env(building.result()))
+        self._orphans.add(task)
+        task.add_done_callback(self._orphans.discard)
+
     async def _one(self, seed: int, sample: int) -> Trajectory:
         cfg = self.config
         traj = Trajectory(env_id=self.env_id, seed=seed, group=f"{self.env_id}/{seed}", sample=sample)
@@ -192,7 +212,7 @@ class RolloutEngine:
         try:
             async with asyncio.timeout(cfg.trajectory_timeout):
                 try:
-                    env = self._make_env()
+                    env = await self._build_env()
                 except Exception as e:  # noqa: BLE001 - any construction failure is an env fault
                     raise _Fault(_reason(e, "env_error"), e) from e
                 await self._episode(env, traj, seed, sample, sessions)
@@ -266,10 +286,17 @@ class RolloutEngine:
                 raise _Fault("token_mismatch", e) from e
 
     async def _close(self, env: Any, traj: Trajectory) -> None:
+        error = await self._close_env(env)
+        if error is not None:
+            traj.metadata["close_error"] = error
+
+    async def _close_env(self, env: Any) -> str | None:
+        """Close an env within ``close_timeout``; the error text if that failed, never raised."""
         try:
             await asyncio.wait_for(env.aclose(), self.config.close_timeout)
         except Exception as e:  # noqa: BLE001 - recorded, never raised
-            traj.metadata["close_error"] = f"{type(e).__name__}: {e}"
+            return f"{type(e).__name__}: {e}"
+        return None
 
 
 class _turn_timeout:
