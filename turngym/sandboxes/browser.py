@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import contextlib
 import itertools
 import os
 import shutil
@@ -456,21 +457,30 @@ class BrowserPool:
 
     @staticmethod
     async def _new_page(
-        browser: Browser, key: tuple[tuple[int, int], float, str | None]
-    ) -> tuple[BrowserContext, Page]:
-        (w, h), dsf, warm_url = key
+        browser: Browser, viewport: tuple[int, int], dsf: float, warm_url: str | None
+    ) -> tuple[BrowserContext, Page, str | None]:
+        """A new context and page; with ``warm_url``, the page has loaded it (returned when it did)."""
+        w, h = viewport
         context = await browser.new_context(
             viewport={"width": w, "height": h}, device_scale_factor=dsf, reduced_motion="reduce"
         )
-        page = await context.new_page()
-        if warm_url:  # start the renderer of the site the episode will load (saves a process start)
-            try:
-                await page.goto(warm_url, timeout=10_000)
-            except Exception:  # noqa: BLE001 - a warm-up that fails only costs the saving
-                pass
-        return context, page
+        try:
+            page = await context.new_page()
+            loaded = None
+            if warm_url:
+                try:
+                    await page.goto(warm_url, timeout=10_000)
+                    await page.evaluate("0")  # the page's script context is ready for the first call
+                    loaded = warm_url
+                except Exception:  # noqa: BLE001 - a warm-up that fails only costs the saving
+                    await page.goto("about:blank", timeout=10_000)
+            return context, page, loaded
+        except BaseException:  # failed or cancelled (a dropped spare): never leave the context open
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(context.close()), 10)
+            raise
 
-    async def _take_spare(self, slot: _Slot, key: Any) -> tuple[BrowserContext, Page] | None:
+    async def _take_spare(self, slot: _Slot, key: Any) -> tuple[BrowserContext, Page, str | None] | None:
         spare, slot.spare = slot.spare, None
         if spare is None:
             return None
@@ -488,9 +498,9 @@ class BrowserPool:
             return
         spare.cancel()
         try:
-            context, _ = await spare
+            context, _, _ = await spare
             await asyncio.wait_for(context.close(), 10)
-        except BaseException:  # noqa: BLE001 - cancelled, failed or already gone
+        except BaseException:  # noqa: BLE001 - cancelled (it closed its own context), failed or gone
             pass
 
     async def _lease(
@@ -504,13 +514,14 @@ class BrowserPool:
             slot = await self._pick_slot()
             slot.leases += 1
             assert slot.browser is not None
-            key = (viewport, device_scale_factor, warm_url)
-            context, page = await self._take_spare(slot, key) or await self._new_page(
-                slot.browser, key[:2] + (None,)
+            key = (viewport, device_scale_factor)
+            context, page, loaded = await self._take_spare(slot, key) or await self._new_page(
+                slot.browser, viewport, device_scale_factor, None
             )
             context.set_default_timeout(timeout_s * 1000)
-            if self.prewarm:  # the next episode's context opens while this one runs
-                slot.spare, slot.spare_key = asyncio.ensure_future(self._new_page(slot.browser, key)), key
+            if self.prewarm:  # the next lease's page opens (and loads warm_url) while this one runs
+                spare = self._new_page(slot.browser, viewport, device_scale_factor, warm_url)
+                slot.spare, slot.spare_key = asyncio.ensure_future(spare), key
         except BaseException as e:
             if slot is not None:
                 slot.leases -= 1
@@ -520,7 +531,7 @@ class BrowserPool:
             if slot is not None and not slot.live:
                 raise BrowserCrashed(f"the browser died while opening a page: {e}") from e
             raise BrowserError(f"could not open a browser page: {e}") from e
-        lease = PageLease(self, slot, context, page)
+        lease = PageLease(self, slot, context, page, preloaded=loaded)
         self._leases.add(lease)
         self.stats.leases += 1
         self.stats.active += 1
@@ -548,9 +559,13 @@ class BrowserPool:
     ) -> PageLease:
         """A fresh context and page (waits while the pool is full). Close it with ``await lease.close()``.
 
-        ``timeout_s`` is the default timeout of every playwright operation on the page. With
-        ``prewarm``, the spare page opened for the next lease first loads ``warm_url`` (a cheap page
-        of the site the caller will open), so its renderer process is already running.
+        ``timeout_s`` is the default timeout of every playwright operation on the page.
+
+        With ``prewarm``, the pool opens the *next* lease's context and page in the background as soon
+        as this one is handed out, and that page loads ``warm_url`` (the page the caller expects to open
+        next, or any page of the same site, so the renderer process runs and the site's scripts are
+        compiled). The next lease with the same viewport and scale gets it; its
+        :attr:`PageLease.preloaded` says which URL the untouched page shows (None: a blank page).
         """
         lt = self._thread()
         return await _on_loop(lt, self._lease(viewport, device_scale_factor, timeout_s, warm_url))
@@ -640,8 +655,17 @@ def _close_shared_pool() -> None:
 class PageLease:
     """One episode's browser context and page. All page work goes through :meth:`run`."""
 
-    def __init__(self, pool: BrowserPool, slot: _Slot, context: BrowserContext, page: Page):
+    def __init__(
+        self,
+        pool: BrowserPool,
+        slot: _Slot,
+        context: BrowserContext,
+        page: Page,
+        preloaded: str | None = None,
+    ):
         self.pool = pool
+        #: the URL this (never used) page had loaded when the lease began, or None for a blank page
+        self.preloaded = preloaded
         self.slot = slot
         self.browser = slot.browser
         self.context = context

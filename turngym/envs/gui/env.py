@@ -126,11 +126,9 @@ class PixelObservation:
         return [x * self.scale, y * self.scale, w * self.scale, h * self.scale]
 
     async def _page_message(self, initial: bool) -> Message:
-        lease = self.lease  # type: ignore[attr-defined]
-        assert lease is not None
-        self.snap = await lease.run(wp.snapshot)  # private: state key, expert and grounding targets
         w, h = self.screen_css
-        png = await lease.run(wp.screenshot, (0, 0, w, h))
+        # the DOM is read privately: state key, expert and grounding targets
+        png = (await self._look((0, 0, w, h))).png  # type: ignore[attr-defined]
         sw, sh = self.screen_size
         head = f"Task: {self.instruction}\n\n" if initial else ""  # type: ignore[attr-defined]
         return Message(role="user", content=f"{head}Screenshot ({sw}x{sh} pixels).", images=[png])

@@ -51,6 +51,12 @@ class MiniWoBEnvBase(AsyncEnv):
         load_timeout_s: limit for loading and starting the task page.
         animations: keep jQuery animations (default off, so every observation is a settled page).
         html: folder holding ``miniwob/<task>.html`` (default: the ``miniwob`` wheel's).
+        preload: have the pool load the next episode's task page in the background (a fresh context,
+            loaded but not started), so a reset only seeds and starts it. With several tasks the page
+            preloaded is this episode's task; another task still loads faster on its warm renderer.
+        direct_input: act on MiniWoB pages with input events at a hit-tested point of the element
+            (one page round trip for the checks), instead of playwright's actionability waits (which
+            wait for the element to be stable over animation frames). Off with ``animations``.
     """
 
     default_max_turns = 10
@@ -70,6 +76,8 @@ class MiniWoBEnvBase(AsyncEnv):
         load_timeout_s: float = 10.0,
         animations: bool = False,
         html: str | Path | None = None,
+        preload: bool = True,
+        direct_input: bool = True,
         **kwargs: Any,
     ):
         if reward not in ("raw", "binary", "timed"):
@@ -90,6 +98,8 @@ class MiniWoBEnvBase(AsyncEnv):
         self.action_timeout_s = action_timeout_s
         self.load_timeout_s = load_timeout_s
         self.animations = animations
+        self.preload = preload
+        self.direct_input = direct_input
         super().__init__(**kwargs)
         self.lease: PageLease | None = None
         self.task_name = ""
@@ -100,6 +110,8 @@ class MiniWoBEnvBase(AsyncEnv):
         self.fault = ""
         self._paid = False
         self._seen_errors = 0
+        #: act with direct input events (set once a MiniWoB episode has started on a settled page)
+        self._direct = False
 
     # ------------------------------------------------------------------ browser plumbing
     @property
@@ -130,27 +142,34 @@ class MiniWoBEnvBase(AsyncEnv):
             with contextlib.suppress(Exception):
                 await lease.close()
 
+    def task_url(self, name: str) -> str:
+        return (self.html / "miniwob" / f"{name}.html").as_uri()
+
     async def _start(self, name: str, seed: int) -> wp.Started:
-        url = (self.html / "miniwob" / f"{name}.html").as_uri()
+        url = self.task_url(name)
         max_ms = int(self.time_limit_s * 1000) if self.time_limit_s else wp.NO_TIME_LIMIT_MS
+        # what the pool preloads for the next episode: the only task, or this one (any task page starts
+        # the renderer and compiles the scripts most tasks share); without preload, a cheap warm-up page
+        warm = url if self.preload else (self.html / "core" / "core.css").as_uri()
+        self._direct = False
         for attempt in (0, 1):  # one retry: a crashed browser is relaunched, a slow load gets another go
             await self._release()
             self.lease = await self.pool.lease(
-                self.viewport,
-                device_scale_factor=self.scale,
-                timeout_s=self.action_timeout_s,
-                warm_url=(self.html / "core" / "core.css").as_uri(),  # any file:// page starts the renderer
+                self.viewport, device_scale_factor=self.scale, timeout_s=self.action_timeout_s, warm_url=warm
             )
             try:
-                return await self.lease.run(
+                started = await self.lease.run(
                     wp.start_episode,
                     url,
                     seed,
                     max_time_ms=max_ms,
                     no_animations=not self.animations,
                     load_timeout_s=self.load_timeout_s,
+                    loaded=self.lease.preloaded == url,
                     timeout=self.load_timeout_s * 2 + 5,
                 )
+                self._direct = self.direct_input and not self.animations
+                return started
             except (BrowserCrashed, TimeoutError) as e:
                 if attempt == 1:
                     await self._release()
@@ -184,8 +203,15 @@ class MiniWoBEnvBase(AsyncEnv):
         )
 
     async def _page_message(self, initial: bool) -> Message:
-        """The observation of the current page (subclasses say what it shows)."""
+        """The observation of the current page (subclasses say what it shows, from :meth:`_look`)."""
         raise NotImplementedError
+
+    async def _look(self, clip: tuple[float, float, float, float] | None = None) -> wp.View:
+        """Read the page once: the task's status and the pruned DOM (and a screenshot of ``clip``)."""
+        assert self.lease is not None
+        view = await self.lease.run(wp.observe, clip, timeout=self.load_timeout_s)
+        self.status, self.snap = view.status, view.snapshot
+        return view
 
     async def _observe(self, results: list[ToolResult]) -> list[Message]:
         if self.fault:
@@ -193,7 +219,6 @@ class MiniWoBEnvBase(AsyncEnv):
         if self.lease is None or self.lease.crashed:
             return [self._crash("the browser crashed during this turn")]
         try:
-            self.status = await self.lease.run(wp.read_status, timeout=self.load_timeout_s)
             msg = await self._page_message(initial=False)
         except BrowserCrashed:
             return [self._crash("the browser crashed during this turn")]

@@ -20,57 +20,97 @@ if TYPE_CHECKING:
 MAX_WAIT_MS = 10_000
 
 
-async def _require(page: Page, bid: int) -> Any:
-    loc = wp.locator(page, bid)
-    if await loc.count() == 0:
-        raise ToolError(f"no element with id {bid} on the page; use an id from the latest observation")
-    return loc.first
+#: Finds element ``bid`` and checks it for an action in one round trip: scrolls it into view (with
+#: ``scroll``), then returns its box and (with ``point``) a hit-tested point, or ``{error}``.
+_TARGET_JS = f"""
+(a) => {{
+  const el = document.querySelector(`[data-tg-id="${{a.bid}}"]`);
+  if (el === null) return {{error: "missing"}};
+  const kind = el.isContentEditable || el instanceof HTMLTextAreaElement ||
+    (el instanceof HTMLInputElement && !['checkbox','radio','button','submit','reset','image','file','hidden',
+                                         'range','color'].includes(el.type)) ? "text" : el.tagName.toLowerCase();
+  if (a.need === "text" && kind !== "text") return {{error: "not text"}};
+  if (a.need === "select" && kind !== "select") return {{error: "not select"}};
+  if (a.enabled && (el.matches(":disabled") || el.closest("[aria-disabled=true]") !== null))
+    return {{error: "disabled"}};
+  if (a.scroll) {{
+    if (el.scrollIntoViewIfNeeded) el.scrollIntoViewIfNeeded(true); else el.scrollIntoView({{block: "center"}});
+  }}
+  const r = el.getBoundingClientRect();
+  const out = {{box: [r.left, r.top, r.width, r.height]}};
+  if (kind === "select") out.labels = Array.from(el.options).map(o => o.label);
+  if (a.point) {{
+    out.point = ({wp.VISIBLE_POINT_JS.strip()})(el);
+    if (out.point === null) return {{error: "hidden"}};
+  }}
+  return out;
+}}
+"""
+_TARGET_ERRORS = {
+    "missing": "no element with id {bid} on the page; use an id from the latest observation",
+    "not text": "element {bid} is not a text field; fill works on inputs, textareas and editable text",
+    "not select": "element {bid} is not a <select>; click options of other menus instead",
+    "disabled": "element {bid} is disabled",
+    "hidden": "element {bid} is hidden under another element (or has no size); it cannot be {verb}",
+}
 
 
-async def _click(page: Page, bid: int, button: str, clicks: int) -> None:
-    loc = await _require(page, bid)
-    await loc.scroll_into_view_if_needed()
-    point = await loc.evaluate(f"(el) => ({wp.VISIBLE_POINT_JS})(el)")
-    if point is None:
-        raise ToolError(
-            f"element {bid} is hidden under another element (or has no size); it cannot be clicked"
-        )
-    box = await loc.bounding_box()
+async def _target(
+    page: Page,
+    bid: int,
+    *,
+    point: bool = False,
+    enabled: bool = False,
+    need: str = "",
+    verb: str = "used",
+    scroll: bool = True,
+) -> dict[str, Any]:
+    """Element ``bid``'s box (and hit-tested ``point`` and select ``labels``), or a ``ToolError``."""
+    args = {"bid": int(bid), "point": point, "enabled": enabled, "need": need, "scroll": scroll}
+    t = await page.evaluate(_TARGET_JS, args)
+    if "error" in t:
+        raise ToolError(_TARGET_ERRORS[t["error"]].format(bid=bid, verb=verb))
+    return t
+
+
+def _offset(t: dict[str, Any]) -> dict[str, float]:
+    """The target's point relative to its box (playwright's ``position``)."""
+    return {"x": t["point"][0] - t["box"][0], "y": t["point"][1] - t["box"][1]}
+
+
+async def _click(page: Page, bid: int, button: str, clicks: int, direct: bool) -> None:
     # click where the element really receives the click (its center unless something covers it)
-    pos = {"x": point[0] - box["x"], "y": point[1] - box["y"]} if box else None
-    await loc.click(button=button, click_count=clicks, position=pos)
+    t = await _target(page, bid, point=True, enabled=True, verb="clicked")
+    if direct:
+        await page.mouse.click(*t["point"], button=button, click_count=clicks)
+    else:  # playwright's actionability checks: waits until the element is stable and receives events
+        await wp.locator(page, bid).first.click(button=button, click_count=clicks, position=_offset(t))
 
 
-async def _hover(page: Page, bid: int) -> None:
-    await (await _require(page, bid)).hover()
+async def _hover(page: Page, bid: int, direct: bool) -> None:
+    t = await _target(page, bid, point=True, verb="hovered")
+    if direct:
+        await page.mouse.move(*t["point"])
+    else:
+        await wp.locator(page, bid).first.hover(position=_offset(t))
 
 
 async def _fill(page: Page, bid: int, value: str) -> None:
-    loc = await _require(page, bid)
-    editable = await loc.evaluate(
-        "el => el.isContentEditable || el instanceof HTMLTextAreaElement || "
-        "(el instanceof HTMLInputElement && !['checkbox','radio','button','submit','reset','image','file',"
-        "'hidden','range','color'].includes(el.type))"
-    )
-    if not editable:
-        raise ToolError(
-            f"element {bid} is not a text field; fill works on inputs, textareas and editable text"
-        )
-    await loc.fill(value)
+    await _target(page, bid, need="text")
+    await wp.locator(page, bid).first.fill(value)
 
 
 async def _select(page: Page, bid: int, options: list[str]) -> list[str]:
-    loc = await _require(page, bid)
-    if await loc.evaluate("el => el.tagName") != "SELECT":
-        raise ToolError(f"element {bid} is not a <select>; click options of other menus instead")
-    labels = await loc.evaluate("el => Array.from(el.options).map(o => o.label)")
-    if all(o in labels for o in options):
+    t = await _target(page, bid, need="select")
+    loc = wp.locator(page, bid).first
+    if all(o in t["labels"] for o in options):
         return await loc.select_option(label=options)
     return await loc.select_option(value=options)
 
 
 async def _press(page: Page, bid: int, key: str) -> None:
-    await (await _require(page, bid)).press(key)
+    await _target(page, bid)
+    await wp.locator(page, bid).first.press(key)
 
 
 async def _scroll(page: Page, dx: float, dy: float) -> None:
@@ -78,15 +118,14 @@ async def _scroll(page: Page, dx: float, dy: float) -> None:
 
 
 async def _drag(page: Page, src: int, dst: int) -> None:
-    a = await _require(page, src)
-    b = await _require(page, dst)
-    await a.scroll_into_view_if_needed()
-    box_a, box_b = await a.bounding_box(), await b.bounding_box()
-    if not box_a or not box_b:
+    a = await _target(page, src, point=True, verb="dragged")
+    b = await _target(page, dst, scroll=False)  # where it is now that the source is in view
+    if a["box"][2] <= 0 or b["box"][2] <= 0:
         raise ToolError("drag_and_drop: an element is not visible")
-    await page.mouse.move(box_a["x"] + box_a["width"] / 2, box_a["y"] + box_a["height"] / 2)
+    await page.mouse.move(*a["point"])
     await page.mouse.down()
-    await page.mouse.move(box_b["x"] + box_b["width"] / 2, box_b["y"] + box_b["height"] / 2, steps=8)
+    x, y, w, h = b["box"]
+    await page.mouse.move(x + w / 2, y + h / 2, steps=8)
     await page.mouse.up()
 
 
@@ -129,7 +168,7 @@ class WebMiniWoBEnv(MiniWoBEnvBase):
             bid: the element's id from the page listing
             button: mouse button
         """
-        await self.call_page(_click, bid, button, 1)
+        await self.call_page(_click, bid, button, 1, self._direct)
         return f"clicked [{bid}]"
 
     @tool
@@ -139,7 +178,7 @@ class WebMiniWoBEnv(MiniWoBEnvBase):
         Args:
             bid: the element's id from the page listing
         """
-        await self.call_page(_click, bid, "left", 2)
+        await self.call_page(_click, bid, "left", 2, self._direct)
         return f"double-clicked [{bid}]"
 
     @tool
@@ -149,7 +188,7 @@ class WebMiniWoBEnv(MiniWoBEnvBase):
         Args:
             bid: the element's id from the page listing
         """
-        await self.call_page(_hover, bid)
+        await self.call_page(_hover, bid, self._direct)
         return f"hovering over [{bid}]"
 
     @tool
@@ -221,15 +260,10 @@ class WebMiniWoBEnv(MiniWoBEnvBase):
 
     # ------------------------------------------------------------------ observation
     async def _page_message(self, initial: bool) -> Message:
-        assert self.lease is not None
-        self.snap = await self.lease.run(wp.snapshot)
+        view = await self._look((0, 0, *wp.TASK_AREA) if self.screenshot else None)
         head = f"Task: {self.instruction}\n\n" if initial else ""
         text = f"{head}Page:\n{self.snap.text(with_boxes=self.with_boxes)}"
-        images = []
-        if self.screenshot:
-            w, h = wp.TASK_AREA
-            images.append(await self.lease.run(wp.screenshot, (0, 0, w, h)))
-        return Message(role="user", content=text, images=images)
+        return Message(role="user", content=text, images=[view.png] if view.png else [])
 
     def render_step(self, step: Step) -> list[str]:
         return [step.to_dom_call()]

@@ -12,6 +12,7 @@ All functions here take a playwright ``Page`` first: run them with ``PageLease.r
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ TASK_AREA = (160, 210)
 
 _SETUP_JS = """
 (args) => {
+  if (typeof core === 'undefined' || typeof core.startEpisodeReal !== 'function') return {noCore: true};
   // hide the human-facing HUD (last reward, timer, click visualiser); the task keeps working
   const style = document.createElement('style');
   style.textContent = '#reward-display, #click-canvas { display: none !important; }';
@@ -71,6 +73,12 @@ def _snapshot_js() -> str:
     return f"(opts) => ({body})(opts, {VISIBLE_POINT_JS.strip()})"
 
 
+@functools.cache
+def _observe_js() -> str:
+    """The task's status and the pruned DOM in one round trip."""
+    return f"(opts) => ({{status: ({_STATUS_JS.strip()})(), snap: ({_snapshot_js()})(opts)}})"
+
+
 @dataclass(frozen=True)
 class Status:
     """The task's own episode state."""
@@ -95,16 +103,16 @@ async def start_episode(
     max_time_ms: int = NO_TIME_LIMIT_MS,
     no_animations: bool = True,
     load_timeout_s: float = 10.0,
+    loaded: bool = False,
 ) -> Started:
-    """Load the task page and start a seeded episode; returns the instruction."""
-    await page.goto(url, wait_until="load", timeout=load_timeout_s * 1000)
-    has_core = await page.evaluate(
-        "() => typeof core !== 'undefined' && typeof core.startEpisodeReal === 'function'"
-    )
-    if not has_core:
-        raise RuntimeError(f"{url} is not a MiniWoB++ task page (no core.startEpisodeReal)")
+    """Load the task page (unless ``loaded``: the page shows ``url``, loaded and never used, e.g. a
+    pool's preloaded page) and start a seeded episode; returns the instruction."""
+    if not loaded:
+        await page.goto(url, wait_until="load", timeout=load_timeout_s * 1000)
     args = {"seed": seed, "maxTimeMs": max_time_ms, "noAnimations": no_animations}
     started = await page.evaluate(_SETUP_JS, args)
+    if started.get("noCore"):
+        raise RuntimeError(f"{url} is not a MiniWoB++ task page (no core.startEpisodeReal)")
     if started["ready"]:
         utt = started["utterance"]
     else:  # tasks that load something first set WOB_TASK_READY later
@@ -117,9 +125,37 @@ async def start_episode(
     return Started(str(utt), {})
 
 
-async def read_status(page: Page) -> Status:
-    s = await page.evaluate(_STATUS_JS)
+@dataclass(frozen=True)
+class View:
+    """One observation of the page: the task's status, the pruned DOM and (if asked) a screenshot."""
+
+    status: Status
+    snapshot: Snapshot
+    png: bytes | None = None
+
+
+def _status(s: dict[str, Any]) -> Status:
     return Status(bool(s["done"]), float(s["reward"] or 0.0), float(s["raw"] or 0.0), s["reason"])
+
+
+async def read_status(page: Page) -> Status:
+    return _status(await page.evaluate(_STATUS_JS))
+
+
+async def observe(
+    page: Page, clip: tuple[float, float, float, float] | None = None, max_text: int = 100
+) -> View:
+    """Status and snapshot in one ``evaluate``; with ``clip``, a screenshot taken alongside it."""
+    look = page.evaluate(_observe_js(), {"maxText": max_text})
+    if clip is None:
+        data, png = await look, None
+    else:
+        shot = asyncio.ensure_future(screenshot(page, clip))
+        try:
+            data = await look
+        finally:
+            png = await shot  # awaited even if the evaluate failed, so its error is never left unread
+    return View(_status(data["status"]), Snapshot.from_js(data["snap"]), png)
 
 
 async def snapshot(page: Page, max_text: int = 100) -> Snapshot:
