@@ -1,16 +1,21 @@
 """Browser envs on this machine: launch, reset, step and screenshot latency, pool throughput, memory.
 
-    python benchmarks/web_miniwob.py --episodes 20 --steps 30 --concurrency 4
+    python benchmarks/web_miniwob.py --episodes 16 --steps 32 --concurrency 4
 
-Measures, on the Debian Chromium through playwright:
+Every number comes with a baseline measured in the same run, interleaved with it (the machine is
+shared, so only ratios are comparable), and the load average around it:
   * browser launch (Chromium process start) and the first lease (driver + launch + context);
-  * reset latency (fresh context, task page load, seeded start, first observation) of web-miniwob,
-    back to back and after 0.5 s of agent time (when the pool's spare context is ready);
-  * step latency p50/p99 of web-miniwob (DOM observation; a noop step is the observation's own
-    cost, a hover adds playwright's actionability checks) and gui-miniwob (screenshot observation);
+  * reset latency of web-miniwob (fresh context, task page, seeded start, first observation), after
+    0.5 s of agent time (the pool's next page is ready) and back to back, for one task and for six;
+    baseline: ``preload=False`` (the pool's spare page only warms the renderer; the page loads at reset);
+  * DOM step latency (hover, and a click on a checkbox): ``direct_input`` (input events at a hit-tested
+    point) against ``direct_input=False`` (playwright's actionability waits); a noop step is the
+    observation's own cost;
+  * pixel step latency (move_to + screenshot observation); the observation alone in one round trip
+    (status + DOM, screenshot alongside) against the three sequential calls it replaced;
   * a bare screenshot of the 160x210 task area against a full 1280x720 viewport;
-  * expert episodes per second with 1 context (baseline, same run) and with N concurrent contexts;
-  * memory (PSS) per open context: browser tree with N pages open minus the idle browser, over N.
+  * expert episodes per second with 1 context and with N concurrent contexts (and N with the baseline);
+  * memory (PSS) per open context: browser tree with N task pages open minus the idle browser, over N.
 Targets (issue 6): DOM step p50 <= 50 ms, pixel step p50 <= 150 ms, reset <= 300 ms, <= 150 MiB/context.
 """
 
@@ -21,6 +26,7 @@ import asyncio
 import os
 import statistics
 import time
+from typing import Any
 
 from turngym.envs.gui.env import GuiMiniWoBEnv
 from turngym.envs.web import page as wp
@@ -28,6 +34,8 @@ from turngym.envs.web.env import WebMiniWoBEnv
 from turngym.sandboxes.browser import BrowserPool
 
 TASKS = ["click-button", "enter-text", "click-checkboxes", "login-user", "click-tab", "simple-arithmetic"]
+NEW: dict[str, Any] = {}
+BASELINE: dict[str, Any] = {"preload": False, "direct_input": False}
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -39,10 +47,26 @@ def ms(xs: list[float]) -> str:
     return f"p50 {1000 * statistics.median(xs):7.1f} ms   p99 {1000 * pct(xs, 99):7.1f} ms   (n={len(xs)})"
 
 
+def compare(label: str, new: list[float], base: list[float], target: str = "") -> None:
+    ratio = statistics.median(base) / statistics.median(new)
+    print(f"{label:40s} {ms(new)}   {target}")
+    print(f"{'  baseline (same run, interleaved)':40s} {ms(base)}   new is {ratio:.2f}x faster")
+
+
+def load() -> str:
+    return f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+
+
 async def timed(coro) -> float:
     t0 = time.perf_counter()
     await coro
     return time.perf_counter() - t0
+
+
+def call(name: str, **args: Any) -> str:
+    import json
+
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': args})}</tool_call>"
 
 
 async def bench_launch(runs: int) -> None:
@@ -55,67 +79,97 @@ async def bench_launch(runs: int) -> None:
         launches += pool.stats.launch_s
         await lease.close()
         await pool.aclose()
-    print(f"browser launch (chromium start)      {ms(launches)}")
-    print(f"first lease (driver+launch+context)  {ms(firsts)}")
+    print(f"{'browser launch (chromium start)':40s} {ms(launches)}")
+    print(f"{'first lease (driver+launch+context)':40s} {ms(firsts)}")
 
 
-async def bench_reset_and_steps(pool: BrowserPool, episodes: int, steps: int) -> None:
-    web = WebMiniWoBEnv(TASKS, pool=pool, max_turns=steps + 1)
+async def bench_reset(episodes: int, tasks: str | list[str], gap_s: float) -> None:
+    """New and baseline envs on two pools (each pool's spare page belongs to its own env), alternating."""
+    pools = [BrowserPool(size=1), BrowserPool(size=1)]
+    envs = [WebMiniWoBEnv(tasks, pool=pools[0], **NEW), WebMiniWoBEnv(tasks, pool=pools[1], **BASELINE)]
+    times: list[list[float]] = [[], []]
+    try:
+        for env in envs:  # browsers launched, renderers warm
+            await env.areset(seed=10_000)
+        for ep in range(episodes):
+            for env, out in zip(envs, times, strict=True):
+                await asyncio.sleep(gap_s)
+                out.append(await timed(env.areset(seed=ep)))
+    finally:
+        for env in envs:
+            await env.aclose()
+        for pool in pools:
+            await pool.aclose()
+    what = tasks if isinstance(tasks, str) else f"{len(tasks)} tasks"
+    when = f"after {gap_s:g} s agent time" if gap_s else "back to back"
+    compare(f"reset, {what}, {when}", times[0], times[1], "target p50 <= 300 ms" if gap_s else "")
+
+
+async def bench_dom_steps(pool: BrowserPool, episodes: int, steps: int) -> None:
+    envs = [
+        WebMiniWoBEnv("click-checkboxes", pool=pool, max_turns=3 * steps + 1, **kw) for kw in (NEW, BASELINE)
+    ]
+    hover: list[list[float]] = [[], []]
+    click: list[list[float]] = [[], []]
+    noop = []
+    try:
+        for ep in range(episodes):
+            for env in envs:
+                await env.areset(seed=ep)
+            for i in range(max(1, steps // episodes)):
+                for k, env in enumerate(envs):
+                    boxes = [n.id for n in env.snap.nodes if n.role == "checkbox"]
+                    last = [n.id for n in env.snap.nodes if n.id is not None][-1]
+                    hover[k].append(await timed(env.astep(call("hover", bid=last))))
+                    click[k].append(await timed(env.astep(call("click", bid=boxes[i % len(boxes)]))))
+                noop.append(await timed(envs[0].astep(call("noop", wait_ms=0))))
+    finally:
+        for env in envs:
+            await env.aclose()
+    print(f"{'step, DOM observation, noop action':40s} {ms(noop)}   (the observation's own cost)")
+    compare("step, DOM observation, hover action", hover[0], hover[1], "target p50 <= 50 ms")
+    compare("step, DOM observation, click action", click[0], click[1], "target p50 <= 50 ms")
+
+
+async def _observe_3_calls(page: Any, clip: tuple[float, float, float, float]) -> None:
+    """The observation as it was before: status, snapshot and screenshot, one after the other."""
+    await wp.read_status(page)
+    await wp.snapshot(page)
+    await wp.screenshot(page, clip)
+
+
+async def bench_pixel_steps(pool: BrowserPool, episodes: int, steps: int) -> None:
     gui = GuiMiniWoBEnv(TASKS, pool=pool, max_turns=steps + 1)
-    resets, dom_steps, pix_steps, noop_steps = [], [], [], []
+    step, new, base = [], [], []
+    clip = (0, 0, *wp.TASK_AREA)
     try:
         for ep in range(episodes):
-            resets.append(await timed(web.areset(seed=ep)))
             await gui.areset(seed=ep)
-            target = [n for n in web.snap.nodes if n.id is not None][-1]
-            hover = f'<tool_call>{{"name": "hover", "arguments": {{"bid": {target.id}}}}}</tool_call>'
-            move = '<tool_call>{"name": "move_to", "arguments": {"x": 150, "y": 200}}</tool_call>'
-            noop = '<tool_call>{"name": "noop", "arguments": {"wait_ms": 0}}</tool_call>'
             for _ in range(max(1, steps // episodes)):
-                noop_steps.append(await timed(web.astep(noop)))
-                dom_steps.append(await timed(web.astep(hover)))
-                pix_steps.append(await timed(gui.astep(move)))
+                step.append(await timed(gui.astep(call("move_to", x=150, y=200))))
+                assert gui.lease is not None
+                new.append(await timed(gui.lease.run(wp.observe, clip)))
+                base.append(await timed(gui.lease.run(_observe_3_calls, clip)))
     finally:
-        await web.aclose()
         await gui.aclose()
-    print(f"reset, back to back (web+gui)        {ms(resets)}")
-    print(f"step, DOM observation, noop action   {ms(noop_steps)}")
-    print(f"step, DOM observation, hover action  {ms(dom_steps)}   target p50 <= 50 ms")
-    print(f"step, screenshot observation         {ms(pix_steps)}   target p50 <= 150 ms")
-
-
-async def bench_reset_idle(pool: BrowserPool, episodes: int, gap_s: float) -> None:
-    """Resets spaced by ``gap_s`` (an episode's worth of agent time), so the pool's spare context is ready."""
-    env = WebMiniWoBEnv(TASKS, pool=pool)
-    resets = []
-    try:
-        for ep in range(episodes):
-            await asyncio.sleep(gap_s)
-            resets.append(await timed(env.areset(seed=ep)))
-    finally:
-        await env.aclose()
-    print(f"reset after {gap_s:g} s of agent time       {ms(resets)}   target p50 <= 300 ms")
+    print(f"{'step, screenshot observation (move_to)':40s} {ms(step)}   target p50 <= 150 ms")
+    compare("screenshot observation alone", new, base)
 
 
 async def bench_screenshots(pool: BrowserPool, n: int) -> None:
     async with await pool.lease((1280, 720)) as lease:
-        await lease.run(
-            wp.start_episode,
-            WebMiniWoBEnv("click-button").html.joinpath("miniwob", "click-button.html").as_uri(),
-            0,
-        )
+        await lease.run(wp.start_episode, WebMiniWoBEnv("click-button").task_url("click-button"), 0)
         task = [await timed(lease.run(wp.screenshot, (0, 0, *wp.TASK_AREA))) for _ in range(n)]
         full = [await timed(lease.run(wp.screenshot)) for _ in range(n)]
         snap = [await timed(lease.run(wp.snapshot)) for _ in range(n)]
-    print(f"screenshot 160x210 task area         {ms(task)}")
-    print(
-        f"screenshot 1280x720 viewport         {ms(full)}   (baseline; ratio {statistics.median(full) / statistics.median(task):.1f}x)"
-    )
-    print(f"DOM snapshot (one evaluate)          {ms(snap)}")
+    print(f"{'screenshot 160x210 task area':40s} {ms(task)}")
+    ratio = statistics.median(full) / statistics.median(task)
+    print(f"{'screenshot 1280x720 viewport':40s} {ms(full)}   (baseline; ratio {ratio:.1f}x)")
+    print(f"{'DOM snapshot (one evaluate)':40s} {ms(snap)}")
 
 
-async def expert_episode(pool: BrowserPool, seed: int) -> float:
-    env = WebMiniWoBEnv(TASKS, pool=pool, max_turns=8)
+async def expert_episode(pool: BrowserPool, seed: int, kwargs: dict[str, Any]) -> float:
+    env = WebMiniWoBEnv(TASKS, pool=pool, max_turns=8, **kwargs)
     try:
         await env.areset(seed=seed)
         total, done = 0.0, False
@@ -129,26 +183,28 @@ async def expert_episode(pool: BrowserPool, seed: int) -> float:
 
 async def bench_throughput(episodes: int, concurrency: int) -> None:
     rates = {}
-    for conc in (1, concurrency):
+    for label, conc, kwargs in (
+        ("", 1, NEW),
+        ("", concurrency, NEW),
+        (" (baseline)", concurrency, BASELINE),
+    ):
         pool = BrowserPool(size=1, contexts_per_browser=conc)
-        await expert_episode(pool, 10_000)  # warm: browser launched
+        await expert_episode(pool, 10_000, kwargs)  # warm: browser launched
         sem = asyncio.Semaphore(conc)
 
-        async def one(seed: int, sem: asyncio.Semaphore = sem, pool: BrowserPool = pool) -> float:
+        async def one(seed: int, sem: asyncio.Semaphore = sem, pool: BrowserPool = pool, kw=kwargs) -> float:
             async with sem:
-                return await expert_episode(pool, seed)
+                return await expert_episode(pool, seed, kw)
 
         t0 = time.perf_counter()
         rewards = await asyncio.gather(*(one(s) for s in range(episodes)))
-        rates[conc] = episodes / (time.perf_counter() - t0)
+        rates[(conc, label)] = episodes / (time.perf_counter() - t0)
         solved = sum(r > 0 for r in rewards)
-        print(
-            f"expert episodes/s, {conc} context(s)      {rates[conc]:6.2f} /s   ({solved}/{episodes} solved)"
-        )
+        name = f"expert episodes/s, {conc} context(s){label}"
+        print(f"{name:40s} {rates[(conc, label)]:6.2f} /s   ({solved}/{episodes} solved; {load()})")
         await pool.aclose()
-    print(
-        f"throughput ratio {concurrency} contexts vs 1        {rates[concurrency] / rates[1]:6.2f}x  (on {os.cpu_count()} cores)"
-    )
+    new, one_ctx, base = rates[(concurrency, "")], rates[(1, "")], rates[(concurrency, " (baseline)")]
+    print(f"{'  ratio vs 1 context / vs baseline':40s} {new / one_ctx:6.2f}x / {new / base:.2f}x")
 
 
 async def bench_memory(contexts: int) -> None:
@@ -167,28 +223,40 @@ async def bench_memory(contexts: int) -> None:
     await pool.aclose()
     per = (loaded - idle) / contexts / 2**20
     print(f"memory: idle browser {idle / 2**20:.0f} MiB, with {contexts} task pages {loaded / 2**20:.0f} MiB")
-    print(f"memory per context (PSS)             {per:6.1f} MiB   target <= 150 MiB")
+    print(f"{'memory per context (PSS)':40s} {per:6.1f} MiB   target <= 150 MiB")
+    print(
+        "  (with prewarm, each browser also holds one preloaded page for the next episode: one context more)"
+    )
 
 
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--episodes", type=int, default=20)
-    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--episodes", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--launches", type=int, default=3)
     args = ap.parse_args()
-    print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"start: {load()}")
     await bench_launch(args.launches)
+    print(f"[{load()}]")
+    for tasks in ("click-checkboxes", TASKS):
+        await bench_reset(args.episodes, tasks, 0.5)
+        print(f"[{load()}]")
+    await bench_reset(max(2, args.episodes // 2), "click-checkboxes", 0.0)
+    print(f"[{load()}]")
     pool = BrowserPool(size=1)
     try:
-        await bench_reset_and_steps(pool, args.episodes, args.steps)
-        await bench_reset_idle(pool, args.episodes, 0.5)
+        await bench_dom_steps(pool, args.episodes, args.steps)
+        print(f"[{load()}]")
+        await bench_pixel_steps(pool, args.episodes, args.steps)
+        print(f"[{load()}]")
         await bench_screenshots(pool, 20)
     finally:
         await pool.aclose()
+    print(f"[{load()}]")
     await bench_throughput(args.episodes, args.concurrency)
     await bench_memory(args.concurrency)
-    print(f"load average after: {os.getloadavg()[0]:.1f}")
+    print(f"end: {load()}")
 
 
 if __name__ == "__main__":

@@ -172,3 +172,27 @@ def test_singleton_dir_removal_touches_only_chromium_entries(tmp_path):
     assert not remove_singleton_dir(kept)
     assert (kept / "someone-elses-file").read_text() == "data"
     assert singleton_dir(999_999_999) is None  # no such process
+
+
+async def test_spare_page_preloads_the_next_leases_url(tmp_path):
+    page = tmp_path / "warm.html"
+    page.write_text("<title>warm</title><p>ready</p>")
+    pool = BrowserPool(size=1)
+    try:
+        first = await pool.lease((300, 200), warm_url=page.as_uri())
+        assert first.preloaded is None
+        await first.close()
+        second = await pool.lease((300, 200))  # the spare was made for this viewport: it has the page
+        assert second.preloaded == page.as_uri() and second.context is not first.context
+        assert await second.run(lambda p: p.evaluate("document.title")) == "warm"
+        other = await pool.lease((400, 300))  # another viewport: a blank page of its own
+        assert other.preloaded is None and await other.run(lambda p: p.evaluate("innerWidth")) == 400
+        await other.close()
+        await second.close()
+        missing = await pool.lease((300, 200), warm_url=(tmp_path / "missing.html").as_uri())
+        await missing.close()
+        after = await pool.lease((300, 200))  # a preload that failed leaves a blank page, not an error page
+        assert after.preloaded is None and await after.run(lambda p: p.url) == "about:blank"
+        await after.close()
+    finally:
+        await pool.aclose()

@@ -176,3 +176,61 @@ async def test_concurrent_async_episodes_share_one_pool():
         assert pool.stats.leases == 6 and pool.stats.active == 0 and pool.stats.launches == 1
     finally:
         await pool.aclose()
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_blocked_controls_are_clear_errors_with_either_input_path(hostile_html, direct):
+    with WebMiniWoBEnv("blocked-controls", html=hostile_html, direct_input=direct) as env:
+        env.reset(seed=0)
+        assert env._direct is direct  # direct input on a settled MiniWoB page unless turned off
+        off, under = bid_of(env, "button", "Off"), bid_of(env, "button", "Under")
+        for action, expected in [
+            (call("click", bid=off), f"element {off} is disabled"),
+            (call("click", bid=under), f"element {under} is hidden under another element"),
+            (call("hover", bid=under), "cannot be hovered"),
+        ]:
+            _, reward, terminated, _, info = env.step(action)
+            assert expected in info["error"] and not terminated and reward == 0.0
+        count = bid_of(env, "button", "Count")
+        obs, reward, terminated, *_ = env.step(call("click", bid=count))
+        assert not terminated and '"1"' in obs[-1].content  # one click, one count
+        _, reward, terminated, *_ = env.step(call("click", bid=count))
+        assert terminated and reward == 1.0
+
+
+def test_animations_turn_direct_input_off():
+    with WebMiniWoBEnv("click-button", animations=True) as env:
+        env.reset(seed=0)
+        assert not env._direct
+        _, reward, terminated, *_ = env.step(env.expert_action())
+        assert terminated and reward == 1.0
+
+
+async def test_next_episode_page_is_preloaded_in_a_fresh_context():
+    pool, cold_pool = BrowserPool(size=1), BrowserPool(size=1, prewarm=False)
+    env = WebMiniWoBEnv("click-checkboxes", pool=pool)
+    cold = WebMiniWoBEnv("click-checkboxes", pool=cold_pool, preload=False)
+    try:
+        await env.areset(seed=0)
+        first = env.lease
+        assert first is not None and first.preloaded is None  # a cold pool has no page ready
+        await first.run(lambda page: page.evaluate("localStorage.setItem('left-behind', '1')"))
+        obs, info = await env.areset(seed=7)
+        lease = env.lease
+        assert lease is not first and lease.context is not first.context
+        assert lease.preloaded == env.task_url("click-checkboxes")  # loaded in the background, not started
+        assert await lease.run(lambda page: page.evaluate("localStorage.getItem('left-behind')")) is None
+        # the same seed gives the same episode whether the page was preloaded or loaded at reset
+        cold_obs, cold_info = await cold.areset(seed=7)
+        assert cold.lease is not None and cold.lease.preloaded is None
+        assert cold_obs[1].content == obs[1].content and cold_info["state_key"] == info["state_key"]
+        total, done = 0.0, False
+        while not done:
+            _, r, term, trunc, _ = await env.astep(env.expert_action() or "noop")
+            total, done = total + r, term or trunc
+        assert total == 1.0
+    finally:
+        await env.aclose()
+        await cold.aclose()
+        await pool.aclose()
+        await cold_pool.aclose()

@@ -339,6 +339,7 @@ class BrowserPool:
         self._launch_lock: asyncio.Lock | None = None
         self._starting: asyncio.Future[None] | None = None
         self._leases: set[PageLease] = set()
+        self._closing: set[asyncio.Future[None]] = set()
         self._closed = False
         self._start_lock = threading.Lock()
 
@@ -457,7 +458,7 @@ class BrowserPool:
 
     @staticmethod
     async def _new_page(
-        browser: Browser, viewport: tuple[int, int], dsf: float, warm_url: str | None
+        browser: Browser, viewport: tuple[int, int], dsf: float, warm_url: str | None, warm_timeout_s: float
     ) -> tuple[BrowserContext, Page, str | None]:
         """A new context and page; with ``warm_url``, the page has loaded it (returned when it did)."""
         w, h = viewport
@@ -469,7 +470,7 @@ class BrowserPool:
             loaded = None
             if warm_url:
                 try:
-                    await page.goto(warm_url, timeout=10_000)
+                    await page.goto(warm_url, timeout=warm_timeout_s * 1000)
                     await page.evaluate("0")  # the page's script context is ready for the first call
                     loaded = warm_url
                 except Exception:  # noqa: BLE001 - a warm-up that fails only costs the saving
@@ -504,7 +505,12 @@ class BrowserPool:
             pass
 
     async def _lease(
-        self, viewport: tuple[int, int], device_scale_factor: float, timeout_s: float, warm_url: str | None
+        self,
+        viewport: tuple[int, int],
+        device_scale_factor: float,
+        timeout_s: float,
+        warm_url: str | None,
+        warm_timeout_s: float,
     ) -> PageLease:
         await self._ensure_started()
         assert self._sem is not None
@@ -516,11 +522,11 @@ class BrowserPool:
             assert slot.browser is not None
             key = (viewport, device_scale_factor)
             context, page, loaded = await self._take_spare(slot, key) or await self._new_page(
-                slot.browser, viewport, device_scale_factor, None
+                slot.browser, viewport, device_scale_factor, None, 0
             )
             context.set_default_timeout(timeout_s * 1000)
             if self.prewarm:  # the next lease's page opens (and loads warm_url) while this one runs
-                spare = self._new_page(slot.browser, viewport, device_scale_factor, warm_url)
+                spare = self._new_page(slot.browser, viewport, device_scale_factor, warm_url, warm_timeout_s)
                 slot.spare, slot.spare_key = asyncio.ensure_future(spare), key
         except BaseException as e:
             if slot is not None:
@@ -544,8 +550,16 @@ class BrowserPool:
             self.stats.active -= 1
             assert self._sem is not None
             self._sem.release()
+        # the context closes in the background (the caller's next reset need not wait for it);
+        # shutdown waits for every close still running
+        closing = asyncio.ensure_future(self._close_context(lease.context))
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
+
+    @staticmethod
+    async def _close_context(context: BrowserContext) -> None:
         try:
-            await asyncio.wait_for(lease.context.close(), 10)
+            await asyncio.wait_for(context.close(), 10)
         except Exception:  # noqa: BLE001 - a crashed browser's context is gone already
             pass
 
@@ -556,6 +570,7 @@ class BrowserPool:
         device_scale_factor: float = 1.0,
         timeout_s: float = 5.0,
         warm_url: str | None = None,
+        warm_timeout_s: float = 10.0,
     ) -> PageLease:
         """A fresh context and page (waits while the pool is full). Close it with ``await lease.close()``.
 
@@ -564,11 +579,14 @@ class BrowserPool:
         With ``prewarm``, the pool opens the *next* lease's context and page in the background as soon
         as this one is handed out, and that page loads ``warm_url`` (the page the caller expects to open
         next, or any page of the same site, so the renderer process runs and the site's scripts are
-        compiled). The next lease with the same viewport and scale gets it; its
+        compiled; a load that takes over ``warm_timeout_s`` is given up). The next lease with the same
+        viewport and scale gets it (waiting for it if it is still loading); its
         :attr:`PageLease.preloaded` says which URL the untouched page shows (None: a blank page).
         """
         lt = self._thread()
-        return await _on_loop(lt, self._lease(viewport, device_scale_factor, timeout_s, warm_url))
+        return await _on_loop(
+            lt, self._lease(viewport, device_scale_factor, timeout_s, warm_url, warm_timeout_s)
+        )
 
     async def aclose(self) -> None:
         """Close every lease, browser and the playwright driver (idempotent)."""
@@ -604,6 +622,7 @@ class BrowserPool:
         for lease in list(self._leases):
             await self._release(lease)
             lease.closed = True
+        await asyncio.gather(*self._closing, return_exceptions=True)
         for slot in self._slots:
             await self._discard(slot)
         if self._pw is not None:

@@ -155,7 +155,11 @@ class MiniWoBEnvBase(AsyncEnv):
         for attempt in (0, 1):  # one retry: a crashed browser is relaunched, a slow load gets another go
             await self._release()
             self.lease = await self.pool.lease(
-                self.viewport, device_scale_factor=self.scale, timeout_s=self.action_timeout_s, warm_url=warm
+                self.viewport,
+                device_scale_factor=self.scale,
+                timeout_s=self.action_timeout_s,
+                warm_url=warm,
+                warm_timeout_s=self.load_timeout_s,
             )
             try:
                 started = await self.lease.run(
