@@ -1,28 +1,33 @@
 """Rollout engine benchmarks: overhead, async vs lock-step, memory per live trajectory, GPU throughput.
 
     python benchmarks/rollout.py overhead [--backend hf|vllm]   # engine tokens/s vs the bare backend
-    python benchmarks/rollout.py async                          # engine vs lock-step, heavy-tailed env latency
+    python benchmarks/rollout.py async [--backend hf|sim]       # engine vs lock-step, heavy-tailed env latency
     python benchmarks/rollout.py memory                         # bytes per live trajectory
-    python benchmarks/rollout.py gpu                            # HF backend tokens/s at batch 1/16/64 (CUDA)
+    python benchmarks/rollout.py gpu [--json FILE]              # on CUDA: HF tokens/s at batch 1/16/64,
+                                                                # then overhead and async with the HF backend
     python benchmarks/rollout.py all                            # the three CPU ones
 
-Every number is printed next to its baseline measured in the same run.
+Every number is printed next to its baseline measured in the same run, runs are interleaved
+(engine, baseline, engine, baseline, ...) so load drift hits both alike, and each result carries the
+load average before and after (``os.getloadavg``). Ratios are reported per pair and as their median.
 
-* overhead: the engine runs the ``arith`` env with an LLM agent (greedy, tiny model) and records
-  every request it makes; the same requests are then replayed against the bare backend with the
-  same concurrency (one stream per trajectory, requests in order). Greedy decoding makes the work
-  identical. Runs are interleaved (engine, bare, engine, ...) so load drift hits both. On a busy
-  CPU wall-clock ratios are noisy, so the event-loop thread's CPU time is also reported: the
-  engine's own cost per turn (env step, chat template, bookkeeping) and the tokens/s at which the
-  engine alone would saturate one core. Target: engine >= 90% of the bare backend's tokens/s.
+* overhead: the engine runs the ``arith`` env with an LLM agent (greedy) and records every request
+  it makes and how many tokens came back; the same requests are then replayed against the bare
+  backend with the same concurrency (one stream per trajectory, requests in order), each asked for
+  exactly the tokens the engine got (no stop token), so both do the same decode work even where
+  batch-dependent numerics (bf16 on GPU) would change a greedy token. On a busy CPU wall-clock ratios
+  are noisy, so the event-loop thread's CPU time is also reported: the engine's own cost per turn
+  (env step, chat template, bookkeeping) and the tokens/s at which the engine alone would saturate
+  one core. Target: engine >= 90% of the bare backend's tokens/s.
 * async: every env step sleeps a heavy-tailed latency (lognormal, default median 0.2 s, sigma 1.5;
   the same draw for the same trajectory and turn in both modes). The engine (one coroutine per
   trajectory) is compared with a lock-step loop (all envs step, then all generate, as a batch) on
   the same trajectories, both bounded to ``--concurrency`` live trajectories (the lock-step loop
-  runs waves of that size; the engine refills a slot as soon as a trajectory ends). ``--backend hf`` uses the real tiny model on CPU; ``--backend sim`` /
-  ``sim-static`` a latency model of a GPU server (20 ms per decode step whatever the batch width,
-  continuous or static batching), which keeps the comparison meaningful on a CPU shared with other
-  jobs. Target >= 2x.
+  runs waves of that size; the engine refills a slot as soon as a trajectory ends).
+  ``--backend hf`` uses a real model through ``HFBackend`` (continuous batching): the tiny model on
+  CPU, a 76M-parameter random Qwen2 in bf16 on CUDA. ``--backend sim`` / ``sim-static`` is a latency
+  model of a GPU server (20 ms per decode step whatever the batch width, continuous or static
+  batching). Target >= 2x.
 * memory: tracemalloc while N trajectories are live (all blocked in an env step), for several N;
   reports the slope in bytes per live trajectory and the linear fit's worst relative error.
 """
@@ -31,8 +36,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
+import os
 import random
+import statistics
 import sys
 import time
 import tracemalloc
@@ -54,18 +62,33 @@ class Recorder:
         self.inner, self.requests = inner, []
 
     async def generate(self, prompt_ids, sampling, *, route=None, adapter=None):
-        self.requests.append((route, list(prompt_ids), sampling))
-        return await self.inner.generate(prompt_ids, sampling, route=route, adapter=adapter)
+        gen = await self.inner.generate(prompt_ids, sampling, route=route, adapter=adapter)
+        self.requests.append((route, list(prompt_ids), sampling.replace(max_tokens=len(gen.token_ids))))
+        return gen
 
     async def aclose(self):
         pass
+
+
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def spread(xs: list[float], digits: int = 3) -> dict:
+    """Median, min and max of a list of numbers."""
+    return {
+        "median": round(statistics.median(xs), digits),
+        "min": round(min(xs), digits),
+        "max": round(max(xs), digits),
+    }
 
 
 class SimulatedGPU:
     """A latency model of a GPU server where a decode step costs ``step_s`` whatever the batch width
     (the host-bound regime measured for HF generate on H100/H200). ``continuous``: a request joins
     the running batch at the next step (vLLM's continuous batching); otherwise requests wait for the
-    running batch to finish and go together in the next one (static batching, like ``HFBackend``).
+    running batch to finish and go together in the next one (static batching, as ``HFBackend`` did
+    before it batched continuously).
     Returns fixed text ids, so the env sees an (invalid) action."""
 
     def __init__(self, tokenizer, step_s: float, continuous: bool = True):
@@ -123,31 +146,57 @@ class SleepyEnv(AsyncWrapper):
         return self.env.unwrapped
 
 
-def tiny_backend(kind: str):
+BIG = dict(
+    hidden_size=768,
+    intermediate_size=2048,
+    num_hidden_layers=12,
+    num_attention_heads=12,
+    num_key_value_heads=4,
+)
+
+
+def model_path(device: str):
+    """The tiny model on CPU; a 76M-parameter random Qwen2 (loaded in bf16) on CUDA."""
+    from turngym.agents.tiny import TinyConfig, tiny_model_path
+
+    return tiny_model_path(TinyConfig(**BIG) if device.startswith("cuda") else TinyConfig())
+
+
+def make_backend(kind: str, device: str = "cpu"):
+    """(backend, tokenizer, server or None) for ``hf`` or ``vllm`` (vLLM: a local CPU server)."""
     from turngym.agents.models import load_tokenizer
 
-    tok = load_tokenizer("tiny")
     if kind == "hf":
         from turngym.agents.hf import HFBackend
 
-        return HFBackend("tiny", tok, max_batch_size=64, max_wait_ms=2), tok, None
+        path = model_path(device)
+        return (
+            HFBackend(path, load_tokenizer(path), device=device, max_batch_size=64, max_wait_ms=2),
+            load_tokenizer(path),
+            None,
+        )
     from turngym.agents.vllm import VLLMBackend, VLLMServer
 
     server = VLLMServer("tiny", max_model_len=1024, dtype="float32", enable_lora=False).start()
-    return VLLMBackend(server.url), tok, server
+    return VLLMBackend(server.url), load_tokenizer("tiny"), server
 
 
 # ----------------------------------------------------------------------------- overhead
-async def bench_overhead(kind: str, n: int, g: int, turns: int, max_tokens: int, repeats: int) -> dict:
-    backend, tok, server = tiny_backend(kind)
+NEVER = (-1,)  # a stop id no model samples: a replayed request generates exactly max_tokens
+
+
+async def bench_overhead(
+    kind: str, n: int, g: int, turns: int, max_tokens: int, repeats: int, device: str = "cpu"
+) -> dict:
+    backend, tok, server = make_backend(kind, device)
+    load0 = load()
     try:
         rec = Recorder(backend)
         sampling = SamplingParams(max_tokens=max_tokens, temperature=0.0)
         agent = LLMAgent(rec, tok, sampling, max_context=1024)
         cfg = RolloutConfig(group_size=g, max_concurrency=n * g)
-        await RolloutEngine("arith", LLMAgent(backend, tok, sampling), cfg, env_kwargs={"max_turns": 1}).run(
-            2
-        )
+        warm = RolloutEngine("arith", LLMAgent(backend, tok, sampling), cfg, env_kwargs={"max_turns": 1})
+        await warm.run(n)
 
         async def engine_run() -> tuple[int, float]:
             rec.requests.clear()
@@ -160,7 +209,7 @@ async def bench_overhead(kind: str, n: int, g: int, turns: int, max_tokens: int,
         async def bare_run(requests) -> tuple[int, float]:
             streams: dict[str, list] = {}
             for route, prompt, s in requests:
-                streams.setdefault(route, []).append((prompt, s))
+                streams.setdefault(route, []).append((prompt, s.replace(stop_token_ids=NEVER)))
 
             async def replay(reqs):
                 return sum([len((await backend.generate(p, s)).token_ids) for p, s in reqs])
@@ -178,26 +227,29 @@ async def bench_overhead(kind: str, n: int, g: int, turns: int, max_tokens: int,
             requests = list(rec.requests)
             bare_tokens, dt = await bare_run(requests)
             bare_tps.append(bare_tokens / dt)
-            assert bare_tokens == tokens, "greedy replay must generate the same tokens"
+            assert bare_tokens == tokens, f"replay generated {bare_tokens} tokens, the engine {tokens}"
     finally:
         await backend.aclose()
         if server is not None:
             server.stop()
-    ratios = sorted(e / b for e, b in zip(engine_tps, bare_tps, strict=True))
+    ratios = [e / b for e, b in zip(engine_tps, bare_tps, strict=True)]
+    engine_cpu = statistics.median(cpu["engine"]) - statistics.median(cpu["bare"])
     return {
         "backend": kind,
+        "device": device,
         "trajectories": n * g,
+        "turns_per_trajectory": turns,
         "requests_per_run": len(requests),
         "tokens_per_run": tokens,
         "engine_tok_s": [round(x, 1) for x in engine_tps],
         "bare_tok_s": [round(x, 1) for x in bare_tps],
-        "best_engine_over_best_bare": round(max(engine_tps) / max(bare_tps), 3),
-        "median_pair_ratio": round(ratios[len(ratios) // 2], 3),
+        "engine_over_bare": spread(ratios),
         # load-insensitive: CPU the event-loop thread spent (engine: envs, templates, bookkeeping)
-        "loop_cpu_s_engine": round(min(cpu["engine"]), 3),
-        "loop_cpu_s_bare": round(min(cpu["bare"]), 3),
-        "engine_cpu_ms_per_turn": round(1000 * (min(cpu["engine"]) - min(cpu["bare"])) / len(requests), 2),
-        "engine_bound_tok_s": round(tokens / max(min(cpu["engine"]) - min(cpu["bare"]), 1e-9)),
+        "loop_cpu_s_engine": round(statistics.median(cpu["engine"]), 3),
+        "loop_cpu_s_bare": round(statistics.median(cpu["bare"]), 3),
+        "engine_cpu_ms_per_turn": round(1000 * engine_cpu / len(requests), 2),
+        "engine_bound_tok_s": round(tokens / max(engine_cpu, 1e-9)),
+        "load_before_after": [load0, load()],
     }
 
 
@@ -212,6 +264,8 @@ async def bench_async(
     sigma: float,
     step_s: float,
     concurrency: int,
+    repeats: int = 1,
+    device: str = "cpu",
 ) -> dict:
     if kind.startswith("sim"):
         from turngym.agents.models import load_tokenizer
@@ -219,7 +273,8 @@ async def bench_async(
         tok = load_tokenizer("tiny")
         backend = SimulatedGPU(tok, step_s, continuous=kind == "sim")
     else:
-        backend, tok, _ = tiny_backend("hf")
+        backend, tok, _ = make_backend("hf", device)
+    load0 = load()
     sampling = SamplingParams(max_tokens=max_tokens, temperature=0.0)
     agent = LLMAgent(backend, tok, sampling, max_context=2048)
 
@@ -228,26 +283,28 @@ async def bench_async(
 
     await RolloutEngine(env_factory, agent, RolloutConfig(group_size=1), env_id="arith").run(1)  # warm-up
     cfg = RolloutConfig(group_size=g, max_concurrency=concurrency)
-    engine = RolloutEngine(env_factory, agent, cfg, env_id="arith")
-    t0 = time.perf_counter()
-    trajs = await engine.run(n)
-    async_s = time.perf_counter() - t0
-
     jobs = [(seed, k) for seed in range(n) for k in range(g)]
-    t0 = time.perf_counter()
-    lock_turns = lock_tokens = 0
-    for start in range(0, len(jobs), concurrency):  # waves of the same size as the engine's bound
-        turns_done, tokens = await lockstep(env_factory, agent, jobs[start : start + concurrency])
-        lock_turns, lock_tokens = lock_turns + turns_done, lock_tokens + tokens
-    lock_s = time.perf_counter() - t0
+    async_s, lock_s = [], []
+    for _ in range(repeats):  # interleaved pairs
+        engine = RolloutEngine(env_factory, agent, cfg, env_id="arith")
+        t0 = time.perf_counter()
+        trajs = await engine.run(n)
+        async_s.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        lock_turns = lock_tokens = 0
+        for start in range(0, len(jobs), concurrency):  # waves of the same size as the engine's bound
+            turns_done, tokens = await lockstep(env_factory, agent, jobs[start : start + concurrency])
+            lock_turns, lock_tokens = lock_turns + turns_done, lock_tokens + tokens
+        lock_s.append(time.perf_counter() - t0)
+        print(f"  async pair: engine {async_s[-1]:.2f}s, lock-step {lock_s[-1]:.2f}s", flush=True)
     await backend.aclose()
     tokens = sum(sum(t.loss_mask) for t in trajs)
+    if kind.startswith("sim"):
+        what = "continuous" if kind == "sim" else "static"
+        kind = f"simulated GPU, {step_s * 1000:.0f} ms per decode step, {what} batching"
     return {
-        "backend": kind
-        if not kind.startswith("sim")
-        else f"simulated GPU, {step_s * 1000:.0f} ms per decode step, "
-        + ("continuous" if kind == "sim" else "static")
-        + " batching",
+        "backend": kind,
+        "device": device if not kind.startswith("sim") else "none",
         "turns_per_trajectory": turns,
         "max_tokens": max_tokens,
         "trajectories": n * g,
@@ -257,9 +314,10 @@ async def bench_async(
         "tokens": tokens,
         "lockstep_tokens": lock_tokens,
         "env_latency": f"lognormal median {median_s}s sigma {sigma}",
-        "async_s": round(async_s, 2),
-        "lockstep_s": round(lock_s, 2),
-        "speedup": round(lock_s / async_s, 2),
+        "async_s": [round(x, 2) for x in async_s],
+        "lockstep_s": [round(x, 2) for x in lock_s],
+        "speedup": spread([lk / a for a, lk in zip(async_s, lock_s, strict=True)], 2),
+        "load_before_after": [load0, load()],
     }
 
 
@@ -359,32 +417,19 @@ async def bench_memory(sizes: list[int], turns: int, gen_len: int) -> dict:
 
 
 # ----------------------------------------------------------------------------- GPU
-async def bench_gpu(batches: list[int], prompt_len: int, new_tokens: int, device: str = "cuda") -> dict:
-    """HF backend tokens/s through concurrent ``generate`` calls (dynamic batching), random 100M-ish model."""
+async def bench_throughput(batches: list[int], prompt_len: int, new_tokens: int, device: str) -> dict:
+    """HF backend tokens/s through concurrent ``generate`` calls, each shape warmed up first."""
     import torch
 
     from turngym.agents.hf import HFBackend
-    from turngym.agents.tiny import TinyConfig, tiny_model_path
 
-    if device == "cuda" and not torch.cuda.is_available():
-        return {"skipped": "no CUDA device"}
-    big = TinyConfig(
-        hidden_size=768,
-        intermediate_size=2048,
-        num_hidden_layers=12,
-        num_attention_heads=12,
-        num_key_value_heads=4,
-    )
-    path = tiny_model_path(big if device == "cuda" else TinyConfig())
-    backend = HFBackend(path, device=device, max_batch_size=max(batches), max_wait_ms=20)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    backend = HFBackend(model_path(device), device=device, max_batch_size=max(batches), max_wait_ms=20)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     n_params = sum(p.numel() for p in backend.model.parameters())
     rng = random.Random(0)
     vocab = backend.model.config.vocab_size
-    sampling = SamplingParams(
-        max_tokens=new_tokens, temperature=1.0, stop_token_ids=(vocab + 10,)
-    )  # never stops
-    name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
+    sampling = SamplingParams(max_tokens=new_tokens, temperature=1.0, stop_token_ids=NEVER)
+    name = torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu"
     out = {"device": name, "params_M": round(n_params / 1e6, 1), "dtype": str(backend.model.dtype)}
     out["prompt_len"], out["new_tokens"] = prompt_len, new_tokens
     for b in [1, *batches]:
@@ -396,9 +441,38 @@ async def bench_gpu(batches: list[int], prompt_len: int, new_tokens: int, device
         sync()
         dt = time.perf_counter() - t0
         out[f"batch_{b}_tok_s"] = round(sum(len(g.token_ids) for g in gens) / dt, 1)
-    out["batch_sizes_served"] = backend.batch_sizes
+    out["max_width"] = max(backend.stats["widths"])
     await backend.aclose()
     return out
+
+
+def bench_gpu(args, emit) -> None:
+    """Everything on CUDA with the HF backend: throughput, engine overhead, async vs lock-step."""
+    import torch
+
+    if not torch.cuda.is_available():
+        emit("gpu", {"skipped": "no CUDA device"})
+        return
+    emit("throughput", asyncio.run(bench_throughput([16, 64], 256, 128, "cuda")))
+    emit("overhead", asyncio.run(bench_overhead("hf", 16, 4, 3, 32, args.repeats, device="cuda")))
+    emit(
+        "async",
+        asyncio.run(
+            bench_async(
+                "hf",
+                args.n,
+                args.g,
+                args.turns,
+                args.max_tokens,
+                args.median,
+                args.sigma,
+                0.0,
+                args.concurrency,
+                args.repeats,
+                device="cuda",
+            )
+        ),
+    )
 
 
 def main() -> None:
@@ -419,13 +493,24 @@ def main() -> None:
     ap.add_argument("--sigma", type=float, default=1.5, help="async: lognormal sigma of env latency")
     ap.add_argument("-n", type=int, default=8)
     ap.add_argument("-g", type=int, default=4)
-    ap.add_argument("--repeats", type=int, default=3, help="overhead: interleaved engine/bare runs")
-    ap.add_argument("--device", default="cuda", help="gpu benchmark only: cuda, or cpu for a smoke run")
+    ap.add_argument("--repeats", type=int, default=3, help="overhead/async: interleaved run pairs")
+    ap.add_argument("--device", default="cpu", help="overhead/async with --backend hf: cpu or cuda")
+    ap.add_argument("--json", help="also append each result as a JSON line to this file")
     args = ap.parse_args()
+
+    def emit(what: str, res: dict) -> None:
+        print(what, res, flush=True)
+        if args.json:
+            with open(args.json, "a") as f:
+                f.write(json.dumps({"what": what, **res}) + "\n")
+
+    if args.what == "gpu":
+        bench_gpu(args, emit)
+        return
     todo = ["overhead", "async", "memory"] if args.what == "all" else [args.what]
     for what in todo:
         if what == "overhead":
-            res = asyncio.run(bench_overhead(args.backend, args.n, args.g, 3, 32, args.repeats))
+            res = asyncio.run(bench_overhead(args.backend, args.n, args.g, 3, 32, args.repeats, args.device))
         elif what == "async":
             kind = args.backend if args.backend.startswith("sim") else "hf"
             res = asyncio.run(
@@ -439,21 +524,13 @@ def main() -> None:
                     args.sigma,
                     step_s=0.02,
                     concurrency=args.concurrency,
-                )
-            )
-        elif what == "memory":
-            res = asyncio.run(bench_memory([32, 128, 512], turns=3, gen_len=64))
-        else:
-            small = args.device == "cpu"
-            res = asyncio.run(
-                bench_gpu(
-                    [16, 64],
-                    prompt_len=16 if small else 256,
-                    new_tokens=8 if small else 128,
+                    repeats=args.repeats,
                     device=args.device,
                 )
             )
-        print(what, res, flush=True)
+        else:
+            res = asyncio.run(bench_memory([32, 128, 512], turns=3, gen_len=64))
+        emit(what, res)
 
 
 if __name__ == "__main__":
