@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from turngym.core.types import Message, ToolCall, ToolSpec
@@ -151,9 +152,12 @@ json_values = st.recursive(
 )
 
 
-def call_strategy(tools: list[ToolSpec]) -> st.SearchStrategy[tuple[str, Any]]:
-    """(tool name, arguments): known and unknown names, arbitrary JSON arguments."""
-    names = st.sampled_from([t.name for t in tools]) | st.text(max_size=30)
+def call_strategy(
+    tools: list[ToolSpec], skip: frozenset[str] = frozenset()
+) -> st.SearchStrategy[tuple[str, Any]]:
+    """(tool name, arguments): known (but not ``skip``) and unknown names, arbitrary JSON arguments."""
+    known = st.sampled_from([t.name for t in tools if t.name not in skip])
+    names = known | st.text(max_size=30).filter(lambda n: n not in skip)
     args = st.dictionaries(st.text(max_size=12), json_values, max_size=5) | json_values
     return st.tuples(names, args)
 
@@ -193,6 +197,7 @@ def check_answer(env: Any, action: str | Message, *, malformed: bool, family: st
     shown = str(action)[:80]
     assert isinstance(obs, list) and obs and all(isinstance(m, Message) for m in obs), shown
     assert isinstance(reward, float) and reward == reward, shown
+    assert not info.get("masked"), f"bad input is not an infrastructure fault: {info.get('mask_reason')}"
     if malformed:
         assert info["invalid_action"] is True, f"not marked invalid: {shown!r}"
         assert info["error"], f"no error message: {shown!r}"
@@ -203,3 +208,62 @@ def check_answer(env: Any, action: str | Message, *, malformed: bool, family: st
     if limit:  # observations stay bounded however big the input
         assert all(len(m.content) <= 4 * limit + 10_000 for m in obs), shown
     return info
+
+
+# --------------------------------------------------------------------------- generated runs
+def must_be_invalid(tools: list[ToolSpec], name: Any, arguments: Any) -> bool:
+    """Whether a call is wrong whatever the tool does: an unknown name, arguments that are not an
+    object, an argument the tool does not have, or a required argument missing."""
+    spec = next((t for t in tools if t.name == name), None)
+    if spec is None or not isinstance(arguments, dict):
+        return True
+    props = spec.parameters.get("properties", {})
+    return bool(set(arguments) - set(props)) or not set(spec.parameters.get("required", [])) <= set(arguments)
+
+
+def fuzz_calls(
+    env: Any, family: str, max_examples: int, *, skip: frozenset[str] = frozenset(), parser: str = "hermes"
+) -> int:
+    """Step ``env`` with ``max_examples`` generated tool calls (tool names in ``skip`` are left out,
+    e.g. a slow terminal tool); every call that ``must_be_invalid`` has to come back as an invalid turn
+    with an error observation, and none may crash the env. Returns the number of calls tried."""
+    tools = env.tools
+    tried = 0
+    wrap = structured if parser == "openai" else hermes
+
+    @settings(
+        max_examples=max_examples, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+    )
+    @given(call=call_strategy(tools, skip))
+    def run(call: tuple[str, Any]) -> None:
+        nonlocal tried
+        name, arguments = call
+        tried += 1
+        check_answer(
+            env,
+            wrap(name, arguments),
+            malformed=must_be_invalid(tools, name, arguments),
+            family=family,
+            category="generated call",
+        )
+
+    run()
+    return tried
+
+
+def fuzz_text(env: Any, family: str, max_examples: int) -> int:
+    """Step ``env`` with ``max_examples`` generated texts full of tool-call debris; each one is answered
+    (an error observation when it holds no valid call), none crashes. Returns the number tried."""
+    tried = 0
+
+    @settings(
+        max_examples=max_examples, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+    )
+    @given(text=text_strategy())
+    def run(text: str) -> None:
+        nonlocal tried
+        tried += 1
+        check_answer(env, text, malformed=False, family=family, category="generated text")
+
+    run()
+    return tried

@@ -10,12 +10,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
 
 import turngym
-from turngym.core.types import Message, ToolCall
 
-from .hostile import call_strategy, check_answer, fixed_cases, schema_cases, text_strategy
+from .hostile import check_answer, fixed_cases, fuzz_calls, fuzz_text, schema_cases
 
 pytestmark = pytest.mark.reliability
 
@@ -26,7 +24,7 @@ FAST = {  # env id -> family label
     "travel-planner-v0": "travel-planner",
     "travel-open-v0": "travel-open",
 }
-HYPO = settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+EXAMPLES = 150  # generated inputs per test
 
 
 @pytest.fixture(scope="module", params=list(FAST))
@@ -81,30 +79,9 @@ def test_prompt_injection_in_the_answer_earns_nothing():
 @pytest.mark.parametrize("env_id", ["arith-v0", "search-qa-v0", "travel-planner-v0"])
 def test_generated_calls(env_id):
     e = turngym.make(env_id, max_turns=100_000)
-    names = {t.name for t in e.tools}
-    e.reset(seed=0)
-
-    @HYPO
-    @given(call=call_strategy(e.tools))
-    def run(call):
-        name, arguments = call
-        action = "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
-        if e._done:
-            e.reset(seed=0)
-        info = check_answer(
-            e,
-            action,
-            malformed=name not in names or not isinstance(arguments, dict),
-            family=FAST[env_id],
-            category="generated call",
-        )
-        if name in names and isinstance(arguments, dict):
-            spec = next(t for t in e.tools if t.name == name)
-            if set(arguments) - set(spec.parameters["properties"]):  # unknown argument names
-                assert info["invalid_action"]
-
     try:
-        run()
+        e.reset(seed=0)
+        assert fuzz_calls(e, FAST[env_id], EXAMPLES) >= EXAMPLES // 2
     finally:
         e.close()
 
@@ -112,42 +89,18 @@ def test_generated_calls(env_id):
 @pytest.mark.parametrize("env_id", ["arith-v0", "search-r1-v0"])
 def test_generated_text(env_id):
     e = turngym.make(env_id, max_turns=100_000)
-    e.reset(seed=0)
-
-    @HYPO
-    @given(text=text_strategy())
-    def run(text):
-        check_answer(e, text, malformed=False, family=FAST[env_id], category="generated text")
-
     try:
-        run()
+        e.reset(seed=0)
+        assert fuzz_text(e, FAST[env_id], EXAMPLES) >= EXAMPLES // 2
     finally:
         e.close()
 
 
 def test_generated_structured_calls():
     e = turngym.make("arith-v0", parser="openai", max_turns=100_000)
-    names = {t.name for t in e.tools}
-    e.reset(seed=0)
-
-    @HYPO
-    @given(calls=call_strategy(e.tools).map(lambda c: [c]))
-    def run(calls):
-        tcs = [
-            ToolCall(id=f"c{i}", name=n, arguments=a if isinstance(a, dict) else {"v": a})
-            for i, (n, a) in enumerate(calls)
-        ]
-        msg = Message(role="assistant", content="", tool_calls=tcs)
-        check_answer(
-            e,
-            msg,
-            malformed=any(tc.name not in names for tc in tcs),
-            family="arith (openai)",
-            category="generated structured call",
-        )
-
     try:
-        run()
+        e.reset(seed=0)
+        assert fuzz_calls(e, "arith (openai)", EXAMPLES, parser="openai") >= EXAMPLES // 2
     finally:
         e.close()
 
