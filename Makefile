@@ -25,6 +25,9 @@ format:
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# Every CPU benchmark (~7 min on 2 cores) -> docs/results.md with plots in docs/results/.
+# Re-render the report and plots from the saved run without running anything:
+#   $(BIN)/python benchmarks/run_all.py --reuse docs/results.md
 bench: setup
 	$(BIN)/python benchmarks/run_all.py
 
