@@ -105,3 +105,25 @@ def test_error_observations_without_call_id_become_user_messages():
         {"role": "user", "content": "Error: x"},
         {"role": "tool", "content": "5", "tool_call_id": "1"},
     ]
+
+
+async def test_tool_choice_is_sent_and_checked():
+    import pytest
+
+    import turngym
+
+    client, seen = api([{"content": None, "tool_calls": [call(1, "answer", '{"value": 1}')]}] * 2)
+    for choice, sent in [
+        ("required", "required"),
+        ("answer", {"type": "function", "function": {"name": "answer"}}),
+    ]:
+        eng = RolloutEngine(
+            "arith",
+            OpenAIChatAgent("m", client=client, tool_choice=choice),
+            env_kwargs={"tools_in_prompt": False, "depth": 1},
+        )
+        (t,) = await eng.run([0])
+        assert not t.masked and t.terminated and seen[-1]["tool_choice"] == sent
+    env = turngym.make("arith", tools_in_prompt=False)
+    with pytest.raises(ValueError, match="not one of this env's tools"):
+        OpenAIChatAgent("m", client=client, tool_choice="submit").start(env, [], seed=0, route="r")

@@ -258,3 +258,23 @@ async def test_a_slow_sync_hook_does_not_block_other_trajectories(slow_build):
     assert SlowSyncEnv.waited == [True]
     assert len(seeds) == 3 and seeds[-1] == SlowSyncEnv.blocked_seed
     assert eng.stats.reconciles()
+
+
+async def test_an_env_built_after_its_trajectory_timed_out_is_closed():
+    import threading
+
+    release = threading.Event()
+
+    def factory():
+        release.wait(timeout=30)
+        return FaultyEnv()
+
+    eng = RolloutEngine(factory, ScriptedAgent(), RolloutConfig(trajectory_timeout=0.2), env_id="late")
+    (traj,) = await eng.run(1)
+    assert traj.mask_reason == "trajectory_timeout" and FaultyEnv.made == 0
+    release.set()
+    for _ in range(3000):  # the construction finishes in its thread, then the env is closed
+        if FaultyEnv.closed:
+            break
+        await asyncio.sleep(0.01)
+    assert FaultyEnv.made == FaultyEnv.closed == 1

@@ -2,13 +2,18 @@
 
     agent = OpenAIChatAgent("gpt-4o-mini")                       # OPENAI_API_KEY from the environment
     agent = OpenAIChatAgent("tiny", base_url=server.url + "/v1")  # any OpenAI-compatible server
+    agent = OpenAIChatAgent(..., tool_choice="required")          # or "none", or a tool's name
     engine = RolloutEngine("arith", agent, env_kwargs={"tools_in_prompt": False})
 
 The env's tools go to the API as ``tools`` (``ToolSpec.to_openai()``), so the env must be made
 with ``tools_in_prompt=False``. Tool calls come back structured and are passed to the env as a
 ``Message`` with ``tool_calls``; arguments that are not valid JSON become an empty argument object
 (the env then reports the missing arguments) and the raw text is kept in the step's ``info``.
-Error observations without a ``tool_call_id`` are sent as user messages. Trajectories carry
+``tool_choice`` is passed through: ``"auto"`` (default), ``"required"`` (the model must call a
+tool), ``"none"``, or a tool's name (that tool must be called; checked against the env's tools).
+vLLM serves ``required`` and named calls with guided decoding (``--enable-auto-tool-choice
+--tool-call-parser hermes``), so even a weak model returns a well-formed call. Error observations
+without a ``tool_call_id`` are sent as user messages. Trajectories carry
 text only (no token ids). API failures raise ``BackendError``.
 """
 
@@ -36,9 +41,11 @@ class OpenAIChatAgent:
         timeout: float = 120.0,
         max_retries: int = 3,
         extra_body: dict[str, Any] | None = None,
+        tool_choice: str = "auto",
         client: Any = None,
     ):
         self.model = model
+        self.tool_choice = tool_choice
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.extra_body = extra_body
@@ -54,6 +61,9 @@ class OpenAIChatAgent:
         base = getattr(env, "unwrapped", env)
         if getattr(base, "tools_in_prompt", False):
             raise ValueError("OpenAIChatAgent passes tools natively: make the env with tools_in_prompt=False")
+        names = [t.name for t in base.tools]
+        if self.tool_choice not in ("auto", "required", "none") and self.tool_choice not in names:
+            raise ValueError(f"tool_choice {self.tool_choice!r} is not one of this env's tools {names}")
         return _ChatSession(self, prompt, [t.to_openai() for t in base.tools], seed)
 
     async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int | None):
@@ -67,7 +77,10 @@ class OpenAIChatAgent:
         }
         if tools:
             kwargs["tools"] = tools
-            kwargs["tool_choice"] = "auto"
+            choice = self.tool_choice
+            if choice not in ("auto", "required", "none"):
+                choice = {"type": "function", "function": {"name": choice}}
+            kwargs["tool_choice"] = choice
         if seed is not None:
             kwargs["seed"] = seed
         if self.extra_body:
