@@ -225,6 +225,28 @@ def throughput_curves(results: dict[str, str]) -> dict[str, list[tuple[int, floa
     return {k: sorted(v) for k, v in curves.items() if len(v) >= 2}
 
 
+_RATIO = re.compile(r"(?:\b(\d+(?:\.\d+)?)x\b|\b(?:speedup|ratio\w*)=(\d+(?:\.\d+)?))")
+
+
+def ratios(name: str, text: str) -> list[tuple[str, float]]:
+    """``(the output line, ratio)`` for every line that states a ratio against an in-run baseline
+    (``1.3x faster than baseline``, ``speedup=13.1``, ``ratio_ours_vs_bm25s=1.081``, ...);
+    ``reliability_load``'s JSON gives ``ratios_vs_c1``. Tables of ratios that are plotted
+    (``credit_tournament``) are left out."""
+    if name == "credit_tournament":
+        return []
+    if name == "reliability_load":
+        data = (_json_block(text) or {}).get("ratios_vs_c1") or {}
+        return [(f"{k} at full load vs 1 trajectory in flight", float(v)) for k, v in data.items()]
+    out = []
+    for line in text.splitlines():
+        found = [float(a or b) for a, b in _RATIO.findall(line)]
+        if found:
+            line = re.sub(r"\s+", " ", line).strip()
+            out.append((line if len(line) <= 120 else f"{line[:60]} … {line[-55:]}", found[-1]))
+    return out
+
+
 def rollout_memory(text: str) -> dict | None:
     """``rollout.py``'s ``memory {...}`` line (live trajectories and the bytes they hold)."""
     m = re.search(r"^memory (\{.*\})$", text, re.M)
@@ -392,6 +414,19 @@ def render(lines: list[str], results: list[Result], plots: list[Plot], plots_rel
         *(f"| {r.name} | `{' '.join(r.args)}` | {r.rc} | {r.seconds:.0f} |" for r in results),
         "",
     ]
+    rows = [(r.name, line, x) for r in results if r.rc == 0 for line, x in ratios(r.name, r.text)]
+    if rows:
+        parts += [
+            "## Ratios against the in-run baselines",
+            "",
+            "Every line of the outputs below that states a ratio (each benchmark measures its baseline in "
+            "the same run, on the same loaded machine, so ratios are more stable than absolute numbers).",
+            "",
+            "| benchmark | output line | ratio |",
+            "| --- | --- | --- |",
+            *(f"| {name} | `{line.replace('|', '/')}` | {x:g} |" for name, line, x in rows),
+            "",
+        ]
     if plots:
         parts += ["## Plots", ""]
         for p in plots:

@@ -83,6 +83,20 @@ def test_tournament_table_and_concurrency_series():
     }
 
 
+def test_ratios_against_in_run_baselines():
+    text = """  docker SDK exec_run     p50  46.2 ms  p99  51.9 ms  (1.3x faster than baseline)
+retrieve 1 query (bm25s)     p50_ms=2.459  p99_ms=3.059  speedup=13.1
+screenshot 1280x720 viewport         p50    33.8 ms   (n=20)
+index build (bm25s api)      seconds=2.024  ratio_ours_vs_bm25s=1.081"""
+    assert [x for _, x in run_all.ratios("b", text)] == [1.3, 13.1, 1.081]  # "1280x720" is no ratio
+    long = "build 1.99 s wall " + "x" * 200 + " -> build/open CPU = 2.6x"
+    [(line, x)] = run_all.ratios("b", long)
+    assert x == 2.6 and len(line) < 125 and line.endswith("= 2.6x")
+    load = '{"args": {"search": 32}, "ratios_vs_c1": {"throughput": 0.86, "p99_step": 88.9}}'
+    assert [x for _, x in run_all.ratios("reliability_load", load)] == [0.86, 88.9]
+    assert run_all.ratios("credit_tournament", "  8 anchor  0.654  0.018  0.671  0.57  7.0  0.25x") == []
+
+
 def test_reuse_rerenders_the_committed_report_with_plots(tmp_path):
     committed = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
     out = tmp_path / "results.md"
@@ -92,6 +106,7 @@ def test_reuse_rerenders_the_committed_report_with_plots(tmp_path):
     assert [s for s in sections(text) if s != "Plots"] == [s for s in sections(committed) if s != "Plots"]
     for name, _, body in run_all._SECTION.findall(committed):  # every output is kept verbatim
         assert body in text, name
+    assert "## Ratios against the in-run baselines" in text
     pngs = images(text, out.parent)
     assert {p.name for p in pngs} == {"latency.png", "throughput.png", "tournament.png", "rollout_memory.png"}
     for p in pngs:
