@@ -154,10 +154,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     tally = getattr(hostile, "TALLY", None)
     if not tally:
         return
-    terminalreporter.section("reliability: hostile inputs tried")
+    ran = hostile.RAN
+    terminalreporter.section("reliability: hostile inputs tried (and how many a tool ran on)")
     for (family, category), n in sorted(tally.items()):
-        terminalreporter.write_line(f"{family:28s} {category:28s} {n:6d}")
-    terminalreporter.write_line(f"{'total':57s} {sum(tally.values()):6d}")
+        terminalreporter.write_line(f"{family:28s} {category:28s} {n:6d} {ran[(family, category)]:6d}")
+    terminalreporter.write_line(f"{'total':57s} {sum(tally.values()):6d} {sum(ran.values()):6d}")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

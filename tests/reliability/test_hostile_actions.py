@@ -81,7 +81,8 @@ def test_generated_calls(env_id):
     e = turngym.make(env_id, max_turns=100_000)
     try:
         e.reset(seed=0)
-        assert fuzz_calls(e, FAST[env_id], EXAMPLES) >= EXAMPLES // 2
+        tried, ran = fuzz_calls(e, FAST[env_id], EXAMPLES)
+        assert tried >= EXAMPLES // 2 and ran > 0  # the tools themselves were reached, not only validation
     finally:
         e.close()
 
@@ -100,7 +101,8 @@ def test_generated_structured_calls():
     e = turngym.make("arith-v0", parser="openai", max_turns=100_000)
     try:
         e.reset(seed=0)
-        assert fuzz_calls(e, "arith (openai)", EXAMPLES, parser="openai") >= EXAMPLES // 2
+        tried, ran = fuzz_calls(e, "arith (openai)", EXAMPLES, parser="openai")
+        assert tried >= EXAMPLES // 2 and ran > 0
     finally:
         e.close()
 

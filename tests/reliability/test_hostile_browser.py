@@ -2,8 +2,10 @@
 
 The sample covers each category once or twice: the conformance list's first entries, wrong types,
 missing/extra arguments, unknown tools, gigantic and control-character arguments, prompt injection,
-thousands of calls in one turn. The fast families get the full and generated sets
-(test_hostile_actions.py); the browser families share its checker.
+thousands of calls in one turn. The MiniWoB families also get a small hypothesis-generated set (tool
+calls with known and unknown names and arbitrary JSON arguments, and free text full of call debris) on
+one browser page; afterwards the expert still solves the task in the same env. The fast families get
+larger generated sets (test_hostile_actions.py); all share its checker.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import pytest
 
 import turngym
 
-from .hostile import check_answer, fixed_cases, schema_cases
+from .hostile import check_answer, fixed_cases, fuzz_calls, fuzz_text, schema_cases
 
 pytestmark = [pytest.mark.reliability, pytest.mark.browser, pytest.mark.slow]
 
@@ -22,6 +24,8 @@ FAMILIES = {
     "web-shop-v0": {},
     "web-arena-lite-v0": {},
 }
+GENERATED_CALLS = 60  # per family: a browser step costs ~0.1-1 s here
+GENERATED_TEXTS = 20
 
 
 def sample(tools, parser: str):
@@ -44,5 +48,23 @@ def test_hostile_sample(env_id):
                 env, case.action, malformed=case.malformed, family=env_id, category=case.category
             )
             assert not info.get("masked"), info.get("mask_reason")  # bad input is not a browser fault
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("env_id", ["web-miniwob-v0", "gui-miniwob-v0"])
+def test_generated_actions(env_id):
+    env = turngym.make(env_id, max_turns=1_000, **FAMILIES[env_id])
+    try:
+        env.reset(seed=0)
+        tried, ran = fuzz_calls(env, env_id, GENERATED_CALLS)
+        assert tried >= GENERATED_CALLS // 2 and ran > 0  # some calls reached the page, not only validation
+        assert fuzz_text(env, env_id, GENERATED_TEXTS) >= GENERATED_TEXTS // 2
+        env.reset(seed=1)  # the env is still sound: the expert solves a fresh episode
+        reward, done = 0.0, False
+        while not done and (action := env.expert_action()) is not None:
+            _, reward, terminated, truncated, info = env.step(action)
+            done = terminated or truncated
+        assert done and reward > 0, info
     finally:
         env.close()

@@ -19,7 +19,7 @@ import pytest
 
 import turngym
 
-from .hostile import check_answer, fixed_cases, schema_cases
+from .hostile import check_answer, fixed_cases, fuzz_calls, fuzz_text, schema_cases
 
 pytestmark = [pytest.mark.reliability, pytest.mark.docker, pytest.mark.slow]
 
@@ -142,6 +142,19 @@ def test_hostile_tool_calls(env):
     )
     for case in cases:
         check_answer(env, case.action, malformed=case.malformed, family="swe-docker", category=case.category)
+    assert_alive(env)
+
+
+def test_generated_tool_calls(env):
+    """Hypothesis-generated calls and debris text against one container: every malformed call is an
+    error observation, well-formed ones (arbitrary shell commands and editor paths) run inside the
+    sandbox; the container is the same one afterwards and still answers. ``submit`` is left out (it
+    grades and ends the episode; the fake-pass tests below cover it)."""
+    container = env._sb.id
+    calls, ran = fuzz_calls(env, "swe-docker", 150, skip=frozenset({"submit"}))
+    texts = fuzz_text(env, "swe-docker", 30)
+    assert calls >= 75 and ran > 0 and texts >= 15  # some calls ran in the container
+    assert env._sb.id == container and not env._done
     assert_alive(env)
 
 
