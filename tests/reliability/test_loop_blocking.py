@@ -1,8 +1,9 @@
 """Nothing an env does may stall the rollout engine's event loop for the other trajectories.
 
-* Env construction runs on the loop once per trajectory: search-qa's filtered task list is computed
-  once per process and shared (it used to be rebuilt per env, which was most of the loop's time in the
-  32-trajectory load benchmark, benchmarks/reliability_load.py).
+* search-qa's filtered task list is computed once per process and shared: it used to be rebuilt for
+  every env (one per trajectory), which was most of the driver's CPU time in the 32-trajectory load
+  benchmark (benchmarks/reliability_load.py) — on the event loop then, and under the GIL still now that
+  the engine builds envs in worker threads.
 * A *sync* env hook that blocks forever (a deadlocked client, a hung C call) must still end as a masked
   trajectory while the other trajectories complete and the run finishes: sync hooks run on worker
   threads, so the engine's timeouts can abandon them.
@@ -46,10 +47,10 @@ class BlockingHookEnv(SearchQAEnv):
 
     def __init__(self, hook: str, stuck: set[int], release: threading.Event, **kwargs):
         super().__init__(**kwargs)
-        self.hook, self.stuck, self.release, self.seed = hook, stuck, release, None
+        self.hook, self.stuck, self.release = hook, stuck, release
 
     def _block(self, hook: str) -> None:
-        if hook == self.hook and self.seed in self.stuck:
+        if hook == self.hook and self.np_random_seed in self.stuck:  # the seed areset was given
             self.release.wait()
 
     def _reset(self, rng, options):
@@ -65,13 +66,9 @@ class BlockingHookEnv(SearchQAEnv):
 def test_a_sync_hook_blocking_forever_ends_masked(hook):
     release, finished = threading.Event(), threading.Event()
     seeds, stuck = list(range(6)), {2}
-    made: list[BlockingHookEnv] = []
 
     def factory():
-        env = BlockingHookEnv(hook, stuck, release)
-        env.seed = seeds[len(made)]  # the engine makes one env per job, in seed order
-        made.append(env)
-        return env
+        return BlockingHookEnv(hook, stuck, release)
 
     cfg = RolloutConfig(max_concurrency=len(seeds), turn_timeout=None, trajectory_timeout=3.0)
     engine = RolloutEngine(factory, ScriptedAgent(), cfg, env_id="search-qa+blocking-hook")

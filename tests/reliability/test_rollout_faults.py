@@ -40,13 +40,15 @@ TURN_TIMEOUT = 3.0  # generous: the machine is heavily loaded
 
 
 class FaultInjector(AsyncWrapper):
-    """Wraps a real env and injects ``fault`` into its reset/step/close."""
+    """Wraps a real env and injects a fault into its reset/step/close: ``FAULTS``'s entry number
+    ``seed % len(FAULTS)``, chosen at reset (the engine builds envs in worker threads, in no set order)."""
 
-    def __init__(self, env, fault: str):
+    def __init__(self, env):
         super().__init__(env)
-        self.fault = fault
+        self.fault, self.seed = "none", None
 
     async def areset(self, *, seed=None, options=None):
+        self.seed, self.fault = seed, list(FAULTS)[seed % len(FAULTS)]
         if self.fault == "reset_exception":
             raise ConnectionError("injected: the env's backing service refused the connection")
         return await self.env.areset(seed=seed, options=options)
@@ -85,16 +87,14 @@ def reconcile(engine: RolloutEngine, trajs: list, requested: int) -> None:
 
 
 def test_injected_env_faults_on_search_qa():
-    names = list(FAULTS)
     made: list[FaultInjector] = []
 
     def factory():
-        seed = len(made)  # the engine makes one env per job, in seed order
-        env = FaultInjector(turngym.make("search-qa-v0"), names[seed % len(names)])
+        env = FaultInjector(turngym.make("search-qa-v0"))
         made.append(env)
         return env
 
-    seeds = list(range(2 * len(names)))
+    seeds = list(range(2 * len(FAULTS)))
     cfg = RolloutConfig(
         max_concurrency=len(seeds),
         turn_timeout=TURN_TIMEOUT,
@@ -104,9 +104,10 @@ def test_injected_env_faults_on_search_qa():
     engine = RolloutEngine(factory, ScriptedAgent(), cfg, env_id="search-qa+faults")
     trajs = asyncio.run(engine.run(seeds))
     reconcile(engine, trajs, len(seeds))
+    assert sorted(env.seed for env in made) == seeds
     by_fault = {env.fault: [] for env in made}
-    for env, seed in zip(made, seeds, strict=True):
-        by_fault[env.fault].append(next(t for t in trajs if t.seed == seed))
+    for env in made:
+        by_fault[env.fault].append(next(t for t in trajs if t.seed == env.seed))
     for fault, expected in FAULTS.items():
         for t in by_fault[fault]:
             if expected is None:
