@@ -131,3 +131,32 @@ def test_concurrent_builders_share_one_cache_entry(tmp_path, world):
     want = built[0].retrieve(["mayor"], 3)
     assert all(r.retrieve(["mayor"], 3) == want for r in built)
     assert BM25Retriever(world.corpus, cache_dir=tmp_path).retrieve(["mayor"], 3) == want
+
+
+def test_bm25s_import_never_starts_jax(tmp_path):
+    """bm25s runs a jax top-k at import time when jax is installed, which would grab the GPU of a
+    training process; turngym's import hides jax (and numba) so neither is even imported."""
+    import subprocess
+    import sys
+    import textwrap
+
+    for name in ("jax", "numba"):  # stand-ins that leave a mark when imported
+        pkg = tmp_path / name
+        pkg.mkdir()
+        (pkg / "__init__.py").write_text(f"open({str(tmp_path / (name + '.imported'))!r}, 'w').close()\n")
+        (pkg / "lax.py").write_text("def top_k(x, k):\n    raise RuntimeError('jax ran')\n")
+    code = textwrap.dedent(
+        """
+        import sys
+        from turngym.envs.search.retriever import import_bm25s
+        import_bm25s()
+        import bm25s.selection
+        assert not bm25s.selection.JAX_IS_AVAILABLE
+        print(sorted(m for m in ("jax", "numba") if m in sys.modules))
+        """
+    )
+    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+    assert not (tmp_path / "jax.imported").exists() and not (tmp_path / "numba.imported").exists()

@@ -33,19 +33,20 @@ INDEX_FORMAT = 1
 
 
 def import_bm25s():
-    """``import bm25s`` without numba: bm25s imports numba (~1 s) whenever it is installed, but
-    turngym scores with the numpy backend, so numba is hidden for that one import (unless some
-    other module already loaded it)."""
+    """``import bm25s`` without numba and jax. turngym ranks with numpy, but bm25s imports numba (~1 s)
+    whenever it is installed, and imports jax and runs a top-k with it at import time, which starts
+    jax on the GPU and preallocates most of its memory: a training process that builds a search env
+    then runs out of GPU memory. Both are hidden for that one import (unless already loaded)."""
     if "bm25s" in sys.modules:
         return sys.modules["bm25s"]
-    hide = "numba" not in sys.modules
-    if hide:
-        sys.modules["numba"] = None  # type: ignore[assignment]  # makes `import numba` raise ImportError
+    hidden = [name for name in ("numba", "jax") if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]  # makes `import <name>` raise ImportError
     try:
         import bm25s
     finally:
-        if hide:
-            del sys.modules["numba"]
+        for name in hidden:
+            del sys.modules[name]
     return bm25s
 
 
