@@ -288,7 +288,14 @@ def make_plots(results: list[Result], plots_dir: Path, cores: str) -> list[Plot]
     texts = {r.name: r.text for r in results if r.rc == 0}
     made: list[Plot] = []
 
-    def save(fig, name: str, title: str, caption: str) -> None:
+    def save(fig, ax, name: str, title: str, caption: str, *, axes: tuple[str, str, str], legend: int = 0):
+        """Label the axes (x label, y label, heading), add the grid and legend, write the PNG."""
+        ax.set_xlabel(axes[0])
+        ax.set_ylabel(axes[1])
+        ax.set_title(axes[2])
+        ax.grid(alpha=0.3, **({"axis": "x"} if not axes[1] else {}))
+        if legend:
+            ax.legend(fontsize=legend)
         fig.tight_layout()
         fig.savefig(plots_dir / name, dpi=110)
         plt.close(fig)
@@ -307,15 +314,18 @@ def make_plots(results: list[Result], plots_dir: Path, cores: str) -> list[Plot]
             ax.plot(p99, yi, marker="|", color="black", ms=8)
         ax.set_yticks(y, [label for label, _, _ in lat], fontsize=7)
         ax.set_xscale("log")
-        ax.set_xlabel("milliseconds (bar: p50, whisker to p99; log scale)")
-        ax.set_title("Latency of each measured operation")
-        ax.grid(axis="x", alpha=0.3)
         save(
             fig,
+            ax,
             "latency.png",
             "Latency p50 / p99",
             "Every line of the outputs above that reports a p50 and a p99, by benchmark; the baselines "
             "measured in the same runs are included (their labels say *baseline* or name the bare library).",
+            axes=(
+                "milliseconds (bar: p50, whisker to p99; log scale)",
+                "",
+                "Latency of each measured operation",
+            ),
         )
 
     curves = throughput_curves(texts)
@@ -326,18 +336,20 @@ def make_plots(results: list[Result], plots_dir: Path, cores: str) -> list[Plot]
             ax.plot(xs, [v / ys[0] for v in ys], marker="o", label=label)
         ax.axhline(1.0, color="grey", lw=0.8, ls="--")
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("concurrency (actors, contexts, episodes, envs or trajectories in flight)")
-        ax.set_ylabel("throughput relative to the lowest concurrency")
-        ax.set_title(f"Throughput vs concurrency ({cores})")
-        ax.legend(fontsize=7)
-        ax.grid(alpha=0.3)
         save(
             fig,
+            ax,
             "throughput.png",
             "Throughput vs concurrency",
             "Each series is normalised to its own lowest-concurrency run (the in-run baseline). The machine "
             "is shared and has few cores, so CPU-bound series cannot scale far; I/O-bound ones show the "
             "overlap the async engine gets.",
+            axes=(
+                "concurrency (actors, contexts, episodes, envs or trajectories in flight)",
+                "throughput relative to the lowest concurrency",
+                f"Throughput vs concurrency ({cores})",
+            ),
+            legend=7,
         )
 
     rows = tournament(texts.get("credit_tournament", ""))
@@ -359,17 +371,19 @@ def make_plots(results: list[Result], plots_dir: Path, cores: str) -> list[Plot]
         for n, m in markers.items():
             ax.plot([], [], marker=m, color="black", ls="", label=f"N = {n}")
         ax.set_xscale("log")
-        ax.set_xlabel("judge matches per group (log scale)")
-        ax.set_ylabel("Kendall tau vs the true ranking")
-        ax.set_title("Arena tournaments: ranking quality vs judge cost")
-        ax.legend(fontsize=7)
-        ax.grid(alpha=0.3)
         save(
             fig,
+            ax,
             "tournament.png",
             "Tournament Kendall tau vs matches",
             "`credit_tournament`: agreement of each topology's ranking with the truth (±1 standard error) "
             "against the number of pairwise judgements it costs; round-robin is the expensive reference.",
+            axes=(
+                "judge matches per group (log scale)",
+                "Kendall tau vs the true ranking",
+                "Arena tournaments: ranking quality vs judge cost",
+            ),
+            legend=7,
         )
 
     mem = rollout_memory(texts.get("rollout", ""))
@@ -382,16 +396,14 @@ def make_plots(results: list[Result], plots_dir: Path, cores: str) -> list[Plot]
             ax.plot(
                 xs, [x * slope / 2**20 for x in xs], ls="--", label=f"{slope / 1024:.0f} KiB per trajectory"
             )
-        ax.set_xlabel("live trajectories")
-        ax.set_ylabel("MiB held by the engine")
-        ax.set_title("Rollout engine memory")
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
         save(
             fig,
+            ax,
             "rollout_memory.png",
             "Rollout memory per live trajectory",
             "`rollout.py memory`: bytes the engine holds with N trajectories in flight and the linear fit.",
+            axes=("live trajectories", "MiB held by the engine", "Rollout engine memory"),
+            legend=8,
         )
     return made
 
