@@ -107,3 +107,18 @@ def test_cli_reference_is_current(tmp_path):
     assert (ROOT / "docs" / "cli.md").read_text() == target.read_text(), (
         "docs/cli.md is stale: run `make docs`"
     )
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def test_relative_links_resolve():
+    """Every relative link or image of README.md and docs/ points at a file or folder that exists."""
+    broken = []
+    for doc in DOCS:
+        for target in LINK.findall(doc.read_text(encoding="utf-8")):
+            if target.startswith(("http://", "https://", "mailto:", "#")):
+                continue
+            if not (doc.parent / target.split("#")[0]).exists():
+                broken.append(f"{doc.relative_to(ROOT)} -> {target}")
+    assert not broken, broken
