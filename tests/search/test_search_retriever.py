@@ -160,3 +160,31 @@ def test_bm25s_import_never_starts_jax(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
     assert not (tmp_path / "jax.imported").exists() and not (tmp_path / "numba.imported").exists()
+
+
+def test_bm25s_import_from_many_threads_at_once_gives_every_thread_the_whole_module():
+    """Envs are built in worker threads: the first import must not hand out a half-built module."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import threading
+        from turngym.envs.search.retriever import import_bm25s
+        errors = []
+        def go():
+            try:
+                assert import_bm25s().__version__
+            except Exception as e:
+                errors.append(repr(e))
+        threads = [threading.Thread(target=go) for _ in range(8)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        print(errors)
+        """
+    )
+    for _ in range(3):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "[]"

@@ -30,24 +30,27 @@ from turngym.envs.search.corpus import Corpus, cache_root
 log = logging.getLogger(__name__)
 
 INDEX_FORMAT = 1
+_IMPORT_LOCK = threading.Lock()
 
 
 def import_bm25s():
     """``import bm25s`` without numba and jax. turngym ranks with numpy, but bm25s imports numba (~1 s)
     whenever it is installed, and imports jax and runs a top-k with it at import time, which starts
     jax on the GPU and preallocates most of its memory: a training process that builds a search env
-    then runs out of GPU memory. Both are hidden for that one import (unless already loaded)."""
-    if "bm25s" in sys.modules:
-        return sys.modules["bm25s"]
-    hidden = [name for name in ("numba", "jax") if name not in sys.modules]
-    for name in hidden:
-        sys.modules[name] = None  # type: ignore[assignment]  # makes `import <name>` raise ImportError
-    try:
-        import bm25s
-    finally:
+    then runs out of GPU memory. Both are hidden for that one import (unless already loaded). A lock
+    makes envs built in several threads at once wait for the one import (never a half-built module)."""
+    with _IMPORT_LOCK:
+        if "bm25s" in sys.modules:
+            return sys.modules["bm25s"]
+        hidden = [name for name in ("numba", "jax") if name not in sys.modules]
         for name in hidden:
-            del sys.modules[name]
-    return bm25s
+            sys.modules[name] = None  # type: ignore[assignment]  # makes `import <name>` raise ImportError
+        try:
+            import bm25s
+        finally:
+            for name in hidden:
+                del sys.modules[name]
+        return bm25s
 
 
 class RetrieverError(RuntimeError):
