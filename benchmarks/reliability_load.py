@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import itertools
 import json
 import math
@@ -115,10 +116,12 @@ async def sample_loop_lag(stop: asyncio.Event, out: Histogram, period: float = 0
         out.append(time.perf_counter() - t0 - period)
 
 
-async def sample_memory(stop: asyncio.Event, out: list[tuple[float, float]]) -> None:
+async def sample_memory(stop: asyncio.Event, out: list[tuple[float, float, int]]) -> None:
+    """(seconds, resident MB, live objects tracked by the GC) every 2 s: a leak grows the object count,
+    the allocator's high-water mark only the RSS."""
     t0 = time.monotonic()
     while not stop.is_set():
-        out.append((time.monotonic() - t0, rss_mb()))
+        out.append((time.monotonic() - t0, rss_mb(), len(gc.get_objects())))
         try:
             await asyncio.wait_for(stop.wait(), 2.0)
         except TimeoutError:
@@ -169,7 +172,7 @@ async def main_async(a: argparse.Namespace) -> dict:
     # load
     lat_s = Histogram()
     lat_w = Histogram()
-    mem: list[tuple[float, float]] = []
+    mem: list[tuple[float, float, int]] = []
     lag = Histogram()
     stop = asyncio.Event()
     res: dict = {}
@@ -191,7 +194,7 @@ async def main_async(a: argparse.Namespace) -> dict:
     stop.set()
     await asyncio.gather(*samplers)
     q = max(1, len(mem) // 4)
-    first, last = statistics.median(m for _, m in mem[:q]), statistics.median(m for _, m in mem[-q:])
+    first, last = statistics.median(m for _, m, _ in mem[:q]), statistics.median(m for _, m, _ in mem[-q:])
     sq = res["search_qa"]
     out["load"] = {
         "search_qa": {
@@ -206,8 +209,14 @@ async def main_async(a: argparse.Namespace) -> dict:
             "first_quarter": first,
             "last_quarter": last,
             "growth": last - first,
-            "peak": max(m for _, m in mem),
-            "timeline": [(round(t), round(m, 1)) for t, m in mem[:: max(1, len(mem) // 12)]],
+            "peak": max(m for _, m, _ in mem),
+            "objects_first_last_quarter": (
+                statistics.median(n for _, _, n in mem[:q]),
+                statistics.median(n for _, _, n in mem[-q:]),
+            ),
+            "timeline_s_mb_objects": [
+                (round(t), round(m, 1), n) for t, m, n in mem[:: max(1, len(mem) // 12)]
+            ],
         },
         "load_after": os.getloadavg(),
     }
