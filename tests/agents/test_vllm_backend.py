@@ -4,12 +4,15 @@ One server per test session (~30 s to start); every test here is ``slow`` and ``
 """
 
 import asyncio
+from typing import Literal
 
 import pytest
 import torch
 
 from turngym.agents import BackendError, LLMAgent, SamplingParams
 from turngym.rollout import RolloutConfig, RolloutEngine, load_trajectories, save_parquet
+from turngym.sdk.tool_env import ToolEnv
+from turngym.tools import tool
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
@@ -148,6 +151,66 @@ async def test_openai_chat_agent_against_the_server(vllm_server):
     trajs = await engine.run([0])
     assert engine.stats.masked == 0, [t.metadata.get("error") for t in trajs]
     assert all(t.num_turns >= 1 and t.turns[0].action.role == "assistant" for t in trajs)
+
+
+class LightsEnv(ToolEnv):
+    """Switch coloured lights. The arguments are enums, so a schema-guided call always closes."""
+
+    tasks = [{"prompt": "Turn on the red light.", "answer": "red"}]
+    reward_components = ("correct",)
+
+    def start(self, task):
+        self.on = []
+
+    @tool
+    def switch(self, color: Literal["red", "green", "blue"]) -> str:
+        """Turn a light on.
+
+        Args:
+            color: which light
+        """
+        self.on.append(color)
+        return f"{color} is on"
+
+    def reward(self, task, done):
+        return {"correct": float(task["answer"] in self.on)} if done else {}
+
+
+async def test_openai_chat_agent_tool_calls_round_trip_through_the_server(vllm_server):
+    """A named ``tool_choice`` with ``strict`` tools makes vLLM (hermes parser) guide decoding to a
+    call whose arguments follow the tool's schema, so even the random tiny model sends structured
+    tool calls; the env runs them and the tool results go back to the server on the next turn."""
+    from turngym.agents.openai_chat import OpenAIChatAgent
+
+    agent = OpenAIChatAgent(
+        "tiny",
+        base_url=vllm_server.url + "/v1",
+        api_key="EMPTY",
+        max_tokens=256,  # the grammar allows free whitespace, which a random model takes a while to leave
+        temperature=1.0,
+        tool_choice="switch",
+        strict_tools=True,
+    )
+    engine = RolloutEngine(
+        lambda: LightsEnv(tools_in_prompt=False, max_turns=2),
+        agent,
+        RolloutConfig(group_size=2),
+        env_id="lights",
+    )
+    trajs = await engine.run([0, 1])
+    assert engine.stats.masked == 0, [t.metadata.get("error") for t in trajs]
+    for t in trajs:
+        assert t.num_turns == 2 and t.truncated  # the second request carried the first tool result
+        for turn in t.turns:
+            (call,) = turn.action.tool_calls
+            assert call.name == "switch" and call.arguments["color"] in ("red", "green", "blue")
+            (result,) = turn.observation
+            assert result.role == "tool" and result.tool_call_id == call.id
+            assert result.content == f"{call.arguments['color']} is on"
+            assert turn.tool_results[0].ok
+        assert t.total_reward == float(
+            any(turn.action.tool_calls[0].arguments["color"] == "red" for turn in t.turns)
+        )
 
 
 async def test_dead_server_is_a_backend_error_after_retries():

@@ -12,7 +12,9 @@ with ``tools_in_prompt=False``. Tool calls come back structured and are passed t
 ``tool_choice`` is passed through: ``"auto"`` (default), ``"required"`` (the model must call a
 tool), ``"none"``, or a tool's name (that tool must be called; checked against the env's tools).
 vLLM serves ``required`` and named calls with guided decoding (``--enable-auto-tool-choice
---tool-call-parser hermes``), so even a weak model returns a well-formed call. Error observations
+--tool-call-parser hermes``), so even a weak model returns a well-formed call envelope;
+``strict_tools=True`` marks every tool ``strict`` (OpenAI's strict function calling), which makes
+vLLM constrain the arguments to the tool's JSON schema too. Error observations
 without a ``tool_call_id`` are sent as user messages. Trajectories carry
 text only (no token ids). API failures raise ``BackendError``.
 """
@@ -42,10 +44,12 @@ class OpenAIChatAgent:
         max_retries: int = 3,
         extra_body: dict[str, Any] | None = None,
         tool_choice: str = "auto",
+        strict_tools: bool = False,
         client: Any = None,
     ):
         self.model = model
         self.tool_choice = tool_choice
+        self.strict_tools = strict_tools
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.extra_body = extra_body
@@ -64,7 +68,11 @@ class OpenAIChatAgent:
         names = [t.name for t in base.tools]
         if self.tool_choice not in ("auto", "required", "none") and self.tool_choice not in names:
             raise ValueError(f"tool_choice {self.tool_choice!r} is not one of this env's tools {names}")
-        return _ChatSession(self, prompt, [t.to_openai() for t in base.tools], seed)
+        tools = [t.to_openai() for t in base.tools]
+        if self.strict_tools:
+            for t in tools:
+                t["function"]["strict"] = True
+        return _ChatSession(self, prompt, tools, seed)
 
     async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int | None):
         import openai
