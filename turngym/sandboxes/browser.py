@@ -511,6 +511,7 @@ class BrowserPool:
         timeout_s: float,
         warm_url: str | None,
         warm_timeout_s: float,
+        defer_spare: bool,
     ) -> PageLease:
         await self._ensure_started()
         assert self._sem is not None
@@ -525,9 +526,6 @@ class BrowserPool:
                 slot.browser, viewport, device_scale_factor, None, 0
             )
             context.set_default_timeout(timeout_s * 1000)
-            if self.prewarm:  # the next lease's page opens (and loads warm_url) while this one runs
-                spare = self._new_page(slot.browser, viewport, device_scale_factor, warm_url, warm_timeout_s)
-                slot.spare, slot.spare_key = asyncio.ensure_future(spare), key
         except BaseException as e:
             if slot is not None:
                 slot.leases -= 1
@@ -538,12 +536,28 @@ class BrowserPool:
                 raise BrowserCrashed(f"the browser died while opening a page: {e}") from e
             raise BrowserError(f"could not open a browser page: {e}") from e
         lease = PageLease(self, slot, context, page, preloaded=loaded)
+        if self.prewarm:  # the next lease's page opens (and loads warm_url) while this one runs
+            lease._spare_request = (key, warm_url, warm_timeout_s)
+            if not defer_spare:
+                self._start_spare(lease)
         self._leases.add(lease)
         self.stats.leases += 1
         self.stats.active += 1
         return lease
 
+    def _start_spare(self, lease: PageLease) -> None:
+        """Open the next lease's page for ``lease``'s browser (once; only if it has none coming)."""
+        request, lease._spare_request = lease._spare_request, None
+        slot = lease.slot
+        if request is None or self._closed or slot.spare is not None or not slot.live:
+            return
+        (viewport, dsf), warm_url, warm_timeout_s = request
+        assert slot.browser is not None
+        spare = self._new_page(slot.browser, viewport, dsf, warm_url, warm_timeout_s)
+        slot.spare, slot.spare_key = asyncio.ensure_future(spare), (viewport, dsf)
+
     async def _release(self, lease: PageLease) -> None:
+        self._start_spare(lease)  # deferred and never asked for: now, while the caller is between leases
         if lease in self._leases:
             self._leases.discard(lease)
             lease.slot.leases -= 1
@@ -571,6 +585,7 @@ class BrowserPool:
         timeout_s: float = 5.0,
         warm_url: str | None = None,
         warm_timeout_s: float = 10.0,
+        defer_spare: bool = False,
     ) -> PageLease:
         """A fresh context and page (waits while the pool is full). Close it with ``await lease.close()``.
 
@@ -582,10 +597,12 @@ class BrowserPool:
         compiled; a load that takes over ``warm_timeout_s`` is given up). The next lease with the same
         viewport and scale gets it (waiting for it if it is still loading); its
         :attr:`PageLease.preloaded` says which URL the untouched page shows (None: a blank page).
+        With ``defer_spare``, that background work waits for :meth:`PageLease.prepare_next` (or the
+        lease's close), so it does not compete with the work of starting this lease's page.
         """
         lt = self._thread()
         return await _on_loop(
-            lt, self._lease(viewport, device_scale_factor, timeout_s, warm_url, warm_timeout_s)
+            lt, self._lease(viewport, device_scale_factor, timeout_s, warm_url, warm_timeout_s, defer_spare)
         )
 
     async def aclose(self) -> None:
@@ -619,6 +636,8 @@ class BrowserPool:
             lt.stop()
 
     async def _shutdown(self) -> None:
+        for lease in self._leases:
+            lease._spare_request = None  # no next page now
         for lease in list(self._leases):
             await self._release(lease)
             lease.closed = True
@@ -690,6 +709,7 @@ class PageLease:
         self.context = context
         self.page = page
         self.closed = False
+        self._spare_request: tuple[Any, str | None, float] | None = None
         self.page_crashed = False
         self.page_errors: list[str] = []
         page.on("crash", lambda _: setattr(self, "page_crashed", True))
@@ -742,6 +762,15 @@ class PageLease:
             if self.crashed or "has been closed" in str(e) or "Target crashed" in str(e):
                 raise BrowserCrashed(f"the browser crashed: {str(e).splitlines()[0]}") from e
             raise
+
+    def prepare_next(self) -> None:
+        """Let the pool open the next lease's page now (see ``defer_spare``); returns at once."""
+        if self._spare_request is not None and not self.pool.closed:
+            lt = self.pool._thread()
+            if lt.in_thread():
+                self.pool._start_spare(self)
+            else:
+                lt.loop.call_soon_threadsafe(self.pool._start_spare, self)
 
     async def close(self) -> None:
         """Close the context (idempotent; safe after a crash)."""

@@ -160,6 +160,7 @@ class MiniWoBEnvBase(AsyncEnv):
                 timeout_s=self.action_timeout_s,
                 warm_url=warm,
                 warm_timeout_s=self.load_timeout_s,
+                defer_spare=True,  # opened once this episode's page is up (see _reset)
             )
             try:
                 started = await self.lease.run(
@@ -198,6 +199,8 @@ class MiniWoBEnvBase(AsyncEnv):
         self._paid = False
         self._seen_errors = len(self.lease.page_errors) if self.lease else 0
         first = await self._page_message(initial=True)
+        if self.lease is not None:
+            self.lease.prepare_next()  # the next episode's page loads while the agent thinks
         system = (self.system_intro + "\n\n" + self.tool_instructions()).strip()
         return Task(
             messages=[Message(role="system", content=system), first],
