@@ -90,21 +90,29 @@ def test_update_weights_changes_generations(tiny_dir, tokenizer):
     assert after.logprobs != before.logprobs
 
 
-async def test_requests_join_and_leave_between_decode_steps(hf_backend, tokenizer):
-    long_p, short_p = prompts(tokenizer)[1], prompts(tokenizer)[3]
+@pytest.fixture(scope="module")
+def fused_backend(tiny_dir, tokenizer):
+    """Joiners prefilled inside the running rows' decode pass (the CUDA default), here on CPU."""
+    return HFBackend(tiny_dir, tokenizer, max_batch_size=16, max_wait_ms=20, fuse_tokens=10**6)
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["prefill_pass", "fused_pass"])
+async def test_requests_join_and_leave_between_decode_steps(fused, hf_backend, fused_backend, tokenizer):
+    backend = fused_backend if fused else hf_backend
+    long_p, short_p = prompts(tokenizer)[2], prompts(tokenizer)[3] * 2  # the joiner's prompt is longer
     long_s = SamplingParams(max_tokens=80, temperature=0.0, stop_token_ids=(-1,))
-    long_alone = hf_backend.generate_batch([long_p], [long_s])[0]
-    short_alone = hf_backend.generate_batch([short_p], [GREEDY.replace(max_tokens=3)])[0]
-    steps0 = hf_backend.stats["steps"]
+    long_alone = backend.generate_batch([long_p], [long_s])[0]
+    short_alone = backend.generate_batch([short_p], [GREEDY.replace(max_tokens=3)])[0]
+    stats0 = dict(backend.stats)
     finished: list[str] = []
 
     async def run(name, p, s):
-        gen = await hf_backend.generate(p, s)
+        gen = await backend.generate(p, s)
         finished.append(name)
         return gen
 
     long_task = asyncio.create_task(run("long", long_p, long_s))
-    while hf_backend.stats["steps"] - steps0 < 5:  # the long request is decoding
+    while backend.stats["steps"] - stats0["steps"] < 5:  # the long request is decoding
         await asyncio.sleep(0.001)
     short = await run("short", short_p, GREEDY.replace(max_tokens=3))
     long = await long_task
@@ -114,6 +122,30 @@ async def test_requests_join_and_leave_between_decode_steps(hf_backend, tokenize
     assert short.token_ids == short_alone.token_ids
     assert long.token_ids == long_alone.token_ids  # joining and leaving rows do not disturb a row
     assert long.logprobs == pytest.approx(long_alone.logprobs, abs=1e-4)
+    if fused:  # one pass admitted the joiner, and its padding was compacted away after it left
+        assert backend.stats["fused"] > stats0["fused"]
+        assert backend.stats["prefills"] == stats0["prefills"] + 1  # only the long request's own
+        assert backend.stats["compactions"] > stats0["compactions"]
+    else:
+        assert backend.stats["prefills"] > stats0["prefills"] and backend.stats["fused"] == stats0["fused"]
+
+
+async def test_fused_admission_matches_unbatched_greedy(fused_backend, tokenizer):
+    ps = prompts(tokenizer) * 2
+    samplings = [GREEDY.replace(max_tokens=60 - 6 * i, stop_token_ids=(-1,)) for i in range(len(ps))]
+    alone = [fused_backend.generate_batch([p], [s])[0] for p, s in zip(ps, samplings, strict=True)]
+    steps0, fused0 = fused_backend.stats["steps"], fused_backend.stats["fused"]
+
+    async def staggered(i):  # request i arrives after i decode steps, while request 0 still runs
+        while fused_backend.stats["steps"] < steps0 + i:
+            await asyncio.sleep(0.001)
+        return await fused_backend.generate(ps[i], samplings[i])
+
+    together = await asyncio.gather(*(staggered(i) for i in range(len(ps))))
+    assert fused_backend.stats["fused"] > fused0
+    for a, b in zip(alone, together, strict=True):
+        assert a.token_ids == b.token_ids and a.finish_reason == b.finish_reason
+        assert b.logprobs == pytest.approx(a.logprobs, abs=1e-4)
 
 
 def test_a_seed_gives_the_same_sample_whatever_the_batch(hf_backend, tokenizer):

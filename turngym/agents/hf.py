@@ -4,10 +4,14 @@
     gen = await backend.generate(prompt_ids, SamplingParams(max_tokens=64, temperature=0, seed=7))
 
 A scheduler thread owns the model. Requests join and leave the running batch between decode steps:
-each iteration prefills the requests that arrived (one left-padded forward), merges their KV cache
-into the running one (a left-padded ``DynamicCache``), runs one decode step for every live row and
-retires the rows that hit their own stop token or ``max_tokens`` (or whose caller gave up), trimming
-padding nobody needs any more. A long generation therefore never holds a short one back, and a new
+each iteration admits the requests that arrived, runs one decode step for every live row and retires
+the rows that hit their own stop token or ``max_tokens`` (or whose caller gave up). The running batch
+is one padded ``DynamicCache`` with a 2-D attention mask. Joiners are prefilled in the same forward
+pass as the decode step (their prompts right-aligned with the running rows' next tokens) when the
+padding that adds fits ``fuse_tokens`` (default: 32768 on CUDA, where a pass costs its kernel
+launches, and 0 on CPU, where it costs its FLOPs); otherwise they get a left-padded prefill pass of
+their own and their cache is merged in. Padding is trimmed as rows leave, and the cache is compacted
+(every row's tokens right-aligned) once more than half of it is padding. A long generation therefore never holds a short one back, and a new
 request waits at most one decode step, not a whole batch. (transformers' own
 ``ContinuousBatchingManager`` is not used: it samples every request from one global RNG with the
 batch's shared settings and reports logprobs after temperature/top-k/top-p, while RL needs
@@ -24,7 +28,8 @@ per-request seeds and settings and the raw model logprobs.)
   the weight versions of a generation's first and last token (equal unless an update landed mid-way).
 
 ``generate_batch`` is the synchronous API (it runs the same scheduler in the calling thread).
-``stats`` counts prefills, decode steps and the histogram of batch widths.
+``stats`` counts forward passes (prefill-only, decode, fused), cache compactions, the histogram of
+batch widths and the seconds the scheduler thread sat idle with nothing to run (``idle_s``).
 """
 
 from __future__ import annotations
@@ -85,6 +90,7 @@ class HFBackend:
         max_batch_size: int = 32,
         max_wait_ms: float = 5.0,
         attn_implementation: str | None = None,
+        fuse_tokens: int | None = None,
     ):
         from turngym.agents.models import load_model, load_tokenizer
 
@@ -105,8 +111,20 @@ class HFBackend:
         self.vocab_size = self.model.get_input_embeddings().num_embeddings
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_ms / 1000  # an idle scheduler waits this long to gather a first batch
+        # padding tokens a fused prefill+decode pass may cost (cheap on a GPU, where a pass is
+        # launch-bound; dear on a CPU, where it is compute-bound)
+        self.fuse_tokens = (
+            fuse_tokens if fuse_tokens is not None else (32768 if self.device.type == "cuda" else 0)
+        )
         self.weights_version = 0
-        self.stats: dict[str, Any] = {"prefills": 0, "steps": 0, "widths": Counter()}
+        self.stats: dict[str, Any] = {
+            "prefills": 0,  # prefill-only passes
+            "fused": 0,  # decode passes that also prefilled joiners
+            "steps": 0,  # decode passes
+            "compactions": 0,
+            "widths": Counter(),  # decode passes by batch width
+            "idle_s": 0.0,  # seconds the scheduler thread waited with nothing to run
+        }
         self._lock = threading.Lock()
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -220,7 +238,9 @@ class HFBackend:
         joiners: list[_Request] = []
         deadline = None
         if not batch.rows:
+            t0 = time.perf_counter()
             item = self._inbox.get()
+            self.stats["idle_s"] += time.perf_counter() - t0
             if item is _STOP:
                 return None
             joiners.append(item)
@@ -239,20 +259,29 @@ class HFBackend:
         return joiners
 
     def _iterate(self, batch: _Batch, joiners: list[_Request]) -> None:
-        """One scheduler iteration: prefill the joiners, one decode step for all, retire the finished."""
+        """One scheduler iteration: admit the joiners, one decode step for all, retire the finished.
+
+        Joiners are prefilled in the same forward pass as the running rows' decode step when the
+        padding that costs (running rows x longest prompt) fits ``fuse_tokens``; otherwise they get
+        a prefill pass of their own first."""
         joiners = [r for r in joiners if not r.gave_up()]
-        if joiners:
+        fuse = bool(joiners and batch.rows)
+        if fuse:
+            width = max(len(r.prompt_ids) for r in joiners)
+            fuse = len(batch.rows) * (width - 1) <= self.fuse_tokens
+        if joiners and not fuse:
             self._admit(batch, joiners)
         if batch.rows:
             try:
-                self._decode(batch)
+                self._decode(batch, joiners if fuse else [])
             except Exception as e:  # noqa: BLE001 - every live row gets the error, the thread survives
                 err = _backend_error(e)
-                for r in batch.rows:
+                for r in [*batch.rows, *(joiners if fuse else [])]:
                     r.done(err)
                 batch.__init__()  # type: ignore[misc]
                 return
             self._retire(batch)
+            self._compact(batch)
 
     def _admit(self, batch: _Batch, joiners: list[_Request]) -> None:
         """Prefill the joiners; a failing group is retried one by one so only the culprit fails."""
@@ -297,24 +326,67 @@ class HFBackend:
         self.stats["prefills"] += 1
         return part
 
-    def _decode(self, batch: _Batch) -> None:
+    def _decode(self, batch: _Batch, joiners: list[_Request]) -> None:
+        """One forward pass: each running row feeds its pending token; each joiner (if any) its
+        prompt, right-aligned with the running rows' tokens. A joiner's rows of the cache start as
+        masked zeros, and running rows get masked columns where the joiners' prompts sit (removed by
+        ``_compact``)."""
         import torch
 
-        ones = torch.ones((len(batch.rows), 1), dtype=batch.mask.dtype, device=self.device)
-        mask = torch.cat([batch.mask, ones], dim=1)
+        dev, rows, width = self.device, len(batch.rows), max([1, *(len(r.prompt_ids) for r in joiners)])
+        n = rows + len(joiners)
+        ids = torch.full((n, width), self.pad_id, dtype=torch.long, device=dev)
+        new_mask = torch.zeros((n, width), dtype=batch.mask.dtype, device=dev)
+        pos = torch.zeros((n, width), dtype=torch.long, device=dev)
+        ids[:rows, -1], new_mask[:rows, -1], pos[:rows, -1] = batch.pending, 1, batch.pos
+        for j, r in enumerate(joiners, start=rows):
+            k = len(r.prompt_ids)
+            ids[j, width - k :] = torch.tensor(r.prompt_ids, dtype=torch.long, device=dev)
+            new_mask[j, width - k :] = 1
+            pos[j, width - k :] = torch.arange(k, device=dev)
+        old_mask = batch.mask
+        if joiners:
+            for layer in batch.cache.layers:
+                for name in ("keys", "values"):
+                    t = getattr(layer, name)
+                    setattr(layer, name, torch.cat([t, t.new_zeros((len(joiners), *t.shape[1:]))]))
+            old_mask = torch.cat([old_mask, old_mask.new_zeros((len(joiners), old_mask.shape[1]))])
+        mask = torch.cat([old_mask, new_mask], dim=1)
         with self._lock, torch.inference_mode():
             out = self.model(
-                input_ids=batch.pending[:, None],
+                input_ids=ids,
                 attention_mask=mask,
-                position_ids=batch.pos[:, None],
+                position_ids=pos,
                 past_key_values=batch.cache,
                 use_cache=True,
+                logits_to_keep=1,
             )
             version = self.weights_version
-        batch.cache, batch.mask, batch.pos = out.past_key_values, mask, batch.pos + 1
+        batch.rows = batch.rows + joiners
+        batch.cache, batch.mask = out.past_key_values, mask
+        batch.pos = torch.cat([batch.pos + 1, pos[rows:, -1] + 1])
         batch.pending = self._sample(batch.rows, out.logits[:, -1], version)
         self.stats["steps"] += 1
+        self.stats["fused"] += bool(joiners)
         self.stats["widths"][len(batch.rows)] += 1
+
+    def _compact(self, batch: _Batch) -> None:
+        """Once more than half the cache is padding, right-align every row's tokens and drop the
+        columns no row uses."""
+        import torch
+
+        if not batch.rows or batch.mask.numel() <= 2 * int(batch.mask.sum()):
+            return
+        order = torch.argsort(batch.mask, dim=1, stable=True)  # padding first, tokens in order last
+        mask = torch.gather(batch.mask, 1, order)
+        start = int(mask.any(dim=0).nonzero()[0, 0])
+        order, batch.mask = order[:, start:], mask[:, start:]
+        for layer in batch.cache.layers:
+            for name in ("keys", "values"):
+                t = getattr(layer, name)
+                idx = order[:, None, :, None].expand(-1, t.shape[1], -1, t.shape[3])
+                setattr(layer, name, torch.gather(t, 2, idx))
+        self.stats["compactions"] += 1
 
     def _sample(self, rows: list[_Request], logits: Any, version: int) -> Any:
         """Sample one token per row with the row's own settings and generator; record raw logprobs."""
