@@ -44,11 +44,13 @@ import statistics
 import sys
 import time
 import tracemalloc
+import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from turngym.agents import Generation, LLMAgent, SamplingParams  # noqa: E402
+from turngym.core.env import Env  # noqa: E402
 from turngym.core.registry import make  # noqa: E402
 from turngym.core.wrappers import AsyncWrapper  # noqa: E402
 from turngym.rollout import RolloutConfig, RolloutEngine  # noqa: E402
@@ -58,10 +60,13 @@ from turngym.rollout import RolloutConfig, RolloutEngine  # noqa: E402
 class Recorder:
     """Wraps a backend and records (route, prompt_ids, sampling) of every request."""
 
-    def __init__(self, inner):
-        self.inner, self.requests = inner, []
+    def __init__(self, inner, lengths: tuple[int, int] | None = None):
+        self.inner, self.requests, self.lengths = inner, [], lengths
 
     async def generate(self, prompt_ids, sampling, *, route=None, adapter=None):
+        if self.lengths is not None:  # a length per (trajectory, turn), the same in every run
+            rng = random.Random(zlib.crc32(f"{route}/{len(prompt_ids)}".encode()))
+            sampling = sampling.replace(max_tokens=rng.randint(*self.lengths))
         gen = await self.inner.generate(prompt_ids, sampling, route=route, adapter=adapter)
         self.requests.append((route, list(prompt_ids), sampling.replace(max_tokens=len(gen.token_ids))))
         return gen
@@ -162,7 +167,7 @@ def model_path(device: str):
     return tiny_model_path(TinyConfig(**BIG) if device.startswith("cuda") else TinyConfig())
 
 
-def make_backend(kind: str, device: str = "cpu"):
+def make_backend(kind: str, device: str = "cpu", fuse_tokens: int | None = None):
     """(backend, tokenizer, server or None) for ``hf`` or ``vllm`` (vLLM: a local CPU server)."""
     from turngym.agents.models import load_tokenizer
 
@@ -170,11 +175,11 @@ def make_backend(kind: str, device: str = "cpu"):
         from turngym.agents.hf import HFBackend
 
         path = model_path(device)
-        return (
-            HFBackend(path, load_tokenizer(path), device=device, max_batch_size=64, max_wait_ms=2),
-            load_tokenizer(path),
-            None,
+        tok = load_tokenizer(path)
+        backend = HFBackend(
+            path, tok, device=device, max_batch_size=64, max_wait_ms=2, fuse_tokens=fuse_tokens
         )
+        return backend, tok, None
     from turngym.agents.vllm import VLLMBackend, VLLMServer
 
     server = VLLMServer("tiny", max_model_len=1024, dtype="float32", enable_lora=False).start()
@@ -186,24 +191,39 @@ NEVER = (-1,)  # a stop id no model samples: a replayed request generates exactl
 
 
 async def bench_overhead(
-    kind: str, n: int, g: int, turns: int, max_tokens: int, repeats: int, device: str = "cpu"
+    kind: str,
+    n: int,
+    g: int,
+    turns: int,
+    max_tokens: int,
+    repeats: int,
+    device: str = "cpu",
+    lengths: tuple[int, int] | None = None,
+    fuse_tokens: int | None = None,
 ) -> dict:
-    backend, tok, server = make_backend(kind, device)
+    """``lengths=(lo, hi)``: each (trajectory, turn) generates a fixed number of tokens drawn from
+    [lo, hi] instead of ``max_tokens``, so trajectories reach their turn boundaries at different times."""
+    backend, tok, server = make_backend(kind, device, fuse_tokens)
     load0 = load()
     try:
-        rec = Recorder(backend)
+        rec = Recorder(backend, lengths)
         sampling = SamplingParams(max_tokens=max_tokens, temperature=0.0)
         agent = LLMAgent(rec, tok, sampling, max_context=1024)
         cfg = RolloutConfig(group_size=g, max_concurrency=n * g)
         warm = RolloutEngine("arith", LLMAgent(backend, tok, sampling), cfg, env_kwargs={"max_turns": 1})
         await warm.run(n)
 
+        def forwards() -> tuple[float, ...]:
+            st = getattr(backend, "stats", None)  # HFBackend: prefill and decode passes, idle seconds
+            return (st["prefills"], st["steps"], st["idle_s"]) if st else (0, 0, 0.0)
+
         async def engine_run() -> tuple[int, float]:
             rec.requests.clear()
             engine = RolloutEngine("arith", agent, cfg, env_kwargs={"max_turns": turns})
-            t0, c0 = time.perf_counter(), time.thread_time()
+            f0, t0, c0 = forwards(), time.perf_counter(), time.thread_time()
             trajs = await engine.run(n)
             cpu["engine"].append(time.thread_time() - c0)
+            passes["engine"].append([round(b - a, 3) for a, b in zip(f0, forwards(), strict=True)])
             return sum(sum(t.loss_mask) for t in trajs), time.perf_counter() - t0
 
         async def bare_run(requests) -> tuple[int, float]:
@@ -214,13 +234,16 @@ async def bench_overhead(
             async def replay(reqs):
                 return sum([len((await backend.generate(p, s)).token_ids) for p, s in reqs])
 
-            t0, c0 = time.perf_counter(), time.thread_time()
+            f0, t0, c0 = forwards(), time.perf_counter(), time.thread_time()
             total = sum(await asyncio.gather(*(replay(r) for r in streams.values())))
             cpu["bare"].append(time.thread_time() - c0)
+            passes["bare"].append([round(b - a, 3) for a, b in zip(f0, forwards(), strict=True)])
             return total, time.perf_counter() - t0
 
         engine_tps, bare_tps = [], []
         cpu: dict[str, list[float]] = {"engine": [], "bare": []}  # event-loop thread CPU seconds
+        # per run: [prefill passes, decode passes, seconds the backend sat idle waiting for requests]
+        passes: dict[str, list] = {"engine": [], "bare": []}
         for _ in range(repeats):  # interleaved, so load drift hits both alike
             tokens, dt = await engine_run()
             engine_tps.append(tokens / dt)
@@ -239,11 +262,15 @@ async def bench_overhead(
         "device": device,
         "trajectories": n * g,
         "turns_per_trajectory": turns,
+        "tokens_per_turn": list(lengths) if lengths else max_tokens,
+        "fuse_tokens": getattr(backend, "fuse_tokens", None),
+        "sync_hooks_in_thread": Env.sync_hooks_in_thread,
         "requests_per_run": len(requests),
         "tokens_per_run": tokens,
         "engine_tok_s": [round(x, 1) for x in engine_tps],
         "bare_tok_s": [round(x, 1) for x in bare_tps],
         "engine_over_bare": spread(ratios),
+        "prefill_decode_idle": passes,
         # load-insensitive: CPU the event-loop thread spent (engine: envs, templates, bookkeeping)
         "loop_cpu_s_engine": round(statistics.median(cpu["engine"]), 3),
         "loop_cpu_s_bare": round(statistics.median(cpu["bare"]), 3),
@@ -447,14 +474,20 @@ async def bench_throughput(batches: list[int], prompt_len: int, new_tokens: int,
 
 
 def bench_gpu(args, emit) -> None:
-    """Everything on CUDA with the HF backend: throughput, engine overhead, async vs lock-step."""
+    """Everything on CUDA with the HF backend: throughput, engine overhead (turns of 32 tokens, and
+    of 16-96), async vs lock-step; then two diagnostics of the overhead (sync env hooks on the event
+    loop; no fused prefill)."""
     import torch
 
     if not torch.cuda.is_available():
         emit("gpu", {"skipped": "no CUDA device"})
         return
     emit("throughput", asyncio.run(bench_throughput([16, 64], 256, 128, "cuda")))
-    emit("overhead", asyncio.run(bench_overhead("hf", 16, 4, 3, 32, args.repeats, device="cuda")))
+    emit("overhead", asyncio.run(bench_overhead("hf", 16, 4, 3, 32, 3, device="cuda")))
+    emit(
+        "overhead_varied",
+        asyncio.run(bench_overhead("hf", 16, 4, 3, 32, 3, device="cuda", lengths=(16, 96))),
+    )
     emit(
         "async",
         asyncio.run(
@@ -473,6 +506,9 @@ def bench_gpu(args, emit) -> None:
             )
         ),
     )
+    emit("overhead_no_fuse", asyncio.run(bench_overhead("hf", 16, 4, 3, 32, 2, device="cuda", fuse_tokens=0)))
+    Env.sync_hooks_in_thread = False
+    emit("overhead_hooks_on_loop", asyncio.run(bench_overhead("hf", 16, 4, 3, 32, 2, device="cuda")))
 
 
 def main() -> None:
@@ -496,6 +532,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="overhead/async: interleaved run pairs")
     ap.add_argument("--device", default="cpu", help="overhead/async with --backend hf: cpu or cuda")
     ap.add_argument("--json", help="also append each result as a JSON line to this file")
+    ap.add_argument("--lengths", help="overhead: LO:HI tokens per turn (varied per trajectory and turn)")
     args = ap.parse_args()
 
     def emit(what: str, res: dict) -> None:
@@ -510,7 +547,10 @@ def main() -> None:
     todo = ["overhead", "async", "memory"] if args.what == "all" else [args.what]
     for what in todo:
         if what == "overhead":
-            res = asyncio.run(bench_overhead(args.backend, args.n, args.g, 3, 32, args.repeats, args.device))
+            lengths = tuple(int(x) for x in args.lengths.split(":")) if args.lengths else None
+            res = asyncio.run(
+                bench_overhead(args.backend, args.n, args.g, 3, 32, args.repeats, args.device, lengths)
+            )
         elif what == "async":
             kind = args.backend if args.backend.startswith("sim") else "hf"
             res = asyncio.run(
