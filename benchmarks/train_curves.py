@@ -125,6 +125,17 @@ def warm_start(args: argparse.Namespace, out: Path) -> tuple[list[dict], dict]:
     return checkpoints, info
 
 
+def export(dest: Path, path: str, info: dict) -> None:
+    """The chosen warm start in bf16, in shards of at most 10 MB (small enough to copy off a device)."""
+    from turngym.agents.models import load_model, load_tokenizer
+
+    model = load_model(path, device="cpu", dtype="bfloat16")
+    model.save_pretrained(dest, max_shard_size="10MB")
+    load_tokenizer(path).save_pretrained(dest)
+    (dest / "sft.json").write_text(json.dumps(info, indent=1, default=str))
+    print(f"exported {path} to {dest}", flush=True)
+
+
 def pick_start(checkpoints: list[dict], lo: float, hi: float) -> dict:
     scored = [c for c in checkpoints if c["eval_f1"] is not None]
     if not scored:
@@ -198,6 +209,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--target", type=float, default=None, help="target eval F1 (default: start F1 + 0.05)")
     ap.add_argument("--deadline-s", type=float, default=1e9, help="stop the RL runs after this many seconds")
     ap.add_argument("--stagger-s", type=float, default=3.0)
+    ap.add_argument("--sft-only", action="store_true", help="stop after the warm start; export it")
+    ap.add_argument("--export", help="where --sft-only writes the chosen checkpoint (bf16, 10 MB shards)")
+    ap.add_argument("--start-from", help="skip the warm start: RL from a directory written by --sft-only")
     ap.add_argument("--child", action="store_true")
     ap.add_argument("--run-dir")
     ap.add_argument("--model")
@@ -262,9 +276,20 @@ def main() -> None:
 
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     torch.backends.cuda.matmul.allow_tf32 = True  # the warm start's fp32 matmuls on tensor cores
-    checkpoints, sft = warm_start(args, out)
-    start = pick_start(checkpoints, *args.start_f1)
+    if args.start_from:  # a warm start made by an earlier --sft-only run
+        checkpoints, sft = [], json.loads((Path(args.start_from) / "sft.json").read_text())
+        start = {"path": args.start_from, "eval_f1": sft["start"]["eval_f1"], "step": sft["start"]["step"]}
+    else:
+        checkpoints, sft = warm_start(args, out)
+        start = pick_start(checkpoints, *args.start_f1)
     print(f"device {device}; SFT {sft}; checkpoints {checkpoints}; RL starts from {start}", flush=True)
+    if args.sft_only:
+        export(
+            Path(args.export or out / "export"),
+            start["path"],
+            {**sft, "start": start, "checkpoints": checkpoints},
+        )
+        return
     procs = {}
     for method in args.methods:
         for seed in args.seeds:
