@@ -145,17 +145,22 @@ def test_hostile_tool_calls(env):
     assert_alive(env)
 
 
-def test_generated_tool_calls(env):
+def test_generated_tool_calls(task_id):
     """Hypothesis-generated calls and debris text against one container: every malformed call is an
     error observation, well-formed ones (arbitrary shell commands and editor paths) run inside the
-    sandbox; the container is the same one afterwards and still answers. ``submit`` is left out (it
-    grades and ends the episode; the fake-pass tests below cover it)."""
-    container = env._sb.id
-    calls, ran = fuzz_calls(env, "swe-docker", 150, skip=frozenset({"submit"}))
-    texts = fuzz_text(env, "swe-docker", 30)
-    assert calls >= 75 and ran > 0 and texts >= 15  # some calls ran in the container
-    assert env._sb.id == container and not env._done
-    assert_alive(env)
+    sandbox; the episode never ends, the container is the same one afterwards and still answers.
+    ``submit`` is left out (it grades and ends the episode; the fake-pass tests below cover it)."""
+    env = turngym.make("swe-docker-v0", task_ids=[task_id], max_turns=10_000, command_timeout=COMMAND_TIMEOUT)
+    try:
+        env.reset(options={"task_id": task_id})
+        container = env._sb.id
+        calls, ran = fuzz_calls(env, "swe-docker", 150, skip=frozenset({"submit"}))
+        texts = fuzz_text(env, "swe-docker", 30)
+        assert calls >= 75 and ran > 0 and texts >= 15  # some calls ran in the container
+        assert env._sb.id == container and not env._done
+        assert_alive(env)
+    finally:
+        env.close()
 
 
 def _fake_pass_and_submit(env, task_id: str, files: dict[str, str]) -> tuple[float, dict]:
