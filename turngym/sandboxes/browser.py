@@ -553,8 +553,11 @@ class BrowserPool:
             return
         (viewport, dsf), warm_url, warm_timeout_s = request
         assert slot.browser is not None
-        spare = self._new_page(slot.browser, viewport, dsf, warm_url, warm_timeout_s)
-        slot.spare, slot.spare_key = asyncio.ensure_future(spare), (viewport, dsf)
+        spare = asyncio.ensure_future(self._new_page(slot.browser, viewport, dsf, warm_url, warm_timeout_s))
+        spare.add_done_callback(
+            lambda f: f.cancelled() or f.exception()
+        )  # a dead browser's spare: no warning
+        slot.spare, slot.spare_key = spare, (viewport, dsf)
 
     async def _release(self, lease: PageLease) -> None:
         self._start_spare(lease)  # deferred and never asked for: now, while the caller is between leases
