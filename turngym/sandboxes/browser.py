@@ -7,11 +7,15 @@ against its page with :meth:`PageLease.run`; everything playwright does stays on
 pool's thread.
 
 * bounded: at most ``size * contexts_per_browser`` leases at once (others wait);
+* fast to lease: each browser keeps the next lease's context and page open, with a page of the
+  caller's choice already loaded (``warm_url``, :attr:`PageLease.preloaded`); contexts close in
+  the background;
 * crash-aware: a browser that disconnects (killed, crashed) fails its leases with
   :class:`BrowserCrashed` and is relaunched on the next lease;
 * always closed: leases close their context on exit (also on exceptions), the pool closes
   its browsers and playwright on :meth:`BrowserPool.close`, at interpreter exit, and
-  browsers left behind by a dead process can be reaped by label (:func:`reap_orphan_browsers`).
+  browsers left behind by a dead process can be reaped by label (:func:`reap_orphan_browsers`);
+  a browser that was killed leaves no temp files (its singleton dir is removed, :func:`singleton_dir`).
 
 The browser is the Debian ``chromium`` package (``/usr/bin/chromium``), never a
 playwright-downloaded build.
