@@ -1,7 +1,7 @@
 """Agents and inference backends.
 
 * ``backend``: the token-level ``Backend`` protocol (``generate(prompt_ids, SamplingParams) -> Generation``).
-* ``hf.HFBackend`` (transformers in-process, dynamic batching), ``vllm.VLLMBackend`` (vLLM
+* ``hf.HFBackend`` (transformers in-process, continuous batching, per-request seeds), ``vllm.VLLMBackend`` (vLLM
   OpenAI-compatible servers, LoRA hot-loading) and ``vllm.VLLMServer`` (start/stop a local server).
 * ``chat``: chat-template rendering and per-trajectory token bookkeeping (``ChatTokens``).
 * ``llm.LLMAgent`` (trainable, token-level), ``scripted.ScriptedAgent`` / ``scripted.RandomAgent``,
