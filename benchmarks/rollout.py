@@ -473,6 +473,23 @@ async def bench_throughput(batches: list[int], prompt_len: int, new_tokens: int,
     return out
 
 
+def async_from_args(args, kind: str, device: str):
+    """``bench_async`` with the command line's settings (simulated decode step: 20 ms)."""
+    return bench_async(
+        kind,
+        args.n,
+        args.g,
+        args.turns,
+        args.max_tokens,
+        args.median,
+        args.sigma,
+        step_s=0.02,
+        concurrency=args.concurrency,
+        repeats=args.repeats,
+        device=device,
+    )
+
+
 def bench_gpu(args, emit) -> None:
     """Everything on CUDA with the HF backend: throughput, engine overhead (turns of 32 tokens, and
     of 16-96), async vs lock-step; then two diagnostics of the overhead (sync env hooks on the event
@@ -488,24 +505,7 @@ def bench_gpu(args, emit) -> None:
         "overhead_varied",
         asyncio.run(bench_overhead("hf", 16, 4, 3, 32, 3, device="cuda", lengths=(16, 96))),
     )
-    emit(
-        "async",
-        asyncio.run(
-            bench_async(
-                "hf",
-                args.n,
-                args.g,
-                args.turns,
-                args.max_tokens,
-                args.median,
-                args.sigma,
-                0.0,
-                args.concurrency,
-                args.repeats,
-                device="cuda",
-            )
-        ),
-    )
+    emit("async", asyncio.run(async_from_args(args, "hf", "cuda")))
     emit("overhead_no_fuse", asyncio.run(bench_overhead("hf", 16, 4, 3, 32, 2, device="cuda", fuse_tokens=0)))
     Env.sync_hooks_in_thread = False
     emit("overhead_hooks_on_loop", asyncio.run(bench_overhead("hf", 16, 4, 3, 32, 2, device="cuda")))
@@ -553,21 +553,7 @@ def main() -> None:
             )
         elif what == "async":
             kind = args.backend if args.backend.startswith("sim") else "hf"
-            res = asyncio.run(
-                bench_async(
-                    kind,
-                    args.n,
-                    args.g,
-                    args.turns,
-                    args.max_tokens,
-                    args.median,
-                    args.sigma,
-                    step_s=0.02,
-                    concurrency=args.concurrency,
-                    repeats=args.repeats,
-                    device=args.device,
-                )
-            )
+            res = asyncio.run(async_from_args(args, kind, args.device))
         else:
             res = asyncio.run(bench_memory([32, 128, 512], turns=3, gen_len=64))
         emit(what, res)

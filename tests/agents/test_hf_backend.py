@@ -180,13 +180,18 @@ async def test_a_caller_that_gives_up_frees_its_row(hf_backend, tokenizer):
     assert hf_backend.stats["steps"] == steps  # nothing left decoding
 
 
+async def decoding(backend, prompt, max_tokens, steps):
+    """A greedy generation that never stops early, started and run for ``steps`` decode steps."""
+    s = SamplingParams(max_tokens=max_tokens, temperature=0.0, stop_token_ids=(-1,))
+    task = asyncio.create_task(backend.generate(prompt, s))
+    while backend.stats["steps"] < steps:
+        await asyncio.sleep(0.001)
+    return task
+
+
 async def test_update_weights_lands_between_decode_steps(tiny_dir, tokenizer):
     backend = HFBackend(tiny_dir, tokenizer)
-    p = prompts(tokenizer)[1]
-    s = SamplingParams(max_tokens=60, temperature=0.0, stop_token_ids=(-1,))
-    task = asyncio.create_task(backend.generate(p, s))
-    while backend.stats["steps"] < 3:
-        await asyncio.sleep(0.001)
+    task = await decoding(backend, prompts(tokenizer)[1], max_tokens=60, steps=3)
     await asyncio.to_thread(backend.update_weights, backend.model.state_dict())
     gen = await task
     first, last = gen.meta["weights_version"]
@@ -198,10 +203,7 @@ async def test_update_weights_lands_between_decode_steps(tiny_dir, tokenizer):
 async def test_aclose_fails_pending_requests_and_the_backend_restarts(tiny_dir, tokenizer):
     backend = HFBackend(tiny_dir, tokenizer)
     p = prompts(tokenizer)[0]
-    s = SamplingParams(max_tokens=100_000, temperature=0.0, stop_token_ids=(-1,))
-    task = asyncio.create_task(backend.generate(p, s))
-    while backend.stats["steps"] < 1:
-        await asyncio.sleep(0.001)
+    task = await decoding(backend, p, max_tokens=100_000, steps=1)
     await backend.aclose()
     with pytest.raises(BackendError, match="closed"):
         await task
