@@ -8,8 +8,8 @@ each iteration admits the requests that arrived, runs one decode step for every 
 the rows that hit their own stop token or ``max_tokens`` (or whose caller gave up). The running batch
 is one padded ``DynamicCache`` with a 2-D attention mask. Joiners are prefilled in the same forward
 pass as the decode step (their prompts right-aligned with the running rows' next tokens) when the
-padding that adds fits ``fuse_tokens`` (default: 32768 on CUDA, where a pass costs its kernel
-launches, and 0 on CPU, where it costs its FLOPs); otherwise they get a left-padded prefill pass of
+padding that adds fits ``fuse_tokens`` (default on CUDA: what costs about one pass's kernel launches
+in FLOPs, ~26k tokens for a 76M model, ~300 for 7B; 0 on CPU, where a pass costs its FLOPs); otherwise they get a left-padded prefill pass of
 their own and their cache is merged in. Padding is trimmed as rows leave, and the cache is compacted
 (every row's tokens right-aligned) once more than half of it is padding. A long generation therefore never holds a short one back, and a new
 request waits at most one decode step, not a whole batch. (transformers' own
@@ -111,11 +111,9 @@ class HFBackend:
         self.vocab_size = self.model.get_input_embeddings().num_embeddings
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_ms / 1000  # an idle scheduler waits this long to gather a first batch
-        # padding tokens a fused prefill+decode pass may cost (cheap on a GPU, where a pass is
-        # launch-bound; dear on a CPU, where it is compute-bound)
-        self.fuse_tokens = (
-            fuse_tokens if fuse_tokens is not None else (32768 if self.device.type == "cuda" else 0)
-        )
+        if fuse_tokens is None:  # see _default_fuse_tokens
+            fuse_tokens = _default_fuse_tokens(self.model, self.device)
+        self.fuse_tokens = fuse_tokens
         self.weights_version = 0
         self.stats: dict[str, Any] = {
             "prefills": 0,  # prefill-only passes
@@ -469,6 +467,16 @@ class HFBackend:
             prompt_len=len(r.prompt_ids),
             meta={"weights_version": [r.versions[0], r.versions[-1]]},
         )
+
+
+def _default_fuse_tokens(model: Any, device: Any) -> int:
+    """Padding tokens a fused prefill+decode pass may add: on CUDA as many as cost about one extra
+    pass's launch overhead in FLOPs (~10 ms at ~400 TFLOP/s: ~26k tokens for a 76M model, ~300 for a
+    7B one); none on CPU, where a pass is compute-bound and padding is never free."""
+    if device.type != "cuda":
+        return 0
+    params = sum(p.numel() for p in model.parameters())
+    return int(4e12 / (2 * max(params, 1)))
 
 
 def _filtered_probs(logits: Any, samplings: list[SamplingParams]) -> Any:
