@@ -216,6 +216,15 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _running(pid: int) -> bool:
+    """``pid`` exists and is not a zombie (a killed child its parent has not reaped yet)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
 def reap_orphan_browsers() -> list[int]:
     """Kill labelled browsers whose owning Python process is gone (and remove their singleton temp
     directories); returns the killed pids."""
@@ -521,14 +530,22 @@ class BrowserPool:
         assert self._sem is not None
         await self._sem.acquire()
         slot: _Slot | None = None
+        key = (viewport, device_scale_factor)
         try:
-            slot = await self._pick_slot()
-            slot.leases += 1
-            assert slot.browser is not None
-            key = (viewport, device_scale_factor)
-            context, page, loaded = await self._take_spare(slot, key) or await self._new_page(
-                slot.browser, viewport, device_scale_factor, None, 0
-            )
+            for attempt in (0, 1):  # a browser found dead here (killed a moment ago) is relaunched once
+                slot = await self._pick_slot()
+                slot.leases += 1
+                assert slot.browser is not None
+                try:
+                    context, page, loaded = await self._take_spare(slot, key) or await self._new_page(
+                        slot.browser, viewport, device_scale_factor, None, 0
+                    )
+                    break
+                except Exception:
+                    if attempt == 1 or not self._gone(slot):
+                        raise
+                    slot.leases -= 1
+                    slot.crashed = True  # not yet reported by playwright: _pick_slot relaunches it
             context.set_default_timeout(timeout_s * 1000)
         except BaseException as e:
             if slot is not None:
@@ -548,6 +565,11 @@ class BrowserPool:
         self.stats.leases += 1
         self.stats.active += 1
         return lease
+
+    @staticmethod
+    def _gone(slot: _Slot) -> bool:
+        """The slot's browser died (whether or not playwright has noticed yet)."""
+        return not slot.live or (slot.pid is not None and not _running(slot.pid))
 
     def _start_spare(self, lease: PageLease) -> None:
         """Open the next lease's page for ``lease``'s browser (once; only if it has none coming)."""

@@ -154,15 +154,15 @@ class MiniWoBEnvBase(AsyncEnv):
         self._direct = False
         for attempt in (0, 1):  # one retry: a crashed browser is relaunched, a slow load gets another go
             await self._release()
-            self.lease = await self.pool.lease(
-                self.viewport,
-                device_scale_factor=self.scale,
-                timeout_s=self.action_timeout_s,
-                warm_url=warm,
-                warm_timeout_s=self.load_timeout_s,
-                defer_spare=True,  # opened once this episode's page is up (see _reset)
-            )
             try:
+                self.lease = await self.pool.lease(
+                    self.viewport,
+                    device_scale_factor=self.scale,
+                    timeout_s=self.action_timeout_s,
+                    warm_url=warm,
+                    warm_timeout_s=self.load_timeout_s,
+                    defer_spare=True,  # opened once this episode's page is up (see _reset)
+                )
                 started = await self.lease.run(
                     wp.start_episode,
                     url,
@@ -181,6 +181,9 @@ class MiniWoBEnvBase(AsyncEnv):
                     if isinstance(e, BrowserCrashed):
                         raise
                     raise BrowserError(f"MiniWoB task {name!r} did not start: {_short_error(e)}") from e
+            except BrowserError:  # the pool's own (no browser could be launched, ...): as it is
+                await self._release()
+                raise
             except Exception as e:
                 await self._release()
                 raise BrowserError(f"MiniWoB task {name!r} did not start: {_short_error(e)}") from e
