@@ -141,3 +141,20 @@ def test_property_sequence_is_prompt_plus_sampled_plus_template_deltas(tokenizer
     assert gen_ids == [t for a, _ in turns for t in sampled(fmt, a)]
     if tokens.retokenization_drift == 0:
         assert tokens.token_ids.tolist() == fmt.encode(fmt.render(conv, add_generation_prompt=True))
+
+
+special_text = st.lists(
+    st.one_of(text_st, st.sampled_from(["<|im_start|>", "<|im_end|>", "<tool_call>", "\n", " ", "<|im"])),
+    max_size=8,
+).map("".join)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(prev=special_text, more=special_text, cut=st.integers(0, 40))
+def test_property_incremental_encoding_equals_full_encoding(tokenizer, prev, more, cut):
+    fmt = ChatFormat(tokenizer)
+    prev_ids = fmt.encode(prev)
+    extended = prev + more  # extends prev ...
+    assert fmt.encode_extending(extended, prev, prev_ids) == fmt.encode(extended)
+    rewritten = prev[: max(len(prev) - cut, 0)] + more  # ... or rewrites its end
+    assert fmt.encode_extending(rewritten, prev, prev_ids) == fmt.encode(rewritten)

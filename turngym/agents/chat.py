@@ -28,6 +28,7 @@ mix of both, which would show the model the tools twice.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 from typing import Any
 
 from turngym.core.types import Message
@@ -59,6 +60,7 @@ class ChatFormat:
         self.template_kwargs = dict(template_kwargs or {})
         self.stop_token_ids = _stop_ids(tokenizer)
         self.assistant_suffix_ids = self._assistant_suffix()
+        self._anchors = _split_anchors(tokenizer)
 
     def render(self, messages: list[Message] | list[dict[str, Any]], add_generation_prompt: bool) -> str:
         n_images = sum(len(m.images) for m in messages if isinstance(m, Message))
@@ -81,6 +83,26 @@ class ChatFormat:
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def encode_extending(self, text: str, prev_text: str, prev_ids: Sequence[int]) -> list[int]:
+        """``encode(text)`` for a ``text`` that extends ``prev_text`` (whose ids are ``prev_ids``).
+
+        The ids up to ``prev_text``'s last special token are reused and only the rest is encoded, so
+        a turn costs the new text, not the conversation. This is exact because a tokenizer splits its
+        special tokens out before normalizing and pre-tokenizing the pieces between them. Where that
+        cannot be relied on (see ``_split_anchors``), or ``text`` differs from ``prev_text`` before
+        that token, the whole text is encoded."""
+        for k in range(len(prev_ids) - 1, -1, -1):
+            content = self._anchors.get(prev_ids[k])
+            if content is None:
+                continue
+            end = prev_text.rfind(content)
+            if end >= 0:
+                end += len(content)
+                if text[:end] == prev_text[:end]:
+                    return [*prev_ids[: k + 1], *self.encode(text[end:])]
+            break
+        return self.encode(text)
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -106,7 +128,8 @@ class ChatTokens:
     def __init__(self, fmt: ChatFormat, prompt: list[Message]):
         self.fmt = fmt
         self.messages: list[Message] = list(prompt)
-        self._rendered = array("i", fmt.encode(fmt.render(self.messages, add_generation_prompt=True)))
+        self._text = fmt.render(self.messages, add_generation_prompt=True)
+        self._rendered = array("i", fmt.encode(self._text))
         self.token_ids = array("i", self._rendered)
         self.loss_mask = array("b", bytes(len(self.token_ids)))
         self.logprobs = array("d", bytes(8 * len(self.token_ids)))
@@ -135,8 +158,10 @@ class ChatTokens:
         """
         fmt = self.fmt
         with_action = [*self.messages, action]
-        closed = array("i", fmt.encode(fmt.render(with_action, add_generation_prompt=False)))
-        full = array("i", fmt.encode(fmt.render([*with_action, *observation], add_generation_prompt=True)))
+        closed_text = fmt.render(with_action, add_generation_prompt=False)
+        full_text = fmt.render([*with_action, *observation], add_generation_prompt=True)
+        closed = array("i", fmt.encode_extending(closed_text, self._text, self._rendered))
+        full = array("i", fmt.encode_extending(full_text, self._text, self._rendered))
         _check_prefix(self._rendered, closed, "the conversation up to the assistant turn")
         _check_prefix(closed, full, "the conversation with the observation")
         tail = self._closing_tail()
@@ -148,7 +173,7 @@ class ChatTokens:
         self.loss_mask.extend(bytes(len(delta)))
         self.logprobs.extend(array("d", bytes(8 * len(delta))))
         self.messages = [*with_action, *observation]
-        self._rendered = full
+        self._rendered, self._text = full, full_text
         return start, len(self.token_ids)
 
     def _closing_tail(self) -> list[int]:
@@ -174,6 +199,20 @@ def _check_prefix(prev: array, new: array, what: str) -> None:
         f"{what} does not extend the previous rendering: first difference at token {at} "
         f"(previous length {len(prev)}, new length {len(new)})"
     )
+
+
+def _split_anchors(tokenizer: Any) -> dict[int, str]:
+    """Special tokens after which ``ChatFormat.encode_extending`` may split a text: those that strip
+    no neighbouring whitespace. None for a tokenizer whose pieces depend on where they start
+    (a Metaspace pre-tokenizer prepends to the first piece only) or that is not a fast tokenizer."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or "Metaspace" in repr(backend.pre_tokenizer):
+        return {}
+    return {
+        tid: tok.content
+        for tid, tok in getattr(tokenizer, "added_tokens_decoder", {}).items()
+        if tok.special and not (tok.lstrip or tok.rstrip or tok.single_word)
+    }
 
 
 def _stop_ids(tokenizer: Any) -> frozenset[int]:
