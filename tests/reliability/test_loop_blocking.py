@@ -70,7 +70,8 @@ def test_a_sync_hook_blocking_forever_ends_masked(hook):
     def factory():
         return BlockingHookEnv(hook, stuck, release)
 
-    cfg = RolloutConfig(max_concurrency=len(seeds), turn_timeout=None, trajectory_timeout=3.0)
+    turngym.make("search-qa-v0").close()  # data and index loaded (and cached) before the clock runs
+    cfg = RolloutConfig(max_concurrency=len(seeds), turn_timeout=None, trajectory_timeout=10.0)
     engine = RolloutEngine(factory, ScriptedAgent(), cfg, env_id="search-qa+blocking-hook")
     box: dict = {}
 
