@@ -278,3 +278,36 @@ async def test_an_env_built_after_its_trajectory_timed_out_is_closed():
             break
         await asyncio.sleep(0.01)
     assert FaultyEnv.made == FaultyEnv.closed == 1
+
+
+@pytest.mark.parametrize(
+    ("choice", "threaded"),
+    [
+        (("_reset", "_close"), {"_reset"}),
+        (True, {"_reset", "_turn_reward"}),
+        (False, set()),
+        (("_turn_reward",), {"_turn_reward"}),
+    ],
+)
+async def test_sync_hooks_in_thread_picks_the_hooks_that_leave_the_loop(choice, threaded):
+    import threading
+
+    seen: dict[str, int] = {}
+
+    class Probe(FaultyEnv):
+        sync_hooks_in_thread = choice
+
+        def _reset(self, rng, options):
+            seen["_reset"] = threading.get_ident()
+            return super()._reset(rng, options)
+
+        def _turn_reward(self, results, done):
+            seen["_turn_reward"] = threading.get_ident()
+            return super()._turn_reward(results, done)
+
+    env = Probe()
+    await env.areset(seed=0)
+    await env.astep(env.expert_action())
+    await env.aclose()
+    loop_thread = threading.get_ident()
+    assert {name for name, ident in seen.items() if ident != loop_thread} == threaded

@@ -9,10 +9,11 @@ A subclass writes:
   * optionally ``_observe(results)`` (extra messages after tool results, e.g. a new page
     state), ``_state_key()``, ``_close()``, ``_step_info()`` (extra info keys) and
     ``expert_action()`` (a scripted expert).
-Any hook may be ``async``. A sync hook the subclass defines (``_reset``, ``_observe``,
-``_turn_reward``, ``_step_info``, ``_close``) runs in a worker thread, so a slow one (loading data,
-grading) does not stall the other episodes sharing the event loop; an env whose sync hooks must stay
-on the loop's thread sets ``sync_hooks_in_thread = False``. The base class parses actions,
+Any hook may be ``async``. A sync ``_reset`` or ``_close`` the subclass defines runs in a worker
+thread, so a slow one (loading data, starting a service) does not stall the other episodes sharing
+the event loop. ``sync_hooks_in_thread`` picks the hooks: the default ``("_reset", "_close")``; add
+``"_turn_reward"`` etc. for an env whose per-step hooks are slow (grading), since a thread hop per
+hook per step costs more than a cheap hook does; ``False`` keeps every hook on the loop's thread. The base class parses actions,
 dispatches tools through a ``ToolBox`` (every failure becomes an error observation), counts turns,
 truncates at the turn limit, and fills the standard ``info`` keys.
 """
@@ -66,7 +67,7 @@ class Env(gymnasium.Env[list[Message], str]):
 
     metadata: dict[str, Any] = {"render_modes": ["ansi"]}
     default_max_turns: int = 10
-    sync_hooks_in_thread: bool = True
+    sync_hooks_in_thread: bool | tuple[str, ...] = ("_reset", "_close")
 
     def __init__(
         self,
@@ -279,8 +280,10 @@ class Env(gymnasium.Env[list[Message], str]):
     async def _hook(self, name: str, *args: Any) -> Any:
         """Call hook ``name``: a sync override in a worker thread (see ``sync_hooks_in_thread``)."""
         fn = getattr(self, name)
+        chosen = self.sync_hooks_in_thread
+        threaded = chosen is True or (not isinstance(chosen, bool) and name in chosen)
         overridden = getattr(type(self), name) is not getattr(Env, name)
-        if self.sync_hooks_in_thread and overridden and not inspect.iscoroutinefunction(fn):
+        if threaded and overridden and not inspect.iscoroutinefunction(fn):
             return await _maybe_await(await asyncio.to_thread(fn, *args))
         return await _maybe_await(fn(*args))
 

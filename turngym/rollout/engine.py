@@ -7,7 +7,8 @@
 
 * Each trajectory gets its own env (``make(env_id, **env_kwargs)`` or a factory), built in a
   worker thread (a slow constructor does not stall the other trajectories) and driven only
-  through ``areset``/``astep``/``aclose`` (sync env hooks run in worker threads too). Samples of one task share the seed (same task) and the
+  through ``areset``/``astep``/``aclose`` (a sync ``_reset``/``_close`` runs in a worker thread
+  too, see ``Env.sync_hooks_in_thread``). Samples of one task share the seed (same task) and the
   group id ``"<env_id>/<seed>"``; ``sample`` is 0..G-1.
 * ``max_concurrency`` bounds live trajectories (and so live envs); backends batch the
   concurrent generations.
