@@ -3,6 +3,7 @@
     python benchmarks/rollout.py overhead [--backend hf|vllm]   # engine tokens/s vs the bare backend
     python benchmarks/rollout.py async [--backend hf|sim]       # engine vs lock-step, heavy-tailed env latency
     python benchmarks/rollout.py memory                         # bytes per live trajectory
+    python benchmarks/rollout.py enginecpu                      # event-loop CPU per turn
     python benchmarks/rollout.py gpu [--json FILE]              # on CUDA: HF tokens/s at batch 1/16/64,
                                                                 # then overhead and async with the HF backend
     python benchmarks/rollout.py all                            # the three CPU ones
@@ -443,6 +444,42 @@ async def bench_memory(sizes: list[int], turns: int, gen_len: int) -> dict:
     }
 
 
+# ----------------------------------------------------------------------------- engine CPU
+async def bench_engine_cpu(turn_counts: list[int], repeats: int) -> dict:
+    """Event-loop CPU per turn with an instant backend (envs, templates, token bookkeeping only),
+    with the incremental template-delta encoding and with a full re-encoding every turn; interleaved.
+    CPU time, so load inflates it far less than wall time."""
+    from turngym.agents.chat import ChatFormat
+    from turngym.agents.models import load_tokenizer
+
+    agent = LLMAgent(
+        FixedBackend(32), load_tokenizer("tiny"), SamplingParams(max_tokens=32), max_context=8192
+    )
+    variants = {"incremental": ChatFormat.encode_extending, "full": lambda fmt, text, *_: fmt.encode(text)}
+    out: dict = {"load_before": load(), "gen_tokens_per_turn": 32, "trajectories": 64}
+
+    async def one(turns: int) -> float:
+        cfg = RolloutConfig(group_size=4, max_concurrency=64)
+        engine = RolloutEngine("arith", agent, cfg, env_kwargs={"max_turns": turns})
+        c0 = time.thread_time()
+        await engine.run(16)
+        return 1000 * (time.thread_time() - c0) / engine.stats.turns
+
+    try:
+        await one(2)  # warm-up
+        for turns in turn_counts:
+            ms: dict[str, list[float]] = {k: [] for k in variants}
+            for _ in range(repeats):
+                for name, fn in variants.items():
+                    ChatFormat.encode_extending = fn
+                    ms[name].append(await one(turns))
+            out[f"{turns}_turns_ms_per_turn"] = {k: round(statistics.median(v), 2) for k, v in ms.items()}
+    finally:
+        ChatFormat.encode_extending = variants["incremental"]
+    out["load_after"] = load()
+    return out
+
+
 # ----------------------------------------------------------------------------- GPU
 async def bench_throughput(batches: list[int], prompt_len: int, new_tokens: int, device: str) -> dict:
     """HF backend tokens/s through concurrent ``generate`` calls, each shape warmed up first."""
@@ -513,7 +550,9 @@ def bench_gpu(args, emit) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["overhead", "async", "memory", "gpu", "all"], nargs="?", default="all")
+    ap.add_argument(
+        "what", choices=["overhead", "async", "memory", "enginecpu", "gpu", "all"], nargs="?", default="all"
+    )
     ap.add_argument(
         "--backend",
         choices=["hf", "vllm", "sim", "sim-static"],
@@ -554,6 +593,8 @@ def main() -> None:
         elif what == "async":
             kind = args.backend if args.backend.startswith("sim") else "hf"
             res = asyncio.run(async_from_args(args, kind, args.device))
+        elif what == "enginecpu":
+            res = asyncio.run(bench_engine_cpu([3, 8], args.repeats))
         else:
             res = asyncio.run(bench_memory([32, 128, 512], turns=3, gen_len=64))
         emit(what, res)
