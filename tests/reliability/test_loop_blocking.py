@@ -5,8 +5,11 @@
   benchmark (benchmarks/reliability_load.py) — on the event loop then, and under the GIL still now that
   the engine builds envs in worker threads.
 * A *sync* env hook that blocks forever (a deadlocked client, a hung C call) must still end as a masked
-  trajectory while the other trajectories complete and the run finishes: sync hooks run on worker
-  threads, so the engine's timeouts can abandon them.
+  trajectory while the other trajectories complete and the run finishes, when it runs on a worker
+  thread (the engine's timeouts can abandon it): ``_reset`` and ``_close`` by default, per-step hooks
+  (``_turn_reward``, ...) when the env lists them in ``Env.sync_hooks_in_thread``. A per-step sync hook
+  left on the loop (the default: a thread hop per step costs more than a cheap hook) that never returns
+  stalls the whole run — see docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ class BlockingHookEnv(SearchQAEnv):
     def __init__(self, hook: str, stuck: set[int], release: threading.Event, **kwargs):
         super().__init__(**kwargs)
         self.hook, self.stuck, self.release = hook, stuck, release
+        chosen = self.sync_hooks_in_thread
+        if chosen is not True and hook not in (chosen or ()):  # a per-step hook: the env opts in
+            self.sync_hooks_in_thread = (*(chosen or ()), hook)
 
     def _block(self, hook: str) -> None:
         if hook == self.hook and self.np_random_seed in self.stuck:  # the seed areset was given
@@ -64,6 +70,7 @@ class BlockingHookEnv(SearchQAEnv):
 
 @pytest.mark.parametrize("hook", ["_reset", "_turn_reward"])
 def test_a_sync_hook_blocking_forever_ends_masked(hook):
+    """``_reset`` with the default hook choice; ``_turn_reward`` opted in to a worker thread."""
     release, finished = threading.Event(), threading.Event()
     seeds, stuck = list(range(6)), {2}
 
