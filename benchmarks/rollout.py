@@ -313,18 +313,26 @@ async def bench_async(
     cfg = RolloutConfig(group_size=g, max_concurrency=concurrency)
     jobs = [(seed, k) for seed in range(n) for k in range(g)]
     async_s, lock_s = [], []
+    passes: dict[str, list] = {"engine": [], "lockstep": []}
+
+    def counters() -> list[float]:
+        st = getattr(backend, "stats", None)  # HFBackend: passes (prefill, fused, decode), idle seconds
+        return [st["prefills"], st["fused"], st["steps"], st["idle_s"]] if st else []
+
     for _ in range(repeats):  # interleaved pairs
         engine = RolloutEngine(env_factory, agent, cfg, env_id="arith")
-        t0 = time.perf_counter()
+        c0, t0 = counters(), time.perf_counter()
         trajs = await engine.run(n)
         async_s.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
+        passes["engine"].append([round(b - a, 2) for a, b in zip(c0, counters(), strict=True)])
+        c0, t0 = counters(), time.perf_counter()
         lock_turns = lock_tokens = 0
         for start in range(0, len(jobs), concurrency):  # waves of the same size as the engine's bound
             turns_done, tokens = await lockstep(env_factory, agent, jobs[start : start + concurrency])
             lock_turns, lock_tokens = lock_turns + turns_done, lock_tokens + tokens
         lock_s.append(time.perf_counter() - t0)
-        print(f"  async pair: engine {async_s[-1]:.2f}s, lock-step {lock_s[-1]:.2f}s", flush=True)
+        passes["lockstep"].append([round(b - a, 2) for a, b in zip(c0, counters(), strict=True)])
+        print(f"  async pair: engine {async_s[-1]:.2f}s, lock-step {lock_s[-1]:.2f}s {passes}", flush=True)
     await backend.aclose()
     tokens = sum(sum(t.loss_mask) for t in trajs)
     if kind.startswith("sim"):
@@ -345,6 +353,7 @@ async def bench_async(
         "async_s": [round(x, 2) for x in async_s],
         "lockstep_s": [round(x, 2) for x in lock_s],
         "speedup": spread([lk / a for a, lk in zip(async_s, lock_s, strict=True)], 2),
+        "prefill_fused_decode_idle": passes,
         "load_before_after": [load0, load()],
     }
 
