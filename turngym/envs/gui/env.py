@@ -60,7 +60,8 @@ async def _mouse_click(page: Page, x: float, y: float, button: str, clicks: int)
 
 
 async def _mouse_move(page: Page, x: float, y: float) -> None:
-    await page.mouse.move(x, y, steps=4)
+    # one jump, like pyautogui.moveTo (OSWorld's MOVE_TO): each intermediate event costs an animation frame
+    await page.mouse.move(x, y)
 
 
 async def _mouse_button(page: Page, down: bool, button: str) -> None:
