@@ -457,7 +457,35 @@ def render(lines: list[str], results: list[Result], plots: list[Plot], plots_rel
     gpu = HERE / "gpu_results.md"
     if gpu.exists():
         parts += ["## GPU runs (device tool, recorded by hand)", "", gpu.read_text().strip(), ""]
+    table = reliability_table(ROOT / "docs" / "reliability.md")
+    if table:
+        parts += [
+            "## Reliability suite",
+            "",
+            "`pytest tests/reliability -m reliability` (part of `make test`); the summary table of",
+            "[reliability.md](reliability.md), which has the bugs it found and the load benchmark.",
+            "",
+            *table,
+            "",
+        ]
     return "\n".join(parts) + "\n"
+
+
+def reliability_table(path: Path) -> list[str]:
+    """The first table under the ``## Summary`` heading of docs/reliability.md."""
+    if not path.exists():
+        return []
+    lines = path.read_text().splitlines()
+    start = next((k for k, line in enumerate(lines) if line.strip() == "## Summary"), None)
+    if start is None:
+        return []
+    rows: list[str] = []
+    for line in lines[start + 1 :]:
+        if line.startswith("|"):
+            rows.append(line)
+        elif rows or line.startswith("## "):
+            break
+    return rows
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -143,3 +143,15 @@ def test_reuse_of_a_file_that_is_no_report_is_a_clear_error(tmp_path):
     bogus.write_text("# some notes\n\nno benchmark sections here\n")
     with pytest.raises(SystemExit, match="no benchmark sections found"):
         run_all.main(["--reuse", str(bogus), "--out", str(tmp_path / "r.md")])
+
+
+def test_the_report_carries_the_reliability_summary_table(tmp_path):
+    doc = tmp_path / "reliability.md"
+    doc.write_text(
+        "# Reliability\n\nintro\n\n## Summary\n\nText first.\n\n| a | b |\n| --- | --- |\n| 1 | 2 |\n\n"
+        "| other | table |\n\n## Bugs\n\n| x | y |\n"
+    )
+    assert run_all.reliability_table(doc) == ["| a | b |", "| --- | --- |", "| 1 | 2 |"]
+    assert run_all.reliability_table(tmp_path / "missing.md") == []
+    report = run_all.render([], [], [], "results")
+    assert "## Reliability suite" in report and "| Part | Attack or fault |" in report
