@@ -76,6 +76,9 @@ class VLLMBackend:
         self._in_flight = dict.fromkeys(self.urls, 0)
         self.adapters: set[str] = set()
         self._adapter_paths: dict[str, str] = {}  # reloaded on a server that comes back
+        self._weights_path: str | None = (
+            None  # full weights last pushed: reloaded on a server that comes back
+        )
         self.dead: dict[str, str] = {}  # url -> why it was taken out
         self.stats = {"failovers": 0, "deaths": 0, "revivals": 0, "retries": 0}
         self._last_probe = 0.0
@@ -148,6 +151,8 @@ class VLLMBackend:
 
     async def _revive(self, url: str) -> None:
         try:
+            if self._weights_path is not None:
+                await self._reload_on(url, self._weights_path)
             for name, path in self._adapter_paths.items():
                 try:  # a server that was only unreachable may still hold an older version
                     await self._send("POST", url, "/v1/unload_lora_adapter", {"lora_name": name}, False)
@@ -157,7 +162,7 @@ class VLLMBackend:
                     "POST", url, "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}, False
                 )
         except (_Retryable, BackendError) as e:
-            self.dead[url] = f"back, but reloading adapters failed: {e}"
+            self.dead[url] = f"back, but reloading weights or adapters failed: {e}"
             return
         self.dead.pop(url, None)
         self.stats["revivals"] += 1
@@ -200,6 +205,40 @@ class VLLMBackend:
                 raise error
         if not self.live_urls:
             raise BackendError(f"{path} failed on every server: {failed}")
+
+    # ----------------------------------------------------------------- full weights
+    async def reload_weights(self, path: str | Path) -> None:
+        """Full-weight sync: every live server reloads its model's weights in place from ``path`` (a
+        Hugging Face checkpoint directory the servers can read, e.g. ``model.save_pretrained(path)`` on
+        a shared disk), then drops its prefix cache, whose entries were computed with the old weights.
+        This is vLLM's ``reload_weights`` worker method reached through ``POST /collective_rpc``, which
+        servers expose when started with ``VLLM_SERVER_DEV_MODE=1`` (``VLLMServer(weight_reload=True)``).
+        Servers that are down get the weights when they come back."""
+        path = str(Path(path).resolve())
+        urls = self.live_urls
+        if not urls:
+            raise BackendError(f"no live vLLM server to reload weights on: {self.dead}")
+        results = await asyncio.gather(*(self._reload_on(u, path) for u in urls), return_exceptions=True)
+        failed = {u: r for u, r in zip(urls, results, strict=True) if isinstance(r, BaseException)}
+        for url, error in failed.items():
+            if len(self.urls) > 1 and not await self._alive(url):
+                self._mark_dead(url, f"reload_weights failed: {error}")
+            else:
+                raise error
+        self._weights_path = path
+
+    async def _reload_on(self, url: str, path: str) -> None:
+        try:
+            body = {"method": "reload_weights", "kwargs": {"weights_path": path}}
+            await self._request("POST", url, "/collective_rpc", body, json_reply=False)
+            await self._request("POST", url, "/reset_prefix_cache", None, json_reply=False)
+        except BackendError as e:
+            if "404" in str(e):
+                raise BackendError(
+                    f"{url} has no /collective_rpc: start the server with VLLM_SERVER_DEV_MODE=1 "
+                    "(VLLMServer(..., weight_reload=True)) to reload full weights"
+                ) from e
+            raise
 
     async def models(self, url: str | None = None) -> list[str]:
         data = await self._request("GET", url or self.urls[0], "/v1/models")
@@ -332,7 +371,8 @@ class VLLMServer:
 
     ``start()`` waits for ``/health`` (raising with the log tail if the process dies or the
     timeout passes); ``stop()`` terminates the whole process group. On CPU the KV cache defaults
-    to 1 GiB (``VLLM_CPU_KVCACHE_SPACE``); runtime LoRA loading is enabled when ``enable_lora``.
+    to 1 GiB (``VLLM_CPU_KVCACHE_SPACE``); runtime LoRA loading is enabled when ``enable_lora``, and
+    full-weight reloads (``VLLMBackend.reload_weights``) when ``weight_reload``.
     """
 
     def __init__(
@@ -346,6 +386,7 @@ class VLLMServer:
         enable_lora: bool = True,
         max_lora_rank: int = 8,
         served_model_name: str | None = None,
+        weight_reload: bool = False,
         extra_args: list[str] | None = None,
         env: dict[str, str] | None = None,
         startup_timeout: float = 240.0,
@@ -378,6 +419,8 @@ class VLLMServer:
         self.env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
         if enable_lora:
             self.env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+        if weight_reload:  # /collective_rpc and /reset_prefix_cache, for VLLMBackend.reload_weights
+            self.env["VLLM_SERVER_DEV_MODE"] = "1"
         self.env.update(env or {})
         self.startup_timeout = startup_timeout
         self.log_path = Path(log_path) if log_path else Path(f"/tmp/turngym-vllm-{self.port}.log")

@@ -168,8 +168,8 @@ class TrainConfig(_Strict):
     checkpoint_every: int = 0  # 0: only at the end
     keep_checkpoints: int = 2
     resume: bool = True  # continue from the latest checkpoint in run_dir if there is one
-    weight_sync: Literal["in_process", "vllm_lora"] = "in_process"
-    vllm_urls: list[str] = Field(default_factory=list)  # vLLM servers for weight_sync=vllm_lora
+    weight_sync: Literal["in_process", "vllm_lora", "vllm_full"] = "in_process"
+    vllm_urls: list[str] = Field(default_factory=list)  # vLLM servers for weight_sync=vllm_lora|vllm_full
     model: ModelSettings = Field(default_factory=ModelSettings)
     rollout: RolloutSettings = Field(default_factory=RolloutSettings)
     credit: CreditSettings = Field(default_factory=CreditSettings)
@@ -187,6 +187,8 @@ class TrainConfig(_Strict):
             raise ValueError("vllm_urls and cluster.vllm_urls disagree: set one of them")
         if self.weight_sync == "vllm_lora" and (self.model.lora is None or not self.vllm_urls):
             raise ValueError("weight_sync=vllm_lora needs model.lora and vllm_urls")
+        if self.weight_sync == "vllm_full" and (self.model.lora is not None or not self.vllm_urls):
+            raise ValueError("weight_sync=vllm_full needs vllm_urls and a full model (no model.lora)")
         return self
 
 

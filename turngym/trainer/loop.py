@@ -185,10 +185,12 @@ class Trainer:
         self._setup_done = True
 
     def _build_sync(self):
-        from turngym.trainer.weight_sync import InProcessSync, VLLMLoRASync
+        from turngym.trainer.weight_sync import InProcessSync, VLLMFullSync, VLLMLoRASync
 
         if self.cfg.weight_sync == "vllm_lora":
             return VLLMLoRASync(self.cfg.vllm_urls, self.run_dir / "adapters")
+        if self.cfg.weight_sync == "vllm_full":
+            return VLLMFullSync(self.cfg.vllm_urls, self.run_dir / "weights")
         return InProcessSync()
 
     def _env(self):
@@ -216,7 +218,7 @@ class Trainer:
         self.adapter = self.dist.broadcast(adapter)
 
     def _backend(self):
-        if self.cfg.weight_sync == "vllm_lora":
+        if self.cfg.weight_sync != "in_process":
             from turngym.agents.vllm import VLLMBackend
 
             return VLLMBackend(self.cfg.vllm_urls)
@@ -487,11 +489,15 @@ class Trainer:
             self.setup()
         cfg = self.cfg
         resumed = self.resume()
-        if not resumed and self.step == 0:
+        fresh = not resumed and self.step == 0
+        if fresh:
             with main_first(self.dist) as first:  # one warm start; the other ranks load its weights
                 info = self.warm_start() if first else self._load_warm_start()
             if info:
                 self.logger.log(0, info)
+        if cfg.weight_sync != "in_process":  # servers hold the base model: push the warm-started/resumed one
+            self._sync_weights(self.step)
+        if fresh:
             base = self.evaluate()
             if base:
                 self.logger.log(0, base)

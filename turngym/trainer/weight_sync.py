@@ -6,11 +6,18 @@
   more vLLM servers through ``POST /v1/load_lora_adapter`` (servers started with
   ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``); the previous adapter is unloaded.
   The agent then requests the new adapter by name.
+* ``VLLMFullSync``: saves the full model to ``weights/step-N`` (written aside, then renamed into place)
+  and has every vLLM server reload its weights in place from there (``VLLMBackend.reload_weights``:
+  vLLM's ``reload_weights`` through ``POST /collective_rpc``; servers started with
+  ``VLLM_SERVER_DEV_MODE=1`` and able to read the trainer's disk); older snapshots are removed.
+  Models with tied input/output embeddings are refused: vLLM's in-place reload leaves a tied
+  lm_head stale.
 """
 
 from __future__ import annotations
 
 import asyncio
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,3 +74,46 @@ class VLLMLoRASync:
             raise WeightSyncError(f"loading adapter {name} from {path} into {self.urls} failed: {e}") from e
         self.loaded = [*stale, name]
         return name
+
+
+@dataclass
+class VLLMFullSync:
+    """Reload the full trained weights into vLLM servers from a snapshot on a shared disk."""
+
+    urls: list[str]
+    weights_dir: Path
+    keep: int = 1
+    pushed: list[Path] = field(default_factory=list)
+
+    def __call__(self, model: Any, step: int) -> None:
+        from turngym.agents.vllm import VLLMBackend
+
+        if hasattr(model, "peft_config"):
+            raise WeightSyncError("vllm_full weight sync pushes a full model; use vllm_lora for a peft model")
+        if getattr(model.config, "tie_word_embeddings", False):
+            raise WeightSyncError(
+                "vllm_full weight sync needs an untied lm_head: vLLM's in-place reload_weights puts a tied "
+                "lm_head's old tensor back (vLLM 0.32 logs 'ParallelLMHead: Failed to load weights'), so the "
+                "server would decode with stale output embeddings; use vllm_lora, or untie the embeddings"
+            )
+        path = (Path(self.weights_dir) / f"step-{step:06d}").resolve()
+        tmp = path.with_name(path.name + ".partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp)  # servers never see a half-written snapshot
+        shutil.rmtree(path, ignore_errors=True)
+        tmp.rename(path)
+
+        async def push() -> None:
+            backend = VLLMBackend(self.urls)
+            try:
+                await backend.reload_weights(path)
+            finally:
+                await backend.aclose()
+
+        try:
+            asyncio.run(push())
+        except Exception as e:  # noqa: BLE001 - re-raised with what failed
+            raise WeightSyncError(f"reloading weights from {path} into {self.urls} failed: {e}") from e
+        self.pushed = [p for p in self.pushed if p != path] + [path]
+        while len(self.pushed) > max(self.keep, 1):
+            shutil.rmtree(self.pushed.pop(0), ignore_errors=True)
