@@ -4,6 +4,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from turngym.core.types import Message
 from turngym.trainer.credit import IGPO, CreditPipeline
@@ -117,3 +119,55 @@ def test_igpo_on_search_qa_expert_trajectories(tiny):
     assert out.metrics.get("igpo/ig_fallback", 0) == 0
     for t in trajs:
         assert all(math.isfinite(x.info["info_gain"]) for x in t.turns[:-1])
+
+
+def test_shared_prefix_scoring_equals_separate_forwards_on_real_trajectories(tiny):
+    """The packed layout (a trajectory's contexts share their prefix, as a KV cache would) gives the
+    scores of one forward per context, in fewer tokens."""
+    from turngym.trainer.sft import expert_trajectories
+
+    model, tok = tiny
+    trajs = expert_trajectories("search-qa", range(6), {"n_passages": 500, "n_tasks": 50, "hops": [2, 3]})
+    assert trajs and max(len(t.turns) for t in trajs) >= 3
+    packed, separate = InfoGainScorer(model, tok), InfoGainScorer(model, tok, share_prefix=False)
+    groups = [
+        [packed.encode(packed.render(c), t.reference["answer"]) for c in packed.contexts(t)] for t in trajs
+    ]
+    got = packed.shared_prefix_logprobs(groups)
+    for items, values in zip(groups, got, strict=True):
+        assert values == pytest.approx(separate.answer_logprobs(items), abs=1e-4)
+    flat = [v for values in got for v in values]
+    for small in (1, 10**9):  # one trajectory per forward, or all in one (left padding between them)
+        again = InfoGainScorer(model, tok, batch_tokens=small).shared_prefix_logprobs(groups)
+        assert [v for values in again for v in values] == pytest.approx(flat, abs=1e-4)
+    m_packed = packed([t.model_copy(deep=True) for t in trajs])
+    m_separate = separate([t.model_copy(deep=True) for t in trajs])
+    assert m_packed["ig/contexts"] == m_separate["ig/contexts"]
+    assert m_packed["ig/mean"] == pytest.approx(m_separate["ig/mean"], abs=1e-4)
+    assert m_packed["ig/tokens"] < 0.7 * m_separate["ig/tokens"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(st.integers(5, 1000), min_size=4, max_size=40),
+    st.lists(
+        st.tuples(
+            st.integers(1, 40), st.lists(st.integers(5, 1000), min_size=1, max_size=8), st.integers(0, 7)
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+)
+def test_packing_any_prefix_structure_matches_separate_forwards(tiny, base, tails):
+    """Arbitrary contexts that branch off one sequence anywhere (even inside the answer span)."""
+    model, tok = tiny
+    s = InfoGainScorer(model, tok)
+    items = [(list(base), len(base) - 1, len(base))]
+    for cut, tail, a in tails:
+        seq = base[: min(cut, len(base))] + tail
+        start = min(max(1, len(seq) - len(tail) + a), len(seq) - 1)
+        items.append((seq, start, len(seq)))
+    got = s.shared_prefix_logprobs([items])[0]
+    assert got == pytest.approx(
+        InfoGainScorer(model, tok, share_prefix=False).answer_logprobs(items), abs=1e-4
+    )
