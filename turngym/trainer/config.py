@@ -63,6 +63,7 @@ class IGPOSettings(_Strict):
     prefix: str | None = None  # default: the Hermes answer-tool frame (credit.info_gain.DEFAULT_PREFIX)
     suffix: str | None = None
     batch_tokens: int = 32768
+    share_prefix: bool = True  # a trajectory's contexts scored in one packed forward (prefix shared)
 
 
 class GatedSettings(_Strict):

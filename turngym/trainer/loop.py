@@ -69,6 +69,7 @@ def build_credit(
                 suffix=s.suffix if s.suffix is not None else DEFAULT_SUFFIX,
                 answer_key=s.answer_key,
                 batch_tokens=s.batch_tokens,
+                share_prefix=s.share_prefix,
             )
         return CreditPipeline(method, prepare=scorer)
     if c.method == "gated":
