@@ -37,6 +37,7 @@ ARGS: dict[str, list[str] | None] = {
     "search_qa.py": ["--passages", "100000", "--questions", "1000", "--episodes", "200"],
     "travel_planner.py": ["--queries", "100"],
     "credit_tournament.py": ["--trials", "100"],
+    "info_gain.py": ["--trajectories", "32", "--repeats", "3"],
     "scale.py": ["--actors", "1", "2", "--tasks", "8", "--group", "2"],
     "swe_docker.py": ["--n", "10", "--episodes", "4"],
     "web_miniwob.py": ["--episodes", "8", "--steps", "16", "--concurrency", "2"],
