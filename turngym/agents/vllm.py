@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -191,20 +192,23 @@ class VLLMBackend:
         self._adapter_paths.pop(name, None)
 
     async def _on_every_live_server(self, path: str, body: dict[str, Any]) -> None:
+        await self._on_every_live(path, lambda url: self._request("POST", url, path, body, json_reply=False))
+
+    async def _on_every_live(self, what: str, call: Callable[[str], Awaitable[Any]]) -> None:
+        """``call(url)`` on every live server at once; a server that fails and no longer answers
+        ``/health`` is taken out (when there are others), any other failure is raised."""
         urls = self.live_urls
         if not urls:
-            raise BackendError(f"no live vLLM server for {path}: {self.dead}")
-        results = await asyncio.gather(
-            *(self._request("POST", u, path, body, json_reply=False) for u in urls), return_exceptions=True
-        )
+            raise BackendError(f"no live vLLM server for {what}: {self.dead}")
+        results = await asyncio.gather(*(call(u) for u in urls), return_exceptions=True)
         failed = {u: r for u, r in zip(urls, results, strict=True) if isinstance(r, BaseException)}
         for url, error in failed.items():
             if len(self.urls) > 1 and not await self._alive(url):
-                self._mark_dead(url, f"{path} failed: {error}")
+                self._mark_dead(url, f"{what} failed: {error}")
             else:
                 raise error
         if not self.live_urls:
-            raise BackendError(f"{path} failed on every server: {failed}")
+            raise BackendError(f"{what} failed on every server: {failed}")
 
     # ----------------------------------------------------------------- full weights
     async def reload_weights(self, path: str | Path) -> None:
@@ -215,16 +219,7 @@ class VLLMBackend:
         servers expose when started with ``VLLM_SERVER_DEV_MODE=1`` (``VLLMServer(weight_reload=True)``).
         Servers that are down get the weights when they come back."""
         path = str(Path(path).resolve())
-        urls = self.live_urls
-        if not urls:
-            raise BackendError(f"no live vLLM server to reload weights on: {self.dead}")
-        results = await asyncio.gather(*(self._reload_on(u, path) for u in urls), return_exceptions=True)
-        failed = {u: r for u, r in zip(urls, results, strict=True) if isinstance(r, BaseException)}
-        for url, error in failed.items():
-            if len(self.urls) > 1 and not await self._alive(url):
-                self._mark_dead(url, f"reload_weights failed: {error}")
-            else:
-                raise error
+        await self._on_every_live("reload_weights", lambda url: self._reload_on(url, path))
         self._weights_path = path
 
     async def _reload_on(self, url: str, path: str) -> None:

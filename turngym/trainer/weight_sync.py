@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,23 @@ from typing import Any
 
 class WeightSyncError(RuntimeError):
     pass
+
+
+def on_servers(urls: list[str], action: Callable[[Any], Awaitable[None]], what: str) -> None:
+    """Run ``action(backend)`` with a ``VLLMBackend`` over ``urls``; failures become ``WeightSyncError``."""
+    from turngym.agents.vllm import VLLMBackend
+
+    async def go() -> None:
+        backend = VLLMBackend(urls)
+        try:
+            await action(backend)
+        finally:
+            await backend.aclose()
+
+    try:
+        asyncio.run(go())
+    except Exception as e:  # noqa: BLE001 - re-raised with what failed
+        raise WeightSyncError(f"{what} into {urls} failed: {e}") from e
 
 
 @dataclass
@@ -49,8 +67,6 @@ class VLLMLoRASync:
     loaded: list[str] = field(default_factory=list)
 
     def __call__(self, model: Any, step: int) -> str:
-        from turngym.agents.vllm import VLLMBackend
-
         if not hasattr(model, "peft_config"):
             raise WeightSyncError("vllm_lora weight sync needs a peft (LoRA) model")
         name = f"{self.prefix}-{step}"
@@ -59,19 +75,12 @@ class VLLMLoRASync:
         stale = self.loaded[-self.keep + 1 :] if self.keep > 1 else []
         drop = [n for n in self.loaded if n not in stale]
 
-        async def push() -> None:
-            backend = VLLMBackend(self.urls)
-            try:
-                await backend.load_lora_adapter(name, path, replace=True)
-                for old in drop:
-                    await backend.unload_lora_adapter(old)
-            finally:
-                await backend.aclose()
+        async def push(backend) -> None:
+            await backend.load_lora_adapter(name, path, replace=True)
+            for old in drop:
+                await backend.unload_lora_adapter(old)
 
-        try:
-            asyncio.run(push())
-        except Exception as e:  # noqa: BLE001 - re-raised with what failed
-            raise WeightSyncError(f"loading adapter {name} from {path} into {self.urls} failed: {e}") from e
+        on_servers(self.urls, push, f"loading adapter {name} from {path}")
         self.loaded = [*stale, name]
         return name
 
@@ -86,8 +95,6 @@ class VLLMFullSync:
     pushed: list[Path] = field(default_factory=list)
 
     def __call__(self, model: Any, step: int) -> None:
-        from turngym.agents.vllm import VLLMBackend
-
         if hasattr(model, "peft_config"):
             raise WeightSyncError("vllm_full weight sync pushes a full model; use vllm_lora for a peft model")
         if getattr(model.config, "tie_word_embeddings", False):
@@ -103,17 +110,7 @@ class VLLMFullSync:
         shutil.rmtree(path, ignore_errors=True)
         tmp.rename(path)
 
-        async def push() -> None:
-            backend = VLLMBackend(self.urls)
-            try:
-                await backend.reload_weights(path)
-            finally:
-                await backend.aclose()
-
-        try:
-            asyncio.run(push())
-        except Exception as e:  # noqa: BLE001 - re-raised with what failed
-            raise WeightSyncError(f"reloading weights from {path} into {self.urls} failed: {e}") from e
+        on_servers(self.urls, lambda backend: backend.reload_weights(path), f"reloading weights from {path}")
         self.pushed = [p for p in self.pushed if p != path] + [path]
         while len(self.pushed) > max(self.keep, 1):
             shutil.rmtree(self.pushed.pop(0), ignore_errors=True)
