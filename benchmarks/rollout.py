@@ -596,6 +596,9 @@ def main() -> None:
 
     def emit(what: str, res: dict) -> None:
         print(what, res, flush=True)
+        for key, label in (("speedup", "speedup"), ("engine_over_bare", "ratio_engine_vs_bare")):
+            if isinstance(res.get(key), dict):  # a one-line summary for the bench report
+                print(f"{what}: {label}={res[key]['median']} (median of interleaved pairs)", flush=True)
         if args.json:
             with open(args.json, "a") as f:
                 f.write(json.dumps({"what": what, **res}) + "\n")
