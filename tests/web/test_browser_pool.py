@@ -192,7 +192,10 @@ async def test_spare_page_preloads_the_next_leases_url(tmp_path):
         missing = await pool.lease((300, 200), warm_url=(tmp_path / "missing.html").as_uri())
         await missing.close()
         after = await pool.lease((300, 200))  # a preload that failed leaves a blank page, not an error page
-        assert after.preloaded is None and await after.run(lambda p: p.evaluate("location.href")) == "about:blank"
+        assert (
+            after.preloaded is None
+            and await after.run(lambda p: p.evaluate("location.href")) == "about:blank"
+        )
         await after.close()
         # deferred: the next page is opened only once the holder says its own page is up
         held = await pool.lease((300, 200), warm_url=page.as_uri(), defer_spare=True)
