@@ -27,7 +27,10 @@ mix of both, which would show the model the tools twice.
 
 from __future__ import annotations
 
+import re
+import threading
 from array import array
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,22 +48,32 @@ class ImagesNotSupported(ValueError):
 
 
 class ChatFormat:
-    """A tokenizer plus its chat template (and optional native tools)."""
+    """A tokenizer plus its chat template (and optional native tools).
+
+    ``encode`` splits a text at its anchor special tokens (see ``_split_anchors``) and keeps the ids
+    of each piece in an LRU cache of ``cache_chars`` characters (0 disables it): the system prompt
+    shared by every task, the repeated generation prompts and recurring observations are tokenized
+    once. The result is exactly the tokenizer's own encoding of the whole text."""
 
     def __init__(
         self,
         tokenizer: Any,
         tools: list[dict[str, Any]] | None = None,
         template_kwargs: dict[str, Any] | None = None,
+        *,
+        cache_chars: int = 1 << 22,
     ):
         if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError("the tokenizer has no chat template")
         self.tokenizer = tokenizer
         self.tools = tools or None
         self.template_kwargs = dict(template_kwargs or {})
+        self._anchors = _split_anchors(tokenizer)
+        self._anchor_ids = {content: tid for tid, content in self._anchors.items()}
+        self._splitter = _added_token_pattern(tokenizer) if self._anchors else None
+        self.pieces = PieceCache(cache_chars)
         self.stop_token_ids = _stop_ids(tokenizer)
         self.assistant_suffix_ids = self._assistant_suffix()
-        self._anchors = _split_anchors(tokenizer)
 
     def render(self, messages: list[Message] | list[dict[str, Any]], add_generation_prompt: bool) -> str:
         n_images = sum(len(m.images) for m in messages if isinstance(m, Message))
@@ -82,7 +95,29 @@ class ChatFormat:
         )
 
     def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+        """``tokenizer.encode(text, add_special_tokens=False)``, piece by piece through the cache."""
+        if self._splitter is None:
+            return list(self._encode_piece(text))
+        ids: list[int] = []
+        pos = 0
+        for m in self._splitter.finditer(text):
+            tid = self._anchor_ids.get(m.group())
+            if tid is None:  # an added token that is no anchor stays inside its piece
+                continue
+            if m.start() > pos:
+                ids.extend(self._encode_piece(text[pos : m.start()]))
+            ids.append(tid)
+            pos = m.end()
+        if pos < len(text):
+            ids.extend(self._encode_piece(text[pos:]))
+        return ids
+
+    def _encode_piece(self, text: str) -> Sequence[int]:
+        ids = self.pieces.get(text)
+        if ids is None:
+            ids = array("i", self.tokenizer.encode(text, add_special_tokens=False))
+            self.pieces.put(text, ids)
+        return ids
 
     def encode_extending(self, text: str, prev_text: str, prev_ids: Sequence[int]) -> list[int]:
         """``encode(text)`` for a ``text`` that extends ``prev_text`` (whose ids are ``prev_ids``).
@@ -161,7 +196,7 @@ class ChatTokens:
         closed_text = fmt.render(with_action, add_generation_prompt=False)
         full_text = fmt.render([*with_action, *observation], add_generation_prompt=True)
         closed = array("i", fmt.encode_extending(closed_text, self._text, self._rendered))
-        full = array("i", fmt.encode_extending(full_text, self._text, self._rendered))
+        full = array("i", fmt.encode_extending(full_text, closed_text, closed))  # the action is encoded once
         _check_prefix(self._rendered, closed, "the conversation up to the assistant turn")
         _check_prefix(closed, full, "the conversation with the observation")
         tail = self._closing_tail()
@@ -201,18 +236,83 @@ def _check_prefix(prev: array, new: array, what: str) -> None:
     )
 
 
+class PieceCache:
+    """A thread-safe LRU map from text pieces to their ids, bounded by the pieces' total length.
+
+    Values are read-only ``array``s; callers copy them (``list.extend``) and never hand them out."""
+
+    def __init__(self, max_chars: int):
+        self.max_chars = max_chars
+        self.chars = 0
+        self.hits = self.misses = 0
+        self._items: OrderedDict[str, array] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, text: str) -> array | None:
+        with self._lock:
+            ids = self._items.get(text)
+            if ids is None:
+                self.misses += 1
+            else:
+                self.hits += 1
+                self._items.move_to_end(text)
+            return ids
+
+    def put(self, text: str, ids: array) -> None:
+        if len(text) > self.max_chars:
+            return
+        with self._lock:
+            if text in self._items:
+                return
+            self._items[text] = ids
+            self.chars += len(text)
+            while self.chars > self.max_chars:
+                old, _ = self._items.popitem(last=False)
+                self.chars -= len(old)
+
+
 def _split_anchors(tokenizer: Any) -> dict[int, str]:
-    """Special tokens after which ``ChatFormat.encode_extending`` may split a text: those that strip
-    no neighbouring whitespace. None for a tokenizer whose pieces depend on where they start
-    (a Metaspace pre-tokenizer prepends to the first piece only) or that is not a fast tokenizer."""
+    """Added tokens at which a text may be split and its pieces encoded separately
+    (``ChatFormat.encode``, ``ChatFormat.encode_extending``).
+
+    A fast tokenizer first cuts the raw text at its non-normalized added tokens (leftmost-longest),
+    then normalizes, pre-tokenizes and encodes each piece on its own; so a text's ids are the
+    concatenation of its pieces' ids. Anchors are those added tokens that strip no neighbouring
+    whitespace and that no other added token contains or overlaps. None when the pieces are not independent: no fast tokenizer, special tokens split
+    as text (``split_special_tokens``), a Metaspace pre-tokenizer (which prepends to the first piece
+    only) or a ``single_word`` added token (which looks at its neighbours)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None or "Metaspace" in repr(backend.pre_tokenizer):
+    added = getattr(tokenizer, "added_tokens_decoder", {})
+    if (
+        backend is None
+        or "Metaspace" in repr(backend.pre_tokenizer)
+        or getattr(tokenizer, "split_special_tokens", False)
+        or any(tok.single_word for tok in added.values())
+    ):
         return {}
+    raw = {tok.content for tok in added.values() if not tok.normalized}
     return {
         tid: tok.content
-        for tid, tok in getattr(tokenizer, "added_tokens_decoder", {}).items()
-        if tok.special and not (tok.lstrip or tok.rstrip or tok.single_word)
+        for tid, tok in added.items()
+        if tok.content
+        and not (tok.normalized or tok.lstrip or tok.rstrip)
+        and not any(_overlap(tok.content, other) for other in raw if other != tok.content)
     }
+
+
+def _overlap(a: str, b: str) -> bool:
+    """Whether ``b`` contains ``a`` or the two can overlap (an end of one is a start of the other):
+    then an occurrence of ``a`` in a text is not necessarily where the tokenizer cut it."""
+    return a in b or any(b.endswith(a[:i]) or a.endswith(b[:i]) for i in range(1, min(len(a), len(b))))
+
+
+def _added_token_pattern(tokenizer: Any) -> re.Pattern[str]:
+    """Matches the added tokens the tokenizer cuts the raw text at, as it does: leftmost-longest."""
+    contents = {tok.content for tok in tokenizer.added_tokens_decoder.values() if not tok.normalized}
+    return re.compile("|".join(re.escape(c) for c in sorted(contents, key=len, reverse=True) if c))
 
 
 def _stop_ids(tokenizer: Any) -> frozenset[int]:
