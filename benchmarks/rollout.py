@@ -63,17 +63,27 @@ class Recorder:
 
     def __init__(self, inner, lengths: tuple[int, int] | None = None):
         self.inner, self.requests, self.lengths = inner, [], lengths
+        self.calls: list[tuple] = []  # (route, called, returned) perf_counter seconds
 
     async def generate(self, prompt_ids, sampling, *, route=None, adapter=None):
         if self.lengths is not None:  # a length per (trajectory, turn), the same in every run
             rng = random.Random(zlib.crc32(f"{route}/{len(prompt_ids)}".encode()))
             sampling = sampling.replace(max_tokens=rng.randint(*self.lengths))
+        t0 = time.perf_counter()
         gen = await self.inner.generate(prompt_ids, sampling, route=route, adapter=adapter)
+        self.calls.append((route, t0, time.perf_counter()))
         self.requests.append((route, list(prompt_ids), sampling.replace(max_tokens=len(gen.token_ids))))
         return gen
 
     async def aclose(self):
         pass
+
+
+def fresh_cache(backend) -> None:
+    """Runs reuse the same routes: none may start from the KV the previous run left parked."""
+    reset = getattr(backend, "reset_prefix_cache", None)
+    if reset is not None:
+        reset()
 
 
 def load() -> list[float]:
@@ -168,6 +178,9 @@ def model_path(device: str):
     return tiny_model_path(TinyConfig(**BIG) if device.startswith("cuda") else TinyConfig())
 
 
+REUSE_PREFIX = True  # HFBackend prefix reuse (``--no-reuse`` turns it off, for comparison)
+
+
 def make_backend(kind: str, device: str = "cpu", fuse_tokens: int | None = None):
     """(backend, tokenizer, server or None) for ``hf`` or ``vllm`` (vLLM: a local CPU server)."""
     from turngym.agents.models import load_tokenizer
@@ -178,13 +191,95 @@ def make_backend(kind: str, device: str = "cpu", fuse_tokens: int | None = None)
         path = model_path(device)
         tok = load_tokenizer(path)
         backend = HFBackend(
-            path, tok, device=device, max_batch_size=64, max_wait_ms=2, fuse_tokens=fuse_tokens
+            path,
+            tok,
+            device=device,
+            max_batch_size=64,
+            max_wait_ms=2,
+            fuse_tokens=fuse_tokens,
+            reuse_prefix=REUSE_PREFIX,
         )
         return backend, tok, None
     from turngym.agents.vllm import VLLMBackend, VLLMServer
 
     server = VLLMServer("tiny", max_model_len=1024, dtype="float32", enable_lora=False).start()
     return VLLMBackend(server.url), load_tokenizer("tiny"), server
+
+
+class Heartbeat:
+    """Event-loop responsiveness: how late a 1 ms ``asyncio.sleep`` wakes up, while it runs."""
+
+    def __init__(self, period_s: float = 0.001):
+        self.period_s, self.lags, self._task = period_s, [], None
+
+    async def _beat(self) -> None:
+        while True:
+            t0 = time.perf_counter()
+            await asyncio.sleep(self.period_s)
+            self.lags.append(time.perf_counter() - t0 - self.period_s)
+
+    def __enter__(self):
+        self.lags = []
+        self._task = asyncio.ensure_future(self._beat())
+        return self
+
+    def __exit__(self, *exc):
+        self._task.cancel()
+
+    def summary(self) -> dict:
+        return pctl_ms(self.lags)
+
+
+def pctl_ms(xs: list[float]) -> dict:
+    """Median, p90 and max of durations in seconds, as milliseconds."""
+    if not xs:
+        return {}
+    xs = sorted(xs)
+    return {
+        "p50": round(1000 * statistics.median(xs), 2),
+        "p90": round(1000 * xs[round(0.9 * (len(xs) - 1))], 2),
+        "max": round(1000 * xs[-1], 2),
+    }
+
+
+def timeline(trace: list[tuple], calls: list[tuple], t0: float, t1: float) -> dict:
+    """Where the wall time of one run went, from ``HFBackend.trace`` and the caller's (route, called,
+    returned) stamps: the scheduler thread's time in forward passes (by kind), idle with nothing to
+    run, and in between (gathering arrivals, retiring, compacting); per request, the wait from the
+    call to the pass that admitted it, from the scheduler's delivery to the caller's resumption (the
+    thread hand-off), and from one call's return to the same trajectory's next call (the engine's
+    own turn: env step, observation tokens, prompt)."""
+    passes = [e for e in trace if e[0] == "pass" and t0 <= e[1] <= t1]
+    idle = sum(max(0.0, min(e[2], t1) - max(e[1], t0)) for e in trace if e[0] == "idle")
+    # the wait the scheduler is in at t1 (every request done) is recorded only when it ends
+    last = max([t0, *(e[2] for e in trace if e[0] in ("pass", "idle") and e[2] <= t1)])
+    idle += t1 - last
+    reqs = [e for e in trace if e[0] == "req" and t0 <= e[2] <= t1]
+    wall = t1 - t0
+    out: dict = {"wall_s": round(wall, 3)}
+    for kind in ("prefill", "fused", "decode"):
+        ds = [e[2] - e[1] for e in passes if e[3] == kind]
+        if ds:
+            out[f"{kind}_passes"] = len(ds)
+            out[f"{kind}_ms"] = {**pctl_ms(ds), "sum_s": round(sum(ds), 3)}
+    busy = sum(e[2] - e[1] for e in passes)
+    out["busy_idle_other_s"] = [round(busy, 3), round(idle, 3), round(wall - busy - idle, 3)]
+    out["admit_wait_ms"] = pctl_ms([e[3] - e[2] for e in reqs if e[3] >= e[2]])
+    delivered: dict = {}  # route -> delivery times in order
+    for e in sorted(reqs, key=lambda e: e[4]):
+        delivered.setdefault(e[1], []).append(e[4])
+    handoff, gaps, by_route = [], [], {}
+    for route, called, returned in calls:
+        if t0 <= called <= t1:
+            by_route.setdefault(route, []).append((called, returned))
+    for route, cs in by_route.items():
+        cs.sort()
+        for (_, returned), done in zip(cs, delivered.get(route, []), strict=False):
+            handoff.append(returned - done)
+        gaps += [nxt[0] - prev[1] for prev, nxt in zip(cs, cs[1:], strict=False)]
+    out["handoff_ms"] = pctl_ms(handoff)
+    out["turn_gap_ms"] = pctl_ms(gaps)
+    return out
 
 
 # ----------------------------------------------------------------------------- overhead
@@ -215,36 +310,65 @@ async def bench_overhead(
         await warm.run(n)
 
         def forwards() -> tuple[float, ...]:
-            st = getattr(backend, "stats", None)  # HFBackend: prefill and decode passes, idle seconds
-            return (st["prefills"], st["steps"], st["idle_s"]) if st else (0, 0, 0.0)
+            st = getattr(backend, "stats", None)  # HFBackend: passes, idle seconds, prompt tokens
+            keys = ("prefills", "steps", "idle_s", "prompt_tokens", "reused_tokens")
+            return tuple(st[k] for k in keys) if st else (0, 0, 0.0, 0, 0)
+
+        trace = [] if hasattr(backend, "trace") else None
+        if trace is not None:
+            backend.trace = trace
+
+        def breakdown(name: str, t0: float, calls: list, beat: Heartbeat) -> None:
+            if trace is not None:
+                timelines[name].append(
+                    {**timeline(trace, calls, t0, time.perf_counter()), "loop_lag_ms": beat.summary()}
+                )
+                trace.clear()
 
         async def engine_run() -> tuple[int, float]:
+            fresh_cache(backend)
             rec.requests.clear()
+            rec.calls.clear()
             engine = RolloutEngine("arith", agent, cfg, env_kwargs={"max_turns": turns})
             f0, t0, c0 = forwards(), time.perf_counter(), time.thread_time()
-            trajs = await engine.run(n)
+            with Heartbeat() as beat:
+                trajs = await engine.run(n)
             cpu["engine"].append(time.thread_time() - c0)
             passes["engine"].append([round(b - a, 3) for a, b in zip(f0, forwards(), strict=True)])
-            return sum(sum(t.loss_mask) for t in trajs), time.perf_counter() - t0
+            dt = time.perf_counter() - t0
+            breakdown("engine", t0, rec.calls, beat)
+            return sum(sum(t.loss_mask) for t in trajs), dt
 
         async def bare_run(requests) -> tuple[int, float]:
             streams: dict[str, list] = {}
             for route, prompt, s in requests:
                 streams.setdefault(route, []).append((prompt, s.replace(stop_token_ids=NEVER)))
+            calls: list[tuple] = []
+            fresh_cache(backend)
 
-            async def replay(reqs):
-                return sum([len((await backend.generate(p, s)).token_ids) for p, s in reqs])
+            async def replay(route, reqs):
+                total = 0
+                for p, s in reqs:
+                    c = time.perf_counter()
+                    total += len((await backend.generate(p, s, route=route)).token_ids)
+                    calls.append((route, c, time.perf_counter()))
+                return total
 
             f0, t0, c0 = forwards(), time.perf_counter(), time.thread_time()
-            total = sum(await asyncio.gather(*(replay(r) for r in streams.values())))
+            with Heartbeat() as beat:
+                total = sum(await asyncio.gather(*(replay(k, r) for k, r in streams.items())))
             cpu["bare"].append(time.thread_time() - c0)
             passes["bare"].append([round(b - a, 3) for a, b in zip(f0, forwards(), strict=True)])
-            return total, time.perf_counter() - t0
+            dt = time.perf_counter() - t0
+            breakdown("bare", t0, calls, beat)
+            return total, dt
 
         engine_tps, bare_tps = [], []
         cpu: dict[str, list[float]] = {"engine": [], "bare": []}  # event-loop thread CPU seconds
-        # per run: [prefill passes, decode passes, seconds the backend sat idle waiting for requests]
+        # per run: [prefill passes, decode passes, seconds the backend sat idle waiting for requests,
+        # prompt tokens fed, prompt tokens reused from parked rows]
         passes: dict[str, list] = {"engine": [], "bare": []}
+        timelines: dict[str, list] = {"engine": [], "bare": []}  # HFBackend: where the wall time went
         for _ in range(repeats):  # interleaved, so load drift hits both alike
             tokens, dt = await engine_run()
             engine_tps.append(tokens / dt)
@@ -271,7 +395,8 @@ async def bench_overhead(
         "engine_tok_s": [round(x, 1) for x in engine_tps],
         "bare_tok_s": [round(x, 1) for x in bare_tps],
         "engine_over_bare": spread(ratios),
-        "prefill_decode_idle": passes,
+        "prefill_decode_idle_prompt_reused": passes,
+        "timeline": timelines,
         # load-insensitive: CPU the event-loop thread spent (engine: envs, templates, bookkeeping)
         "loop_cpu_s_engine": round(statistics.median(cpu["engine"]), 3),
         "loop_cpu_s_bare": round(statistics.median(cpu["bare"]), 3),
@@ -304,7 +429,17 @@ async def bench_async(
         backend, tok, _ = make_backend("hf", device)
     load0 = load()
     sampling = SamplingParams(max_tokens=max_tokens, temperature=0.0)
-    agent = LLMAgent(backend, tok, sampling, max_context=2048)
+    rec = Recorder(backend)
+    agent = LLMAgent(rec, tok, sampling, max_context=2048)
+    trace = [] if hasattr(backend, "trace") else None
+    timelines: dict[str, list] = {"engine": [], "lockstep": []}
+
+    def breakdown(name: str, t0: float) -> None:
+        if trace is not None:
+            timelines[name].append(timeline(trace, rec.calls, t0, time.perf_counter()))
+            trace.clear()
+        rec.calls.clear()
+        rec.requests.clear()
 
     def env_factory():
         return SleepyEnv(make("arith", max_turns=turns), median_s, sigma)
@@ -316,15 +451,21 @@ async def bench_async(
     passes: dict[str, list] = {"engine": [], "lockstep": []}
 
     def counters() -> list[float]:
-        st = getattr(backend, "stats", None)  # HFBackend: passes (prefill, fused, decode), idle seconds
-        return [st["prefills"], st["fused"], st["steps"], st["idle_s"]] if st else []
+        st = getattr(backend, "stats", None)  # HFBackend: passes, idle seconds, prompt tokens
+        keys = ("prefills", "fused", "steps", "idle_s", "prompt_tokens", "reused_tokens")
+        return [st[k] for k in keys] if st else []
 
+    if trace is not None:
+        backend.trace = trace
     for _ in range(repeats):  # interleaved pairs
+        fresh_cache(backend)
         engine = RolloutEngine(env_factory, agent, cfg, env_id="arith")
         c0, t0 = counters(), time.perf_counter()
         trajs = await engine.run(n)
         async_s.append(time.perf_counter() - t0)
         passes["engine"].append([round(b - a, 2) for a, b in zip(c0, counters(), strict=True)])
+        breakdown("engine", t0)
+        fresh_cache(backend)
         c0, t0 = counters(), time.perf_counter()
         lock_turns = lock_tokens = 0
         for start in range(0, len(jobs), concurrency):  # waves of the same size as the engine's bound
@@ -332,6 +473,7 @@ async def bench_async(
             lock_turns, lock_tokens = lock_turns + turns_done, lock_tokens + tokens
         lock_s.append(time.perf_counter() - t0)
         passes["lockstep"].append([round(b - a, 2) for a, b in zip(c0, counters(), strict=True)])
+        breakdown("lockstep", t0)
         print(f"  async pair: engine {async_s[-1]:.2f}s, lock-step {lock_s[-1]:.2f}s {passes}", flush=True)
     await backend.aclose()
     tokens = sum(sum(t.loss_mask) for t in trajs)
@@ -353,7 +495,8 @@ async def bench_async(
         "async_s": [round(x, 2) for x in async_s],
         "lockstep_s": [round(x, 2) for x in lock_s],
         "speedup": spread([lk / a for a, lk in zip(async_s, lock_s, strict=True)], 2),
-        "prefill_fused_decode_idle": passes,
+        "prefill_fused_decode_idle_prompt_reused": passes,
+        "timeline": timelines,
         "load_before_after": [load0, load()],
     }
 
@@ -580,6 +723,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="overhead/async: interleaved run pairs")
     ap.add_argument("--device", default="cpu", help="overhead/async with --backend hf: cpu or cuda")
     ap.add_argument("--json", help="also append each result as a JSON line to this file")
+    ap.add_argument("--no-reuse", action="store_true", help="HF backend: no prefix reuse across turns")
+    ap.add_argument(
+        "--switch-interval",
+        type=float,
+        help="sys.setswitchinterval seconds (how long a thread may hold the GIL while another waits)",
+    )
     ap.add_argument("--lengths", help="overhead: LO:HI tokens per turn (varied per trajectory and turn)")
     ap.add_argument(
         "--torch-threads",
@@ -589,6 +738,10 @@ def main() -> None:
         "against other jobs: a tiny-model pass measured 38 ms with 2 threads, 1.2 ms with 1); 0 = torch's default",
     )
     args = ap.parse_args()
+    global REUSE_PREFIX
+    REUSE_PREFIX = not args.no_reuse
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)
     if args.torch_threads > 0 and args.what != "gpu":
         import torch
 

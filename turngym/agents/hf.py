@@ -30,6 +30,10 @@ per-request seeds and settings and the raw model logprobs.)
 ``generate_batch`` is the synchronous API (it runs the same scheduler in the calling thread).
 ``stats`` counts forward passes (prefill-only, decode, fused), cache compactions, the histogram of
 batch widths and the seconds the scheduler thread sat idle with nothing to run (``idle_s``).
+Set ``backend.trace = []`` to record a timeline (``time.perf_counter`` seconds) of every forward
+pass ``("pass", start, end, kind, rows, joiners, width, cache_len)``, every idle wait
+``("idle", start, end)`` and every finished request ``("req", route, submitted, admitted, done,
+prompt_len, tokens)``; ``benchmarks/rollout.py`` turns it into a latency breakdown.
 """
 
 from __future__ import annotations
@@ -55,11 +59,18 @@ class _Request:
     sampling: SamplingParams
     done: Callable[[Generation | BaseException], None]
     gave_up: Callable[[], bool] = lambda: False
-    generator: Any = None
+    seed: int = 0
     stops: frozenset[int] = frozenset()
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
+    route: str | None = None
+    submitted: float = 0.0  # perf_counter when the caller asked
+    admitted: float = 0.0  # start of the pass that prefilled it
+    generator: Any = None  # made at admission, for sampled (non-greedy) requests only
+    reuse: int = 0  # leading prompt tokens whose KV came from the route's parked row
+    parked: float | None = None  # when the finished row was parked (its KV kept for the route's next turn)
+    epoch: int = 0  # the prefix-cache epoch it was parked in
 
     @property
     def finished(self) -> bool:
@@ -67,16 +78,26 @@ class _Request:
             bool(self.tokens) and self.tokens[-1] in self.stops
         )
 
+    @property
+    def cached_ids(self) -> list[int]:
+        """The ids whose KV a finished row holds: the prompt and every sampled token but the last."""
+        return self.prompt_ids + self.tokens[:-1]
+
 
 @dataclass
 class _Batch:
-    """Live rows: a left-padded KV cache, its attention mask, each row's next position and next input."""
+    """Rows of one left-padded KV cache: its attention mask, each row's next position and next input.
+    A parked row (finished, kept for its route's next turn) feeds nothing until it is resumed."""
 
     rows: list[_Request] = field(default_factory=list)
     cache: Any = None
-    mask: Any = None  # [B, T] long, 0 on left padding
-    pos: Any = None  # [B] position id of the pending token
+    mask: Any = None  # [B, T] long, 0 on padding and on columns a row did not feed
+    pos: Any = None  # [B] position id of the row's next token
     pending: Any = None  # [B] last sampled token, not yet in the cache
+
+    @property
+    def active(self) -> int:
+        return sum(r.parked is None for r in self.rows)
 
 
 class HFBackend:
@@ -91,6 +112,8 @@ class HFBackend:
         max_wait_ms: float = 5.0,
         attn_implementation: str | None = None,
         fuse_tokens: int | None = None,
+        reuse_prefix: bool = True,
+        park_s: float = 10.0,
     ):
         from turngym.agents.models import load_model, load_tokenizer
 
@@ -114,12 +137,18 @@ class HFBackend:
         if fuse_tokens is None:  # see _default_fuse_tokens
             fuse_tokens = _default_fuse_tokens(self.model, self.device)
         self.fuse_tokens = fuse_tokens
+        self.reuse_prefix, self.park_s = reuse_prefix, park_s
         self.weights_version = 0
+        self._epoch = 0  # bumped by reset_prefix_cache: rows parked before it are dropped
+        self.trace: list[tuple] | None = None  # a timeline when set to a list, see the module doc
         self.stats: dict[str, Any] = {
             "prefills": 0,  # prefill-only passes
             "fused": 0,  # decode passes that also prefilled joiners
             "steps": 0,  # decode passes
             "compactions": 0,
+            "prompt_tokens": 0,  # prompt tokens fed to the model
+            "reused_tokens": 0,  # prompt tokens whose KV came from a parked row instead
+            "parked_dropped": 0,  # parked rows dropped unused (expired, evicted for room, stale)
             "widths": Counter(),  # decode passes by batch width
             "idle_s": 0.0,  # seconds the scheduler thread waited with nothing to run
         }
@@ -148,6 +177,7 @@ class HFBackend:
             loop.call_soon_threadsafe(_settle, fut, result)
 
         req = self._request(prompt_ids, sampling, done, fut.done)
+        req.route = route
         self._ensure_thread()
         self._inbox.put(req)
         return await fut
@@ -183,10 +213,16 @@ class HFBackend:
         return results  # type: ignore[return-value]
 
     def update_weights(self, state_dict: dict[str, Any], strict: bool = True) -> None:
-        """Load new weights into the live model, between two decode steps."""
+        """Load new weights into the live model, between two decode steps (parked rows' KV, computed
+        with the old weights, is dropped)."""
         with self._lock:
             self.model.load_state_dict(state_dict, strict=strict)
             self.weights_version += 1
+
+    def reset_prefix_cache(self) -> None:
+        """Drop every parked row (e.g. after changing the model's weights in place, not through
+        ``update_weights``); the next turn of their routes is prefilled in full."""
+        self._epoch += 1
 
     # ------------------------------------------------------------- scheduler
     def _request(
@@ -204,10 +240,10 @@ class HFBackend:
         if bad:
             raise BackendError(f"prompt token ids outside the vocabulary (size {self.vocab_size}): {bad[:5]}")
         seed = sampling.seed if sampling.seed is not None else int(torch.randint(0, 2**62, ()).item())
-        gen = torch.Generator(device=self.device)
-        gen.manual_seed(seed)
         stops = frozenset(sampling.stop_token_ids) or frozenset({self.tokenizer.eos_token_id})
-        return _Request([int(t) for t in prompt_ids], sampling, done, gave_up, gen, stops)
+        req = _Request([int(t) for t in prompt_ids], sampling, done, gave_up, seed, stops)
+        req.submitted = time.perf_counter()
+        return req
 
     def _ensure_thread(self) -> None:
         with self._thread_lock:
@@ -222,7 +258,8 @@ class HFBackend:
             self._iterate(batch, joiners)
         err = BackendError("the HF backend was closed")
         for r in batch.rows:
-            r.done(err)
+            if r.parked is None:
+                r.done(err)
         while True:
             try:
                 item = self._inbox.get_nowait()
@@ -232,18 +269,30 @@ class HFBackend:
                 item.done(err)
 
     def _arrivals(self, batch: _Batch) -> list[_Request] | None:
-        """Requests to admit now (None: stop). Idle, block for one, then gather more for ``max_wait``."""
+        """Requests to admit now (None: stop). With no active row, block for one (or until the oldest
+        parked row expires), then gather more for ``max_wait``."""
         joiners: list[_Request] = []
         deadline = None
-        if not batch.rows:
+        active = batch.active
+        if not active:
+            oldest = min((r.parked for r in batch.rows if r.parked is not None), default=None)
+            timeout = None if oldest is None else max(0.0, oldest + self.park_s - time.perf_counter())
             t0 = time.perf_counter()
-            item = self._inbox.get()
-            self.stats["idle_s"] += time.perf_counter() - t0
+            try:
+                item = self._inbox.get(timeout=timeout)
+            except queue.Empty:
+                item = None  # a parked row expired: the next iteration drops it
+            t1 = time.perf_counter()
+            self.stats["idle_s"] += t1 - t0
+            if self.trace is not None:
+                self.trace.append(("idle", t0, t1))
             if item is _STOP:
                 return None
+            if item is None:
+                return joiners
             joiners.append(item)
             deadline = time.monotonic() + self.max_wait_s
-        while len(batch.rows) + len(joiners) < self.max_batch_size:
+        while active + len(joiners) < self.max_batch_size:
             remaining = 0.0 if deadline is None else deadline - time.monotonic()
             try:
                 item = self._inbox.get(timeout=remaining) if remaining > 0 else self._inbox.get_nowait()
@@ -257,34 +306,95 @@ class HFBackend:
         return joiners
 
     def _iterate(self, batch: _Batch, joiners: list[_Request]) -> None:
-        """One scheduler iteration: admit the joiners, one decode step for all, retire the finished.
+        """One scheduler iteration: place the joiners (see ``_plan``), one forward pass for every row
+        that feeds, retire the finished.
 
-        Joiners are prefilled in the same forward pass as the running rows' decode step when the
-        padding that costs (running rows x longest prompt) fits ``fuse_tokens``; otherwise they get
-        a prefill pass of their own first."""
+        Fresh joiners are prefilled in the same pass as the other rows' decode step when the padding
+        that costs (rows x longest prompt) fits ``fuse_tokens``; otherwise in a prefill pass of their
+        own, merged in after."""
         joiners = [r for r in joiners if not r.gave_up()]
-        fuse = bool(joiners and batch.rows)
+        resumes, fresh = self._plan(batch, joiners)
+        fuse = bool(fresh and batch.rows)
         if fuse:
-            width = max(len(r.prompt_ids) for r in joiners)
+            width = max(len(r.prompt_ids) for r in fresh)
             fuse = len(batch.rows) * (width - 1) <= self.fuse_tokens
-        if joiners and not fuse:
-            self._admit(batch, joiners)
-        if batch.rows:
-            try:
-                self._decode(batch, joiners if fuse else [])
-            except Exception as e:  # noqa: BLE001 - every live row gets the error, the thread survives
-                err = _backend_error(e)
-                for r in [*batch.rows, *(joiners if fuse else [])]:
+        if fresh and not fuse:
+            self._admit(batch, fresh)
+        if not (batch.active or resumes):
+            return
+        fused = fresh if fuse else []
+        try:
+            self._pass(batch, resumes, fused)
+        except Exception as e:  # noqa: BLE001 - every live row gets the error, the thread survives
+            err = _backend_error(e)
+            for r in [*batch.rows, *resumes.values(), *fused]:
+                if r.parked is None:
                     r.done(err)
-                batch.__init__()  # type: ignore[misc]
-                return
-            self._retire(batch)
-            self._compact(batch)
+            batch.__init__()  # type: ignore[misc]
+            return
+        self._retire(batch)
+        self._compact(batch)
+
+    def _plan(self, batch: _Batch, joiners: list[_Request]) -> tuple[dict[int, _Request], list[_Request]]:
+        """Give each joiner a row: its route's parked row when the prompt extends what that row holds
+        (it then feeds only the prompt after the reused prefix), else a fresh row. Parked rows that
+        expired (``park_s``), hold KV of older weights or an older ``reset_prefix_cache`` epoch, lost
+        their route's reuse, or are the oldest when fresh rows need room, are dropped.
+
+        Resuming is skipped (all joiners fresh) when the padding it costs the other rows exceeds
+        ``fuse_tokens`` plus the prompt tokens it saves. Returns (row index -> request, fresh)."""
+        now = time.perf_counter()
+        parked: dict[str | None, int] = {}
+        drop: set[int] = set()
+        for i, r in enumerate(batch.rows):
+            if r.parked is None:
+                continue
+            stale = r.epoch != self._epoch or r.versions[-1] != self.weights_version
+            if stale or not self.reuse_prefix or now - r.parked > self.park_s:
+                drop.add(i)
+            else:
+                parked[r.route] = i
+        resumes: dict[int, _Request] = {}
+        fresh: list[_Request] = []
+        for r in joiners:
+            i = parked.pop(r.route, None) if r.route is not None else None
+            if i is not None:
+                r.reuse = min(_common_prefix(batch.rows[i].cached_ids, r.prompt_ids), len(r.prompt_ids) - 1)
+                if r.reuse > 0:
+                    resumes[i] = r
+                    continue
+                drop.add(i)
+            fresh.append(r)
+        if resumes:
+            width = max(len(r.prompt_ids) - r.reuse for r in resumes.values())
+            padding = (len(batch.rows) - len(resumes)) * (width - 1)
+            if padding > self.fuse_tokens + sum(r.reuse for r in resumes.values()):
+                for r in resumes.values():
+                    r.reuse = 0
+                drop.update(resumes)
+                fresh += resumes.values()
+                resumes = {}
+        unclaimed = sorted((batch.rows[i].parked, i) for i in parked.values() if i not in drop)
+        over = len(batch.rows) - len(drop) + len(fresh) - self.max_batch_size
+        drop.update(i for _, i in unclaimed[: max(0, over)])
+        if drop:
+            keep = [i for i in range(len(batch.rows)) if i not in drop]
+            self.stats["parked_dropped"] += len(drop)
+            self._keep(batch, keep)
+            new_index = {old: j for j, old in enumerate(keep)}
+            resumes = {new_index[i]: r for i, r in resumes.items()}
+        for i, r in resumes.items():
+            if r.reuse < len(batch.rows[i].cached_ids):  # the prompt diverges: mask the row's later tokens
+                m = batch.mask[i]
+                batch.mask[i] = m * (m.cumsum(0) <= r.reuse)
+        return resumes, fresh
 
     def _admit(self, batch: _Batch, joiners: list[_Request]) -> None:
-        """Prefill the joiners; a failing group is retried one by one so only the culprit fails."""
+        """Prefill the joiners in a pass of their own and merge them in; a failing group is retried
+        one by one so only the culprit fails."""
+        part = _Batch()
         try:
-            part = self._prefill(joiners)
+            self._pass(part, {}, joiners)
         except Exception as e:  # noqa: BLE001
             if len(joiners) > 1:
                 for r in joiners:
@@ -295,19 +405,48 @@ class HFBackend:
         self._retire(part)
         self._merge(batch, part)
 
-    def _prefill(self, reqs: list[_Request]) -> _Batch:
+    def _pass(self, batch: _Batch, resumes: dict[int, _Request], joiners: list[_Request]) -> None:
+        """One forward pass. Running rows feed their pending token, resumed rows (index -> request)
+        their prompt after the reused prefix, joiners (new rows, empty cache) their whole prompt,
+        all right-aligned in one window; parked rows feed nothing. Where a row fed nothing its new
+        columns are masked (``_compact`` removes them). On an empty batch this is a prefill."""
         import torch
         from transformers import DynamicCache
 
-        width = max(len(r.prompt_ids) for r in reqs)
-        ids = torch.full((len(reqs), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(reqs), width), dtype=torch.long)
-        for i, r in enumerate(reqs):
-            ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids, dtype=torch.long)
-            mask[i, width - len(r.prompt_ids) :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=self.model.config)
+        dev, rows = self.device, len(batch.rows)
+        for i, r in resumes.items():
+            batch.rows[i] = r
+        feeds = {i: (r.prompt_ids[r.reuse :], r.reuse) for i, r in resumes.items()}
+        feeds.update({rows + j: (r.prompt_ids, 0) for j, r in enumerate(joiners)})
+        n, width = rows + len(joiners), max([1, *(len(f) for f, _ in feeds.values())])
+        running = [i for i, r in enumerate(batch.rows) if r.parked is None and i not in feeds]
+        if len(running) == n:  # a plain decode step
+            ids, fed, pos = batch.pending[:, None], torch.ones_like(batch.mask[:, :1]), batch.pos[:, None]
+        else:
+            ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+            fed = torch.zeros((n, width), dtype=torch.long)
+            pos = torch.zeros((n, width), dtype=torch.long)
+            for i, (f, start) in feeds.items():
+                ids[i, width - len(f) :] = torch.tensor(f, dtype=torch.long)
+                fed[i, width - len(f) :] = 1
+                pos[i, width - len(f) :] = torch.arange(start, start + len(f))
+            ids, fed, pos = ids.to(dev), fed.to(dev), pos.to(dev)
+            if running:
+                idx = torch.tensor(running, device=dev)
+                ids[idx, -1], fed[idx, -1], pos[idx, -1] = batch.pending[idx], 1, batch.pos[idx]
+        if batch.cache is None:
+            cache, old_mask, old_pos = DynamicCache(config=self.model.config), fed[:, :0], pos[:, -1]
+        else:
+            cache, old_mask, old_pos = batch.cache, batch.mask, batch.pos
+            if joiners:
+                for layer in cache.layers:
+                    for name in ("keys", "values"):
+                        t = getattr(layer, name)
+                        setattr(layer, name, torch.cat([t, t.new_zeros((len(joiners), *t.shape[1:]))]))
+                old_mask = torch.cat([old_mask, old_mask.new_zeros((len(joiners), old_mask.shape[1]))])
+                old_pos = torch.cat([old_pos, old_pos.new_zeros(len(joiners))])
+        mask = torch.cat([old_mask, fed.to(old_mask.dtype)], dim=1)
+        t0 = time.perf_counter()
         with self._lock, torch.inference_mode():
             out = self.model(
                 input_ids=ids,
@@ -318,55 +457,31 @@ class HFBackend:
                 logits_to_keep=1,
             )
             version = self.weights_version
-        _check_cache(out.past_key_values)
-        part = _Batch(reqs, out.past_key_values, mask, pos[:, -1] + 1)
-        part.pending = self._sample(part.rows, out.logits[:, -1], version)
-        self.stats["prefills"] += 1
-        return part
-
-    def _decode(self, batch: _Batch, joiners: list[_Request]) -> None:
-        """One forward pass: each running row feeds its pending token; each joiner (if any) its
-        prompt, right-aligned with the running rows' tokens. A joiner's rows of the cache start as
-        masked zeros, and running rows get masked columns where the joiners' prompts sit (removed by
-        ``_compact``)."""
-        import torch
-
-        dev, rows, width = self.device, len(batch.rows), max([1, *(len(r.prompt_ids) for r in joiners)])
-        n = rows + len(joiners)
-        ids = torch.full((n, width), self.pad_id, dtype=torch.long, device=dev)
-        new_mask = torch.zeros((n, width), dtype=batch.mask.dtype, device=dev)
-        pos = torch.zeros((n, width), dtype=torch.long, device=dev)
-        ids[:rows, -1], new_mask[:rows, -1], pos[:rows, -1] = batch.pending, 1, batch.pos
-        for j, r in enumerate(joiners, start=rows):
-            k = len(r.prompt_ids)
-            ids[j, width - k :] = torch.tensor(r.prompt_ids, dtype=torch.long, device=dev)
-            new_mask[j, width - k :] = 1
-            pos[j, width - k :] = torch.arange(k, device=dev)
-        old_mask = batch.mask
-        if joiners:
-            for layer in batch.cache.layers:
-                for name in ("keys", "values"):
-                    t = getattr(layer, name)
-                    setattr(layer, name, torch.cat([t, t.new_zeros((len(joiners), *t.shape[1:]))]))
-            old_mask = torch.cat([old_mask, old_mask.new_zeros((len(joiners), old_mask.shape[1]))])
-        mask = torch.cat([old_mask, new_mask], dim=1)
-        with self._lock, torch.inference_mode():
-            out = self.model(
-                input_ids=ids,
-                attention_mask=mask,
-                position_ids=pos,
-                past_key_values=batch.cache,
-                use_cache=True,
-                logits_to_keep=1,
-            )
-            version = self.weights_version
+        if batch.cache is None:
+            _check_cache(out.past_key_values)
         batch.rows = batch.rows + joiners
         batch.cache, batch.mask = out.past_key_values, mask
-        batch.pos = torch.cat([batch.pos + 1, pos[rows:, -1] + 1])
+        batch.pos = torch.where(fed[:, -1].bool(), pos[:, -1] + 1, old_pos)
         batch.pending = self._sample(batch.rows, out.logits[:, -1], version)
-        self.stats["steps"] += 1
-        self.stats["fused"] += bool(joiners)
-        self.stats["widths"][len(batch.rows)] += 1
+        self.stats["prompt_tokens"] += sum(len(f) for f, _ in feeds.values())
+        self.stats["reused_tokens"] += sum(r.reuse for r in resumes.values())
+        if rows:
+            self.stats["steps"] += 1
+            self.stats["fused"] += bool(feeds)
+            self.stats["widths"][batch.active] += 1
+        else:
+            self.stats["prefills"] += 1
+        kind = "fused" if rows and feeds else "decode" if rows else "prefill"
+        self._traced(kind, t0, batch.rows, [*resumes.values(), *joiners], width, mask.shape[1])
+
+    def _traced(self, kind: str, t0: float, rows: list, joiners: list, width: int, cache_len: int) -> None:
+        """Stamp the joiners' admission; with ``trace`` on, record the pass (it ended at the sync
+        that ``_sample`` does when it reads the tokens)."""
+        for r in joiners:
+            r.admitted = t0
+        if self.trace is not None:
+            t1 = time.perf_counter()
+            self.trace.append(("pass", t0, t1, kind, len(rows), len(joiners), width, cache_len))
 
     def _compact(self, batch: _Batch) -> None:
         """Once more than half the cache is padding, right-align every row's tokens and drop the
@@ -387,36 +502,63 @@ class HFBackend:
         self.stats["compactions"] += 1
 
     def _sample(self, rows: list[_Request], logits: Any, version: int) -> Any:
-        """Sample one token per row with the row's own settings and generator; record raw logprobs."""
+        """Sample one token per active row with the row's own settings and generator; record raw
+        logprobs. Parked rows' entries are left unused."""
         import torch
 
         with torch.inference_mode():
             logits = logits.float()
             raw = torch.log_softmax(logits, dim=-1)
             tokens = raw.argmax(dim=-1)
-            hot = [i for i, r in enumerate(rows) if not r.sampling.greedy]
+            hot = [i for i, r in enumerate(rows) if r.parked is None and not r.sampling.greedy]
             if hot:
                 idx = torch.tensor(hot, device=logits.device)
                 probs = _filtered_probs(logits[idx], [rows[i].sampling for i in hot])
                 race = torch.empty_like(probs)
                 for j, i in enumerate(hot):
-                    race[j].exponential_(generator=rows[i].generator)
+                    race[j].exponential_(generator=self._generator(rows[i]))
                 tokens[idx] = (probs / race).argmax(dim=-1)
             lps = raw.gather(1, tokens[:, None]).squeeze(1)
             for r, t, lp in zip(rows, tokens.tolist(), lps.tolist(), strict=True):
-                r.tokens.append(t)
-                r.logprobs.append(lp)
-                r.versions.append(version)
+                if r.parked is None:
+                    r.tokens.append(t)
+                    r.logprobs.append(lp)
+                    r.versions.append(version)
         return tokens
 
+    def _generator(self, r: _Request) -> Any:
+        """The request's own RNG, seeded on first use."""
+        if r.generator is None:
+            import torch
+
+            r.generator = torch.Generator(device=self.device)
+            r.generator.manual_seed(r.seed)
+        return r.generator
+
     def _retire(self, batch: _Batch) -> None:
-        """Deliver finished rows, drop rows whose caller gave up, trim padding no live row needs."""
+        """Deliver finished rows (parking those with a route, their KV kept for the route's next
+        turn), drop rows whose caller gave up, trim padding no row needs."""
         keep = []
+        park = self.reuse_prefix and self.park_s > 0
         for i, r in enumerate(batch.rows):
-            if r.finished:
+            if r.parked is not None:
+                keep.append(i)
+            elif r.finished:
+                if self.trace is not None:
+                    t = time.perf_counter()
+                    self.trace.append(
+                        ("req", r.route, r.submitted, r.admitted, t, len(r.prompt_ids), len(r.tokens))
+                    )
                 r.done(self._result(r))
+                if park and r.route is not None:
+                    r.parked, r.epoch, r.generator = time.perf_counter(), self._epoch, None
+                    keep.append(i)
             elif not r.gave_up():
                 keep.append(i)
+        self._keep(batch, keep)
+
+    def _keep(self, batch: _Batch, keep: list[int]) -> None:
+        """Keep only these rows, and trim the leading cache columns none of them uses."""
         if len(keep) == len(batch.rows):
             return
         if not keep:
@@ -499,6 +641,16 @@ def _filtered_probs(logits: Any, samplings: list[SamplingParams]) -> Any:
     ordered = ordered.masked_fill(drop, float("-inf"))
     filtered = torch.full_like(scaled, float("-inf")).scatter(-1, order, ordered)
     return torch.softmax(filtered, dim=-1)
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading ids two sequences share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def _check_cache(cache: Any) -> None:
