@@ -27,11 +27,12 @@ mix of both, which would show the model the tools twice.
 
 from __future__ import annotations
 
+import inspect
 import re
 import threading
 from array import array
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from turngym.core.types import Message
@@ -72,6 +73,7 @@ class ChatFormat:
         self._anchor_ids = {content: tid for tid, content in self._anchors.items()}
         self._splitter = _added_token_pattern(tokenizer) if self._anchors else None
         self.pieces = PieceCache(cache_chars)
+        self._template = _DirectTemplate.build(tokenizer, self.tools, self.template_kwargs)
         self.stop_token_ids = _stop_ids(tokenizer)
         self.assistant_suffix_ids = self._assistant_suffix()
 
@@ -86,6 +88,12 @@ class ChatFormat:
                 "DOM observation)."
             )
         chat = [m.to_chat() if isinstance(m, Message) else m for m in messages]
+        if self._template is not None and chat:
+            return self._template.render(chat, add_generation_prompt)
+        return self._apply_template(chat, add_generation_prompt)
+
+    def _apply_template(self, chat: list[dict[str, Any]], add_generation_prompt: bool) -> str:
+        """The reference rendering: the tokenizer's ``apply_chat_template``."""
         return self.tokenizer.apply_chat_template(
             chat,
             tools=self.tools,
@@ -234,6 +242,91 @@ def _check_prefix(prev: array, new: array, what: str) -> None:
         f"{what} does not extend the previous rendering: first difference at token {at} "
         f"(previous length {len(prev)}, new length {len(new)})"
     )
+
+
+class _DirectTemplate:
+    """The tokenizer's chat template rendered the way ``apply_chat_template`` renders it, minus its
+    per-call overhead and with cheaper sandbox lookups (see ``_sandbox_getattr``): the same jinja
+    sandbox, globals and filters (an overlay of transformers' own environment), the same variables.
+
+    ``build`` returns None (callers then use ``apply_chat_template``) where transformers' compiled
+    template is not reachable, where ``template_kwargs`` name one of ``apply_chat_template``'s own
+    arguments, or where a probe conversation renders differently."""
+
+    def __init__(self, template: Any, variables: dict[str, Any], tools: list[dict[str, Any]] | None):
+        self.template, self.variables, self.tools = template, variables, tools
+
+    @classmethod
+    def build(
+        cls, tokenizer: Any, tools: list[dict[str, Any]] | None, template_kwargs: dict[str, Any]
+    ) -> _DirectTemplate | None:
+        try:
+            from transformers.utils.chat_template_utils import _compile_jinja_template
+
+            reserved = set(inspect.signature(tokenizer.apply_chat_template).parameters) | _RENDER_ARGS
+            if reserved & set(template_kwargs):
+                return None
+            source = tokenizer.get_chat_template(None, tools)
+            env = _compile_jinja_template(source).environment.overlay()
+            env.getattr = _sandbox_getattr(env)
+            direct = cls(env.from_string(source), {**tokenizer.special_tokens_map, **template_kwargs}, tools)
+            for chat in _PROBES:
+                for gen in (False, True):
+                    reference = tokenizer.apply_chat_template(
+                        chat, tools=tools, tokenize=False, add_generation_prompt=gen, **template_kwargs
+                    )
+                    if direct.render(chat, gen) != reference:
+                        return None
+        except Exception:  # noqa: BLE001 - any doubt: the reference path
+            return None
+        return direct
+
+    def render(self, chat: list[dict[str, Any]], add_generation_prompt: bool) -> str:
+        return self.template.render(
+            messages=chat,
+            tools=self.tools,
+            documents=None,
+            add_generation_prompt=add_generation_prompt,
+            **self.variables,
+        )
+
+
+_RENDER_ARGS = {"documents", "chat_template", "continue_final_message", "return_assistant_tokens_mask"}
+_PROBES = (
+    [{"role": "user", "content": "x"}],
+    [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "u"},
+        {"role": "assistant", "content": "a"},
+        {"role": "tool", "content": "t", "name": "f", "tool_call_id": "c"},
+    ],
+)
+_DICT_ATTRIBUTES = frozenset(dir(dict))
+_LOOP_COUNTERS = frozenset(
+    {"index", "index0", "revindex", "revindex0", "first", "last", "length", "depth", "depth0"}
+)
+
+
+def _sandbox_getattr(env: Any) -> Callable[[Any, str], Any]:
+    """``env.getattr`` without its costly detours, same results: ``message.role`` on a plain dict is
+    its key (the sandbox finds that only after a failed attribute lookup, with no safety check either
+    way), and a loop counter (``loop.last``: an int or bool) is always safe."""
+    from jinja2.runtime import LoopContext
+
+    sandboxed = env.getattr
+
+    def getattr_(obj: Any, attribute: str) -> Any:
+        kind = type(obj)
+        if kind is dict and attribute not in _DICT_ATTRIBUTES:
+            try:
+                return obj[attribute]
+            except KeyError:
+                pass
+        elif kind is LoopContext and attribute in _LOOP_COUNTERS:
+            return getattr(obj, attribute)
+        return sandboxed(obj, attribute)
+
+    return getattr_
 
 
 class PieceCache:
