@@ -101,3 +101,28 @@ def test_disabled_cache_still_encodes_exactly(tokenizer):
     text = "<|im_start|>system\nhello<|im_end|>\n<|im_start|>assistant\n"
     assert fmt.encode(text) == fmt.encode(text) == reference(tokenizer, text)
     assert len(fmt.pieces) == 0
+
+
+def test_rust_tokenizer_state_left_by_other_callers_does_not_change_the_ids(tokenizer):
+    tok = copy.deepcopy(tokenizer)
+    fmt = ChatFormat(tok, cache_chars=0)
+    assert fmt._raw is not None  # the fast path is taken for a clean tokenizer ...
+    text = "<|im_start|>user\nsome longer text to encode here<|im_end|>\n"
+    clean = fmt.encode(text)
+    tok.backend_tokenizer.enable_truncation(max_length=2)  # ... state a caller's padding/truncation left
+    tok.backend_tokenizer.enable_padding(length=64)
+    assert fmt.encode(text) == clean == reference(tok, text)
+
+
+def test_decode_matches_the_tokenizers_including_cleanup(tokenizer):
+    tok = copy.deepcopy(tokenizer)
+    fmt = ChatFormat(tok)
+    ids = fmt.encode("a , b . c<|im_end|> d <tool_call>")
+    assert fmt.decode(ids) == tok.decode(ids, skip_special_tokens=True)
+    tok.clean_up_tokenization_spaces = True  # the Rust decoder alone would not clean up
+    tok.clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output = True
+    assert (
+        fmt.decode(ids)
+        == tok.decode(ids, skip_special_tokens=True)
+        != tok.backend_tokenizer.decode(ids, skip_special_tokens=True)
+    )

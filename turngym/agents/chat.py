@@ -73,11 +73,17 @@ class ChatFormat:
         self._anchor_ids = {content: tid for tid, content in self._anchors.items()}
         self._splitter = _added_token_pattern(tokenizer) if self._anchors else None
         self.pieces = PieceCache(cache_chars)
+        self._raw = _raw_tokenizer(tokenizer)
+        self._split_specials = bool(getattr(tokenizer, "split_special_tokens", False))
         self._template = _DirectTemplate.build(tokenizer, self.tools, self.template_kwargs)
         self.stop_token_ids = _stop_ids(tokenizer)
         self.assistant_suffix_ids = self._assistant_suffix()
 
     def render(self, messages: list[Message] | list[dict[str, Any]], add_generation_prompt: bool) -> str:
+        return self.render_chat(self.to_chat(messages), add_generation_prompt)
+
+    def to_chat(self, messages: list[Message] | list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The dicts the template takes; refuses images (text-only tokenizers)."""
         n_images = sum(len(m.images) for m in messages if isinstance(m, Message))
         if n_images:
             name = getattr(self.tokenizer, "name_or_path", "") or type(self.tokenizer).__name__
@@ -87,7 +93,9 @@ class ChatFormat:
                 "backend with a vision model), or an env option without screenshots (e.g. web-miniwob's "
                 "DOM observation)."
             )
-        chat = [m.to_chat() if isinstance(m, Message) else m for m in messages]
+        return [m.to_chat() if isinstance(m, Message) else m for m in messages]
+
+    def render_chat(self, chat: list[dict[str, Any]], add_generation_prompt: bool) -> str:
         if self._template is not None and chat:
             return self._template.render(chat, add_generation_prompt)
         return self._apply_template(chat, add_generation_prompt)
@@ -123,9 +131,22 @@ class ChatFormat:
     def _encode_piece(self, text: str) -> Sequence[int]:
         ids = self.pieces.get(text)
         if ids is None:
-            ids = array("i", self.tokenizer.encode(text, add_special_tokens=False))
+            ids = array("i", self._encode_uncached(text))
             self.pieces.put(text, ids)
         return ids
+
+    def _encode_uncached(self, text: str) -> list[int]:
+        """The tokenizer's encoding; straight from its Rust tokenizer where that is what transformers
+        would call anyway (no padding, truncation or special-token setting to reset first)."""
+        raw = self._raw
+        if (
+            raw is not None
+            and raw.truncation is None
+            and raw.padding is None
+            and raw.encode_special_tokens == self._split_specials
+        ):
+            return raw.encode(text, add_special_tokens=False).ids
+        return self.tokenizer.encode(text, add_special_tokens=False)
 
     def encode_extending(self, text: str, prev_text: str, prev_ids: Sequence[int]) -> list[int]:
         """``encode(text)`` for a ``text`` that extends ``prev_text`` (whose ids are ``prev_ids``).
@@ -148,6 +169,8 @@ class ChatFormat:
         return self.encode(text)
 
     def decode(self, ids: list[int]) -> str:
+        if self._raw is not None and not self.tokenizer.clean_up_tokenization_spaces:
+            return self._raw.decode(ids, skip_special_tokens=True)
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def _assistant_suffix(self) -> list[int]:
@@ -365,6 +388,25 @@ class PieceCache:
             while self.chars > self.max_chars:
                 old, _ = self._items.popitem(last=False)
                 self.chars -= len(old)
+
+
+_CODEC_STEPS = frozenset(
+    {"__call__", "_call_one", "encode", "encode_plus", "_encode_plus", "_batch_encode_plus", "tokenize"}
+    | {"prepare_for_tokenization", "decode", "_decode", "batch_decode", "convert_tokens_to_string"}
+)
+
+
+def _raw_tokenizer(tokenizer: Any) -> Any | None:
+    """The Rust tokenizer behind a transformers fast tokenizer whose class changes none of the
+    encode/decode steps of transformers' own fast-tokenizer base; None otherwise."""
+    raw = getattr(tokenizer, "backend_tokenizer", None)
+    mro = type(tokenizer).__mro__
+    base = next(
+        (i for i, c in enumerate(mro) if c.__name__ in ("TokenizersBackend", "PreTrainedTokenizerFast")), None
+    )
+    if raw is None or base is None or any(_CODEC_STEPS & set(vars(c)) for c in mro[:base]):
+        return None
+    return raw
 
 
 def _split_anchors(tokenizer: Any) -> dict[int, str]:
