@@ -151,22 +151,31 @@ class ChatFormat:
     def encode_extending(self, text: str, prev_text: str, prev_ids: Sequence[int]) -> list[int]:
         """``encode(text)`` for a ``text`` that extends ``prev_text`` (whose ids are ``prev_ids``).
 
-        The ids up to ``prev_text``'s last special token are reused and only the rest is encoded, so
+        The ids up to ``prev_text``'s last anchor token are reused and only the rest is encoded, so
         a turn costs the new text, not the conversation. This is exact because a tokenizer splits its
-        special tokens out before normalizing and pre-tokenizing the pieces between them. Where that
+        added tokens out before normalizing and pre-tokenizing the pieces between them. Where that
         cannot be relied on (see ``_split_anchors``), or ``text`` differs from ``prev_text`` before
         that token, the whole text is encoded."""
-        for k in range(len(prev_ids) - 1, -1, -1):
-            content = self._anchors.get(prev_ids[k])
-            if content is None:
-                continue
-            end = prev_text.rfind(content)
-            if end >= 0:
-                end += len(content)
-                if text[:end] == prev_text[:end]:
-                    return [*prev_ids[: k + 1], *self.encode(text[end:])]
-            break
-        return self.encode(text)
+        keep, ids = self.extension(text, prev_text, prev_ids)
+        return [*prev_ids[:keep], *ids]
+
+    def extension(self, text: str, prev_text: str, *prev_parts: Sequence[int]) -> tuple[int, list[int]]:
+        """``(keep, ids)`` with ``encode(text) == prev_ids[:keep] + ids``, where ``prev_ids`` (the ids
+        of ``prev_text``) may be given in consecutive parts; see ``encode_extending``."""
+        offset = sum(len(part) for part in prev_parts)
+        for part in reversed(prev_parts):
+            offset -= len(part)
+            for k in range(len(part) - 1, -1, -1):
+                content = self._anchors.get(part[k])
+                if content is None:
+                    continue
+                end = prev_text.rfind(content)
+                if end >= 0:
+                    end += len(content)
+                    if len(text) >= end and text.startswith(prev_text[:end]):
+                        return offset + k + 1, self.encode(text[end:])
+                return 0, self.encode(text)
+        return 0, self.encode(text)
 
     def decode(self, ids: list[int]) -> str:
         if self._raw is not None and not self.tokenizer.clean_up_tokenization_spaces:
@@ -194,7 +203,8 @@ class ChatTokens:
     def __init__(self, fmt: ChatFormat, prompt: list[Message]):
         self.fmt = fmt
         self.messages: list[Message] = list(prompt)
-        self._text = fmt.render(self.messages, add_generation_prompt=True)
+        self._chat = fmt.to_chat(self.messages)  # the template's dicts, converted once per message
+        self._text = fmt.render_chat(self._chat, add_generation_prompt=True)
         self._rendered = array("i", fmt.encode(self._text))
         self.token_ids = array("i", self._rendered)
         self.loss_mask = array("b", bytes(len(self.token_ids)))
@@ -220,26 +230,44 @@ class ChatTokens:
     def add_observation(self, action: Message, observation: list[Message]) -> tuple[int, int]:
         """Append the template delta for ``action`` + ``observation`` + the next generation prompt.
 
-        Raises ``TokenMismatch`` when the new rendering does not extend the previous one.
-        """
+        Raises ``TokenMismatch`` when the new rendering does not extend the previous one. The
+        renderings' ids are handled as ``kept prefix + new ids``, so a turn costs its own tokens,
+        not the conversation's."""
         fmt = self.fmt
-        with_action = [*self.messages, action]
-        closed_text = fmt.render(with_action, add_generation_prompt=False)
-        full_text = fmt.render([*with_action, *observation], add_generation_prompt=True)
-        closed = array("i", fmt.encode_extending(closed_text, self._text, self._rendered))
-        full = array("i", fmt.encode_extending(full_text, closed_text, closed))  # the action is encoded once
-        _check_prefix(self._rendered, closed, "the conversation up to the assistant turn")
-        _check_prefix(closed, full, "the conversation with the observation")
+        prev = self._rendered
+        n = len(prev)
+        with_action = [*self._chat, *fmt.to_chat([action])]
+        chat = [*with_action, *fmt.to_chat(observation)]
+        closed_text = fmt.render_chat(with_action, add_generation_prompt=False)
+        full_text = fmt.render_chat(chat, add_generation_prompt=True)
+        # closed = prev[:kc] + c_ids, full = closed[:kf] + f_ids; kc <= n always
+        kc, c_ids = fmt.extension(closed_text, self._text, prev)
+        with memoryview(prev) as view, view[:kc] as kept:  # released before ``prev`` is resized
+            kf, f_ids = fmt.extension(full_text, closed_text, kept, c_ids)
+        n_closed = kc + len(c_ids)
+        if n_closed < n or c_ids[: n - kc] != prev[kc:].tolist():
+            _check_prefix(prev, array("i", [*prev[:kc], *c_ids]), "the conversation up to the assistant turn")
+        closed_after_kf = [*prev[kf:kc], *c_ids[max(kf - kc, 0) :]]  # closed[kf:]
+        if kf + len(f_ids) < n_closed or f_ids[: n_closed - kf] != closed_after_kf:
+            closed = array("i", [*prev[:kc], *c_ids])
+            _check_prefix(closed, array("i", [*closed[:kf], *f_ids]), "the conversation with the observation")
         tail = self._closing_tail()
-        if closed[len(self._rendered) :].tolist() != self._last_gen + tail:
+        if c_ids[n - kc :] != self._last_gen + tail:
             self.retokenization_drift += 1
-        delta = tail + full[len(closed) :].tolist()
+        delta = tail + f_ids[n_closed - kf :]
         start = len(self.token_ids)
         self.token_ids.extend(delta)
         self.loss_mask.extend(bytes(len(delta)))
         self.logprobs.extend(array("d", bytes(8 * len(delta))))
-        self.messages = [*with_action, *observation]
-        self._rendered, self._text = full, full_text
+        self.messages = [*self.messages, action, *observation]
+        self._chat = chat
+        if kf < kc:  # full = prev[:kf] + f_ids
+            del prev[kf:]
+        else:  # full = prev[:kc] + c_ids[: kf - kc] + f_ids
+            del prev[kc:]
+            prev.extend(c_ids[: kf - kc])
+        prev.extend(f_ids)
+        self._text = full_text
         return start, len(self.token_ids)
 
     def _closing_tail(self) -> list[int]:
