@@ -27,6 +27,7 @@ mix of both, which would show the model the tools twice.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 import threading
@@ -318,9 +319,8 @@ class _DirectTemplate:
             if reserved & set(template_kwargs):
                 return None
             source = tokenizer.get_chat_template(None, tools)
-            env = _compile_jinja_template(source).environment.overlay()
-            env.getattr = _sandbox_getattr(env)
-            direct = cls(env.from_string(source), {**tokenizer.special_tokens_map, **template_kwargs}, tools)
+            template = _compile_direct(_compile_jinja_template(source), source)
+            direct = cls(template, {**tokenizer.special_tokens_map, **template_kwargs}, tools)
             for chat in _PROBES:
                 for gen in (False, True):
                     reference = tokenizer.apply_chat_template(
@@ -340,6 +340,15 @@ class _DirectTemplate:
             add_generation_prompt=add_generation_prompt,
             **self.variables,
         )
+
+
+@functools.lru_cache(maxsize=64)
+def _compile_direct(reference: Any, source: str) -> Any:
+    """``source`` compiled in an overlay of the environment of transformers' ``reference`` template
+    (same sandbox, globals, filters and extensions) with ``_sandbox_getattr``; compiled once."""
+    env = reference.environment.overlay()
+    env.getattr = _sandbox_getattr(env)
+    return env.from_string(source)
 
 
 _RENDER_ARGS = {"documents", "chat_template", "continue_final_message", "return_assistant_tokens_mask"}
