@@ -163,3 +163,15 @@ def test_property_incremental_encoding_equals_full_encoding(tokenizer, prev, mor
     assert fmt.encode_extending(extended, prev, prev_ids) == reference(tokenizer, extended)
     rewritten = prev[: max(len(prev) - cut, 0)] + more  # ... or rewrites its end
     assert fmt.encode_extending(rewritten, prev, prev_ids) == reference(tokenizer, rewritten)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(prev=special_text, more=special_text, cut=st.integers(0, 40), split=st.integers(0, 60))
+def test_property_extension_over_split_previous_ids_is_exact(tokenizer, prev, more, cut, split):
+    fmt = ChatFormat(tokenizer)
+    prev_ids = fmt.encode(prev)
+    parts = (prev_ids[:split], prev_ids[split:])  # the previous ids in two consecutive parts
+    for text in (prev + more, prev[: max(len(prev) - cut, 0)] + more):
+        keep, ids = fmt.extension(text, prev, *parts)
+        assert 0 <= keep <= len(prev_ids)
+        assert prev_ids[:keep] + ids == reference(tokenizer, text)
