@@ -306,7 +306,10 @@ class _DirectTemplate:
     arguments, or where a probe conversation renders differently."""
 
     def __init__(self, template: Any, variables: dict[str, Any], tools: list[dict[str, Any]] | None):
-        self.template, self.variables, self.tools = template, variables, tools
+        self.template = template
+        # jinja merges the template's ChainMap of globals into a new dict on every render: done once here
+        self.globals = dict(template.globals)
+        self.variables = {**self.globals, **variables, "tools": tools, "documents": None}
 
     @classmethod
     def build(
@@ -333,13 +336,18 @@ class _DirectTemplate:
         return direct
 
     def render(self, chat: list[dict[str, Any]], add_generation_prompt: bool) -> str:
-        return self.template.render(
-            messages=chat,
-            tools=self.tools,
-            documents=None,
-            add_generation_prompt=add_generation_prompt,
-            **self.variables,
-        )
+        """``Template.render`` (same context, same precedence: variables over globals)."""
+        from jinja2.runtime import new_context
+
+        template = self.template
+        env = template.environment
+        variables = {**self.variables, "messages": chat, "add_generation_prompt": add_generation_prompt}
+        context = new_context(env, template.name, template.blocks, variables, True, self.globals)
+        try:
+            return env.concat(template.root_render_func(context))
+        except Exception:
+            env.handle_exception()
+            raise  # handle_exception re-raises; this line only tells type checkers
 
 
 @functools.lru_cache(maxsize=64)
