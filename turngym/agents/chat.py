@@ -18,6 +18,14 @@ The sequence tiles as ``prompt | gen_0 | obs_0 | gen_1 | obs_1 | ... | gen_last`
 ``gen_span``/``obs_span`` are half-open ranges into ``token_ids``; the final observation (after the
 episode ended) is not tokenised, so the last turn has ``obs_span = None``.
 
+Cost per turn (the rollout engine's event loop runs this for every trajectory at every turn
+boundary): ``ChatFormat`` renders the compiled template directly (``_DirectTemplate``: transformers'
+sandbox and variables, minus ``apply_chat_template``'s per-call work), encodes text piece by piece
+between anchor tokens through an LRU cache (``PieceCache``: the shared system prompt, generation
+prompts and recurring observations are tokenized once), and ``ChatTokens.add_observation`` encodes
+only the text after the previous rendering's last anchor and compares only the new ids. All of it
+gives exactly the ids of ``tokenizer.encode(apply_chat_template(...))`` (property-tested).
+
 Tool instructions: by default the environment writes them into its system prompt
 (``tools_in_prompt=True``) and no ``tools`` are passed to the template. To use a template's native
 tool rendering instead, build the env with ``tools_in_prompt=False`` and the agent with
