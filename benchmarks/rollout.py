@@ -4,6 +4,7 @@
     python benchmarks/rollout.py async [--backend hf|sim]       # engine vs lock-step, heavy-tailed env latency
     python benchmarks/rollout.py memory                         # bytes per live trajectory
     python benchmarks/rollout.py enginecpu                      # event-loop CPU per turn
+    python benchmarks/rollout.py kvcache                        # in-place KV growth vs concatenation
     python benchmarks/rollout.py gpu [--json FILE]              # on CUDA: HF tokens/s at batch 1/16/64,
                                                                 # then overhead and async with the HF backend
     python benchmarks/rollout.py all                            # the three CPU ones
@@ -80,10 +81,16 @@ class Recorder:
 
 
 def fresh_cache(backend) -> None:
-    """Runs reuse the same routes: none may start from the KV the previous run left parked."""
-    reset = getattr(backend, "reset_prefix_cache", None)
-    if reset is not None:
-        reset()
+    """Before each run: runs reuse the same routes, so none may start from the KV the previous run
+    left parked; and the backend's timeline (HF backends) starts afresh."""
+    for name in ("reset_prefix_cache", "start_trace"):
+        if hasattr(backend, name):
+            getattr(backend, name)()
+
+
+def taken_trace(backend) -> list | None:
+    """The backend's timeline since ``fresh_cache`` (HF backends), else None."""
+    return backend.take_trace() if hasattr(backend, "take_trace") else None
 
 
 def load() -> list[float]:
@@ -179,6 +186,7 @@ def model_path(device: str):
 
 
 REUSE_PREFIX = True  # HFBackend prefix reuse (``--no-reuse`` turns it off, for comparison)
+HF_PROCESS = False  # the model in a worker process (HFProcessBackend), ``--hf-process``
 
 
 def make_backend(kind: str, device: str = "cpu", fuse_tokens: int | None = None):
@@ -187,10 +195,11 @@ def make_backend(kind: str, device: str = "cpu", fuse_tokens: int | None = None)
 
     if kind == "hf":
         from turngym.agents.hf import HFBackend
+        from turngym.agents.hf_process import HFProcessBackend
 
         path = model_path(device)
         tok = load_tokenizer(path)
-        backend = HFBackend(
+        backend = (HFProcessBackend if HF_PROCESS else HFBackend)(
             path,
             tok,
             device=device,
@@ -204,6 +213,58 @@ def make_backend(kind: str, device: str = "cpu", fuse_tokens: int | None = None)
 
     server = VLLMServer("tiny", max_model_len=1024, dtype="float32", enable_lora=False).start()
     return VLLMBackend(server.url), load_tokenizer("tiny"), server
+
+
+class GpuClock:
+    """SM clock samples (MHz, from nvidia-smi) while a run is timed. On the lent GPUs an idle card
+    sits at ~345 MHz and boosts to ~1980 MHz under load; a launch-bound small-model workload may not
+    lift it, which changes a pass's time ~5x. Each CUDA run is preceded by ``boost`` and reports its
+    clocks, so runs are compared at the clocks they ran at. No-op without nvidia-smi."""
+
+    def __init__(self, period_s: float = 0.2):
+        self.period_s, self.mhz, self._stop = period_s, [], None
+
+    def _sample(self) -> None:
+        import subprocess
+
+        while not self._stop.wait(self.period_s):
+            try:
+                out = subprocess.run(
+                    ["nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits"],
+                    capture_output=True,
+                    text=True,
+                    timeout=5,
+                ).stdout
+                self.mhz.append(int(out.split()[0]))
+            except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+                return
+
+    def __enter__(self):
+        import threading
+
+        self.mhz, self._stop = [], threading.Event()
+        threading.Thread(target=self._sample, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+
+    def summary(self) -> dict:
+        return spread([float(x) for x in self.mhz], 0) if self.mhz else {}
+
+
+def boost(device: str, seconds: float = 1.0) -> None:
+    """Raise the GPU's clocks before a timed run: dense bf16 matrix products for ``seconds``."""
+    if not device.startswith("cuda"):
+        return
+    import torch
+
+    a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(10):
+            a @ a
+        torch.cuda.synchronize()
 
 
 class Heartbeat:
@@ -314,29 +375,25 @@ async def bench_overhead(
             keys = ("prefills", "steps", "idle_s", "prompt_tokens", "reused_tokens")
             return tuple(st[k] for k in keys) if st else (0, 0, 0.0, 0, 0)
 
-        trace = [] if hasattr(backend, "trace") else None
-        if trace is not None:
-            backend.trace = trace
-
-        def breakdown(name: str, t0: float, calls: list, beat: Heartbeat) -> None:
+        def breakdown(name: str, t0: float, calls: list, beat: Heartbeat, clock: GpuClock) -> None:
+            t1, trace = time.perf_counter(), taken_trace(backend)
             if trace is not None:
-                timelines[name].append(
-                    {**timeline(trace, calls, t0, time.perf_counter()), "loop_lag_ms": beat.summary()}
-                )
-                trace.clear()
+                timelines[name].append({**timeline(trace, calls, t0, t1), "loop_lag_ms": beat.summary()})
+            clocks[name].append(clock.summary().get("median"))
 
         async def engine_run() -> tuple[int, float]:
             fresh_cache(backend)
             rec.requests.clear()
             rec.calls.clear()
             engine = RolloutEngine("arith", agent, cfg, env_kwargs={"max_turns": turns})
+            boost(device)
             f0, t0, c0 = forwards(), time.perf_counter(), time.thread_time()
-            with Heartbeat() as beat:
+            with Heartbeat() as beat, GpuClock() as clock:
                 trajs = await engine.run(n)
             cpu["engine"].append(time.thread_time() - c0)
             passes["engine"].append([round(b - a, 3) for a, b in zip(f0, forwards(), strict=True)])
             dt = time.perf_counter() - t0
-            breakdown("engine", t0, rec.calls, beat)
+            breakdown("engine", t0, rec.calls, beat, clock)
             return sum(sum(t.loss_mask) for t in trajs), dt
 
         async def bare_run(requests) -> tuple[int, float]:
@@ -354,13 +411,14 @@ async def bench_overhead(
                     calls.append((route, c, time.perf_counter()))
                 return total
 
+            boost(device)
             f0, t0, c0 = forwards(), time.perf_counter(), time.thread_time()
-            with Heartbeat() as beat:
+            with Heartbeat() as beat, GpuClock() as clock:
                 total = sum(await asyncio.gather(*(replay(k, r) for k, r in streams.items())))
             cpu["bare"].append(time.thread_time() - c0)
             passes["bare"].append([round(b - a, 3) for a, b in zip(f0, forwards(), strict=True)])
             dt = time.perf_counter() - t0
-            breakdown("bare", t0, calls, beat)
+            breakdown("bare", t0, calls, beat, clock)
             return total, dt
 
         engine_tps, bare_tps = [], []
@@ -369,6 +427,7 @@ async def bench_overhead(
         # prompt tokens fed, prompt tokens reused from parked rows]
         passes: dict[str, list] = {"engine": [], "bare": []}
         timelines: dict[str, list] = {"engine": [], "bare": []}  # HFBackend: where the wall time went
+        clocks: dict[str, list] = {"engine": [], "bare": []}  # median SM MHz per run (CUDA)
         for _ in range(repeats):  # interleaved, so load drift hits both alike
             tokens, dt = await engine_run()
             engine_tps.append(tokens / dt)
@@ -397,6 +456,7 @@ async def bench_overhead(
         "engine_over_bare": spread(ratios),
         "prefill_decode_idle_prompt_reused": passes,
         "timeline": timelines,
+        "gpu_sm_mhz": clocks,
         # load-insensitive: CPU the event-loop thread spent (engine: envs, templates, bookkeeping)
         "loop_cpu_s_engine": round(statistics.median(cpu["engine"]), 3),
         "loop_cpu_s_bare": round(statistics.median(cpu["bare"]), 3),
@@ -431,13 +491,14 @@ async def bench_async(
     sampling = SamplingParams(max_tokens=max_tokens, temperature=0.0)
     rec = Recorder(backend)
     agent = LLMAgent(rec, tok, sampling, max_context=2048)
-    trace = [] if hasattr(backend, "trace") else None
     timelines: dict[str, list] = {"engine": [], "lockstep": []}
+    clocks: dict[str, list] = {"engine": [], "lockstep": []}  # median SM MHz per run (CUDA)
 
-    def breakdown(name: str, t0: float) -> None:
+    def breakdown(name: str, t0: float, clock: GpuClock) -> None:
+        t1, trace = time.perf_counter(), taken_trace(backend)
         if trace is not None:
-            timelines[name].append(timeline(trace, rec.calls, t0, time.perf_counter()))
-            trace.clear()
+            timelines[name].append(timeline(trace, rec.calls, t0, t1))
+        clocks[name].append(clock.summary().get("median"))
         rec.calls.clear()
         rec.requests.clear()
 
@@ -455,25 +516,28 @@ async def bench_async(
         keys = ("prefills", "fused", "steps", "idle_s", "prompt_tokens", "reused_tokens")
         return [st[k] for k in keys] if st else []
 
-    if trace is not None:
-        backend.trace = trace
     for _ in range(repeats):  # interleaved pairs
         fresh_cache(backend)
         engine = RolloutEngine(env_factory, agent, cfg, env_id="arith")
+        boost(device)
         c0, t0 = counters(), time.perf_counter()
-        trajs = await engine.run(n)
+        with GpuClock() as clock:
+            trajs = await engine.run(n)
         async_s.append(time.perf_counter() - t0)
         passes["engine"].append([round(b - a, 2) for a, b in zip(c0, counters(), strict=True)])
-        breakdown("engine", t0)
+        breakdown("engine", t0, clock)
         fresh_cache(backend)
+        boost(device)
         c0, t0 = counters(), time.perf_counter()
         lock_turns = lock_tokens = 0
-        for start in range(0, len(jobs), concurrency):  # waves of the same size as the engine's bound
-            turns_done, tokens = await lockstep(env_factory, agent, jobs[start : start + concurrency])
-            lock_turns, lock_tokens = lock_turns + turns_done, lock_tokens + tokens
+        with GpuClock() as clock:
+            for start in range(0, len(jobs), concurrency):  # waves of the engine's concurrency bound
+                wave = jobs[start : start + concurrency]
+                turns_done, tokens = await lockstep(env_factory, agent, wave)
+                lock_turns, lock_tokens = lock_turns + turns_done, lock_tokens + tokens
         lock_s.append(time.perf_counter() - t0)
         passes["lockstep"].append([round(b - a, 2) for a, b in zip(c0, counters(), strict=True)])
-        breakdown("lockstep", t0)
+        breakdown("lockstep", t0, clock)
         print(f"  async pair: engine {async_s[-1]:.2f}s, lock-step {lock_s[-1]:.2f}s {passes}", flush=True)
     await backend.aclose()
     tokens = sum(sum(t.loss_mask) for t in trajs)
@@ -497,6 +561,7 @@ async def bench_async(
         "speedup": spread([lk / a for a, lk in zip(async_s, lock_s, strict=True)], 2),
         "prefill_fused_decode_idle_prompt_reused": passes,
         "timeline": timelines,
+        "gpu_sm_mhz": clocks,
         "load_before_after": [load0, load()],
     }
 
@@ -662,6 +727,54 @@ async def bench_throughput(batches: list[int], prompt_len: int, new_tokens: int,
     return out
 
 
+def bench_kvcache(batch: int, prompt_len: int, new_tokens: int, repeats: int, device: str) -> dict:
+    """HF backend decode tokens/s with its in-place growing KV cache vs transformers' concatenating
+    ``DynamicLayer`` (a new allocation and a copy of the whole cache per layer and step); same
+    requests, interleaved runs. On CUDA also the allocator's segment allocations (cudaMalloc calls)."""
+    import torch
+
+    from turngym.agents import hf
+
+    backend = hf.HFBackend(model_path(device), device=device, max_batch_size=batch)
+    rng = random.Random(0)
+    vocab = backend.model.config.vocab_size
+    prompts = [[rng.randrange(10, vocab - 10) for _ in range(prompt_len)] for _ in range(batch)]
+    sampling = SamplingParams(max_tokens=new_tokens, temperature=0.0, stop_token_ids=NEVER)
+    growing = hf._growing_cache
+
+    def plain(config):
+        from transformers import DynamicCache
+
+        return DynamicCache(config=config)
+
+    cuda = device.startswith("cuda")
+    out: dict = {"device": device, "batch": batch, "prompt_len": prompt_len, "new_tokens": new_tokens}
+    runs: dict[str, list] = {"growing": [], "concat": []}
+    mallocs: dict[str, list] = {"growing": [], "concat": []}
+    try:
+        for _ in range(repeats + 1):  # the first round warms up
+            for name, fn in (("growing", growing), ("concat", plain)):
+                hf._growing_cache = fn
+                if cuda:
+                    torch.cuda.synchronize()
+                    seg0 = torch.cuda.memory_stats().get("segment.all.allocated", 0)
+                t0 = time.perf_counter()
+                gens = backend.generate_batch(prompts, [sampling] * batch)
+                dt = time.perf_counter() - t0
+                runs[name].append(sum(len(g.token_ids) for g in gens) / dt)
+                if cuda:
+                    mallocs[name].append(torch.cuda.memory_stats().get("segment.all.allocated", 0) - seg0)
+    finally:
+        hf._growing_cache = growing
+    out["tok_s"] = {k: [round(x, 1) for x in v[1:]] for k, v in runs.items()}
+    if cuda:
+        out["cuda_segment_allocations"] = {k: v[1:] for k, v in mallocs.items()}
+    ratios = [a / b for a, b in zip(runs["growing"][1:], runs["concat"][1:], strict=True)]
+    out["growing_over_concat"] = spread(ratios)
+    out["load_before_after"] = load()
+    return out
+
+
 def async_from_args(args, kind: str, device: str):
     """``bench_async`` with the command line's settings (simulated decode step: 20 ms)."""
     return bench_async(
@@ -680,30 +793,34 @@ def async_from_args(args, kind: str, device: str):
 
 
 def bench_gpu(args, emit) -> None:
-    """Everything on CUDA with the HF backend: throughput, engine overhead (turns of 32 tokens, and
-    of 16-96), async vs lock-step; then two diagnostics of the overhead (sync env hooks on the event
-    loop; no fused prefill)."""
+    """Everything on CUDA with the HF backend: throughput at batch 1/16/64; the in-place KV cache vs
+    concatenation; engine overhead with the model in a worker process and in-process (turns of 32
+    tokens), and in a worker with 16-96-token turns; async vs lock-step with the worker."""
     import torch
 
+    global HF_PROCESS
     if not torch.cuda.is_available():
         emit("gpu", {"skipped": "no CUDA device"})
         return
     emit("throughput", asyncio.run(bench_throughput([16, 64], 256, 128, "cuda")))
-    emit("overhead", asyncio.run(bench_overhead("hf", 16, 4, 3, 32, 3, device="cuda")))
-    emit(
-        "overhead_varied",
-        asyncio.run(bench_overhead("hf", 16, 4, 3, 32, 3, device="cuda", lengths=(16, 96))),
-    )
-    emit("async", asyncio.run(async_from_args(args, "hf", "cuda")))
-    emit("overhead_no_fuse", asyncio.run(bench_overhead("hf", 16, 4, 3, 32, 2, device="cuda", fuse_tokens=0)))
-    Env.sync_hooks_in_thread = False
-    emit("overhead_hooks_on_loop", asyncio.run(bench_overhead("hf", 16, 4, 3, 32, 2, device="cuda")))
+    emit("kvcache", bench_kvcache(64, 256, 256, 3, "cuda"))
+    for process in (True, False):
+        HF_PROCESS = process
+        name = "overhead_process" if process else "overhead_in_process"
+        emit(name, asyncio.run(bench_overhead("hf", 16, 4, 3, 32, 4, device="cuda")))
+    HF_PROCESS = True
+    varied = bench_overhead("hf", 16, 4, 3, 32, 3, device="cuda", lengths=(16, 96))
+    emit("overhead_varied_process", asyncio.run(varied))
+    emit("async_process", asyncio.run(async_from_args(args, "hf", "cuda")))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument(
-        "what", choices=["overhead", "async", "memory", "enginecpu", "gpu", "all"], nargs="?", default="all"
+        "what",
+        choices=["overhead", "async", "memory", "enginecpu", "kvcache", "gpu", "all"],
+        nargs="?",
+        default="all",
     )
     ap.add_argument(
         "--backend",
@@ -725,6 +842,9 @@ def main() -> None:
     ap.add_argument("--json", help="also append each result as a JSON line to this file")
     ap.add_argument("--no-reuse", action="store_true", help="HF backend: no prefix reuse across turns")
     ap.add_argument(
+        "--hf-process", action="store_true", help="HF backend in a worker process (HFProcessBackend)"
+    )
+    ap.add_argument(
         "--switch-interval",
         type=float,
         help="sys.setswitchinterval seconds (how long a thread may hold the GIL while another waits)",
@@ -738,8 +858,8 @@ def main() -> None:
         "against other jobs: a tiny-model pass measured 38 ms with 2 threads, 1.2 ms with 1); 0 = torch's default",
     )
     args = ap.parse_args()
-    global REUSE_PREFIX
-    REUSE_PREFIX = not args.no_reuse
+    global REUSE_PREFIX, HF_PROCESS
+    REUSE_PREFIX, HF_PROCESS = not args.no_reuse, args.hf_process
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
     if args.torch_threads > 0 and args.what != "gpu":
@@ -749,7 +869,12 @@ def main() -> None:
 
     def emit(what: str, res: dict) -> None:
         print(what, res, flush=True)
-        for key, label in (("speedup", "speedup"), ("engine_over_bare", "ratio_engine_vs_bare")):
+        labels = (
+            ("speedup", "speedup"),
+            ("engine_over_bare", "ratio_engine_vs_bare"),
+            ("growing_over_concat", "ratio_growing_vs_concat_kv"),
+        )
+        for key, label in labels:
             if isinstance(res.get(key), dict):  # a one-line summary for the bench report
                 print(f"{what}: {label}={res[key]['median']} (median of interleaved pairs)", flush=True)
         if args.json:
@@ -771,6 +896,8 @@ def main() -> None:
             res = asyncio.run(async_from_args(args, kind, args.device))
         elif what == "enginecpu":
             res = asyncio.run(bench_engine_cpu([3, 8], args.repeats))
+        elif what == "kvcache":
+            res = bench_kvcache(32, 128, 256, args.repeats, args.device)
         else:
             res = asyncio.run(bench_memory([32, 128, 512], turns=3, gen_len=64))
         emit(what, res)

@@ -1,8 +1,10 @@
 """Agents and inference backends.
 
 * ``backend``: the token-level ``Backend`` protocol (``generate(prompt_ids, SamplingParams) -> Generation``).
-* ``hf.HFBackend`` (transformers in-process, continuous batching, per-request seeds), ``vllm.VLLMBackend`` (vLLM
-  OpenAI-compatible servers, LoRA hot-loading) and ``vllm.VLLMServer`` (start/stop a local server).
+* ``hf.HFBackend`` (transformers in-process, continuous batching, per-request seeds, prefix reuse per
+  trajectory), ``hf_process.HFProcessBackend`` (the same in a worker process with its own GIL: use it
+  on a GPU beside a busy event loop), ``vllm.VLLMBackend`` (vLLM OpenAI-compatible servers, LoRA
+  hot-loading) and ``vllm.VLLMServer`` (start/stop a local server).
 * ``chat``: chat-template rendering and per-trajectory token bookkeeping (``ChatTokens``).
 * ``llm.LLMAgent`` (trainable, token-level), ``scripted.ScriptedAgent`` / ``scripted.RandomAgent``,
   ``openai_chat.OpenAIChatAgent`` (API models with native tool calling, evaluation only).
@@ -20,6 +22,7 @@ from turngym.agents.scripted import AgentError, RandomAgent, ScriptedAgent
 
 _LAZY = {
     "HFBackend": "turngym.agents.hf",
+    "HFProcessBackend": "turngym.agents.hf_process",
     "VLLMBackend": "turngym.agents.vllm",
     "VLLMServer": "turngym.agents.vllm",
     "OpenAIChatAgent": "turngym.agents.openai_chat",

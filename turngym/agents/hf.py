@@ -6,17 +6,27 @@
 A scheduler thread owns the model. Requests join and leave the running batch between decode steps:
 each iteration admits the requests that arrived, runs one decode step for every live row and retires
 the rows that hit their own stop token or ``max_tokens`` (or whose caller gave up). The running batch
-is one padded ``DynamicCache`` with a 2-D attention mask. Joiners are prefilled in the same forward
-pass as the decode step (their prompts right-aligned with the running rows' next tokens) when the
-padding that adds fits ``fuse_tokens`` (default on CUDA: what costs about one pass's kernel launches
-in FLOPs, ~26k tokens for a 76M model, ~300 for 7B; 0 on CPU, where a pass costs its FLOPs); otherwise they get a left-padded prefill pass of
-their own and their cache is merged in. Padding is trimmed as rows leave, and the cache is compacted
-(every row's tokens right-aligned) once more than half of it is padding. A long generation therefore never holds a short one back, and a new
-request waits at most one decode step, not a whole batch. (transformers' own
-``ContinuousBatchingManager`` is not used: it samples every request from one global RNG with the
-batch's shared settings and reports logprobs after temperature/top-k/top-p, while RL needs
-per-request seeds and settings and the raw model logprobs.)
+is one padded KV cache with a 2-D attention mask; its layers grow in place (buffers with spare
+columns) instead of concatenating a copy of the whole cache every step. Joiners are prefilled in
+the same forward pass as the decode step (their prompts right-aligned with the running rows' next
+tokens) when the padding that adds fits ``fuse_tokens`` (default on CUDA: what costs about one
+pass's kernel launches in FLOPs, ~26k tokens for a 76M model, ~300 for 7B; 0 on CPU, where a pass
+costs its FLOPs); otherwise they get a left-padded prefill pass of their own and their cache is
+merged in. Padding is trimmed as rows leave, and the cache is compacted (every row's tokens
+right-aligned) once more than half of it is padding. A long generation therefore never holds a
+short one back, and a new request waits at most one decode step, not a whole batch.
+(transformers' own ``ContinuousBatchingManager`` is not used: it samples every request from one
+global RNG with the batch's shared settings and reports logprobs after temperature/top-k/top-p,
+while RL needs per-request seeds and settings and the raw model logprobs.)
 
+* **Prefix reuse per trajectory.** A finished request with a ``route`` (the rollout engine passes
+  one per trajectory) stays in the batch as a *parked* row holding its KV cache (prompt and
+  generation). When the route's next request arrives and its prompt extends those ids (the
+  next turn: the same context, the generation, the observation), the row resumes and feeds only
+  the new tokens; a prompt that diverges reuses its common prefix (the row's later columns are
+  masked out). Parked rows feed nothing, are dropped after ``park_s`` seconds, when their space is
+  needed for new rows, after ``update_weights`` or ``reset_prefix_cache()`` (their KV came from
+  the old weights), and never serve another route. ``reuse_prefix=False`` turns it off.
 * Sampling settings are per request and mixed freely in one batch (greedy rows take the argmax).
 * Per-request seeds: every request samples from its own ``torch.Generator`` (seeded by
   ``SamplingParams.seed``, else from torch's global RNG), one exponential race per token, so the
@@ -26,12 +36,18 @@ per-request seeds and settings and the raw model logprobs.)
 * ``update_weights(state_dict)`` takes the model lock, so it lands between two decode steps; rows in
   flight continue on the new weights. ``Generation.meta["weights_version"]`` is ``[first, last]``:
   the weight versions of a generation's first and last token (equal unless an update landed mid-way).
+  Whoever changes the model's weights in place some other way calls ``reset_prefix_cache()``.
 
-``generate_batch`` is the synchronous API (it runs the same scheduler in the calling thread).
-``stats`` counts forward passes (prefill-only, decode, fused), cache compactions, the histogram of
-batch widths and the seconds the scheduler thread sat idle with nothing to run (``idle_s``).
-Set ``backend.trace = []`` to record a timeline (``time.perf_counter`` seconds) of every forward
-pass ``("pass", start, end, kind, rows, joiners, width, cache_len)``, every idle wait
+On a GPU the scheduler thread's kernel launches each release and re-take the GIL, so a busy event
+loop in the same process slows every pass; ``turngym.agents.hf_process.HFProcessBackend`` runs this
+backend in a worker process instead.
+
+``generate_batch`` is the synchronous API (it runs the same scheduler in the calling thread);
+``submit`` queues a request with a callback from any thread. ``stats`` counts forward passes
+(prefill-only, decode, fused), cache compactions, prompt tokens fed and reused, parked rows dropped,
+the histogram of batch widths and the seconds the scheduler thread sat idle (``idle_s``).
+``start_trace()`` records a timeline (``time.perf_counter`` seconds) that ``take_trace()`` returns:
+every forward pass ``("pass", start, end, kind, rows, joiners, width, cache_len)``, every idle wait
 ``("idle", start, end)`` and every finished request ``("req", route, submitted, admitted, done,
 prompt_len, tokens)``; ``benchmarks/rollout.py`` turns it into a latency breakdown.
 """
@@ -39,6 +55,7 @@ prompt_len, tokens)``; ``benchmarks/rollout.py`` turns it into a latency breakdo
 from __future__ import annotations
 
 import asyncio
+import functools
 import queue
 import threading
 import time
@@ -176,11 +193,32 @@ class HFBackend:
         def done(result: Generation | BaseException) -> None:
             loop.call_soon_threadsafe(_settle, fut, result)
 
-        req = self._request(prompt_ids, sampling, done, fut.done)
+        self.submit(prompt_ids, sampling, done, route=route, gave_up=fut.done)
+        return await fut
+
+    def submit(
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        done: Callable[[Generation | BaseException], None],
+        *,
+        route: str | None = None,
+        gave_up: Callable[[], bool] = lambda: False,
+    ) -> None:
+        """Queue a request from any thread; ``done`` is called from the scheduler thread with the
+        generation or a ``BackendError``. Bad prompts raise ``BackendError`` here."""
+        req = self._request(prompt_ids, sampling, done, gave_up)
         req.route = route
         self._ensure_thread()
         self._inbox.put(req)
-        return await fut
+
+    def start_trace(self) -> None:
+        """Record a timeline from now on (see the module doc); ``take_trace`` returns and clears it."""
+        self.trace = []
+
+    def take_trace(self) -> list[tuple]:
+        out, self.trace = self.trace or [], [] if self.trace is not None else None
+        return out
 
     async def aclose(self) -> None:
         """Stop the scheduler thread; requests still queued or running fail with ``BackendError``."""
@@ -411,7 +449,6 @@ class HFBackend:
         all right-aligned in one window; parked rows feed nothing. Where a row fed nothing its new
         columns are masked (``_compact`` removes them). On an empty batch this is a prefill."""
         import torch
-        from transformers import DynamicCache
 
         dev, rows = self.device, len(batch.rows)
         for i, r in resumes.items():
@@ -435,7 +472,7 @@ class HFBackend:
                 idx = torch.tensor(running, device=dev)
                 ids[idx, -1], fed[idx, -1], pos[idx, -1] = batch.pending[idx], 1, batch.pos[idx]
         if batch.cache is None:
-            cache, old_mask, old_pos = DynamicCache(config=self.model.config), fed[:, :0], pos[:, -1]
+            cache, old_mask, old_pos = _growing_cache(self.model.config), fed[:, :0], pos[:, -1]
         else:
             cache, old_mask, old_pos = batch.cache, batch.mask, batch.pos
             if joiners:
@@ -653,11 +690,67 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
+def _growing_cache(config: Any) -> Any:
+    """A ``DynamicCache`` whose full-attention layers grow in place (see ``_growing_layer_class``)."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    cache = DynamicCache(config=config)
+    grow = _growing_layer_class()
+    cache.layers = [grow() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache
+
+
+@functools.cache
+def _growing_layer_class() -> type:
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        """A ``DynamicLayer`` whose keys and values are views of buffers with spare columns: a step
+        writes its new columns in place, where ``DynamicLayer`` concatenates (a fresh allocation and
+        a copy of the whole cache, per layer and step). When the scheduler replaces ``keys`` and
+        ``values`` (rows joining or leaving, compaction), the next step moves them into new buffers
+        with headroom (half the length again, at least 64 columns)."""
+
+        _kbuf: Any = None
+        _vbuf: Any = None
+
+        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            keys, n = self.keys, key_states.shape[-2]
+            if keys.numel() == 0:
+                keys = self.keys = key_states[..., :0, :]
+                self.values = value_states[..., :0, :]
+            t = keys.shape[-2]
+            buf = self._kbuf
+            if not (
+                buf is not None
+                and keys.data_ptr() == buf.data_ptr()
+                and keys.shape[:2] == buf.shape[:2]
+                and keys.stride() == buf.stride()
+                and self.values.data_ptr() == self._vbuf.data_ptr()
+                and t + n <= buf.shape[-2]
+            ):
+                cap = t + n + max(64, (t + n) // 2)
+                shape = (*key_states.shape[:2], cap, key_states.shape[-1])
+                self._kbuf, self._vbuf = keys.new_empty(shape), self.values.new_empty(shape)
+                self._kbuf[..., :t, :] = keys
+                self._vbuf[..., :t, :] = self.values
+            self._kbuf[..., t : t + n, :] = key_states
+            self._vbuf[..., t : t + n, :] = value_states
+            self.keys, self.values = self._kbuf[..., : t + n, :], self._vbuf[..., : t + n, :]
+            return self.keys, self.values
+
+    return GrowingLayer
+
+
 def _check_cache(cache: Any) -> None:
     from transformers.cache_utils import DynamicLayer
 
     layers = getattr(cache, "layers", None)
-    if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+    full = (DynamicLayer, _growing_layer_class())
+    if not layers or any(type(layer) not in full for layer in layers):
         kinds = sorted({type(layer).__name__ for layer in layers or []}) or [type(cache).__name__]
         raise BackendError(
             f"continuous batching needs full-attention DynamicLayer caches; this model uses {kinds}"

@@ -1,0 +1,296 @@
+"""``HFProcessBackend``: the ``HFBackend`` scheduler and model in a worker process of their own.
+
+    backend = HFProcessBackend("path/or/hub-id", device="cuda", dtype="bfloat16", max_batch_size=64)
+    gen = await backend.generate(prompt_ids, SamplingParams(max_tokens=64), route="traj-3")
+
+Why a process: an in-process ``HFBackend`` runs its forward passes in a thread of the caller's
+process. On a GPU a forward pass of a small model is a few hundred kernel launches, each of which
+releases and re-takes the GIL; while the rollout engine's event loop works (env steps, chat
+templates, tokenizing), each re-take waits up to the interpreter's switch interval (5 ms), so the
+GPU idles whenever the loop is busy. Here the model has its own interpreter and GIL (as vLLM's
+engine core does); the caller's process only pickles requests and results through a pipe.
+
+Same constructor arguments as ``HFBackend`` (the model must be a path or hub id), and the same
+behaviour: continuous batching, per-request seeds, raw logprobs, prefix reuse per ``route``.
+``update_weights(state_dict)`` sends the tensors through ``torch.multiprocessing`` (CUDA tensors
+as IPC handles, CPU tensors through shared memory). ``stats``, ``reset_prefix_cache``,
+``start_trace``/``take_trace`` are forwarded. A caller that gives up (cancelled, timed out) frees
+its row in the worker. If the worker dies, every pending and later call raises ``BackendError``
+with its exit code; ``aclose`` stops it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import traceback
+from pathlib import Path
+from typing import Any
+
+from turngym.agents.backend import BackendError, Generation, SamplingParams
+
+_START_TIMEOUT_S = 600.0  # loading a large model from a slow disk
+_CALL_TIMEOUT_S = 600.0
+
+
+class HFProcessBackend:
+    def __init__(self, model: str | Path, tokenizer: Any = None, **kwargs: Any):
+        import torch.multiprocessing as mp
+
+        if not isinstance(model, (str, Path)):
+            raise TypeError("HFProcessBackend loads the model in its worker: pass a path or hub id")
+        if tokenizer is not None and not isinstance(tokenizer, (str, Path)):
+            tokenizer = getattr(tokenizer, "name_or_path", None) or None
+        self.model_name = str(model)
+        ctx = mp.get_context("spawn")  # CUDA cannot be used in a forked child
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(
+            target=_worker, args=(child, str(model), tokenizer, kwargs), name="hf-backend", daemon=True
+        )
+        self._proc.start()
+        child.close()
+        self._send_lock = threading.Lock()
+        self._ids = itertools.count()
+        self._pending: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
+        self._replies: dict[int, tuple[threading.Event, list]] = {}
+        self._dead: str | None = None
+        if not self._conn.poll(_START_TIMEOUT_S):
+            self._kill()
+            raise BackendError(f"the HF backend worker did not start within {_START_TIMEOUT_S:.0f}s")
+        kind, info = self._recv_or_fail()
+        if kind != "ready":
+            self._kill()
+            raise BackendError(f"the HF backend worker failed to load {model!r}:\n{info}")
+        self.device, self.vocab_size, self.fuse_tokens = (
+            info["device"],
+            info["vocab_size"],
+            info["fuse_tokens"],
+        )
+        self._reader = threading.Thread(target=self._read, name="hf-backend-reader", daemon=True)
+        self._reader.start()
+
+    # ------------------------------------------------------------- async API
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        *,
+        route: str | None = None,
+        adapter: str | None = None,
+    ) -> Generation:
+        if adapter is not None:
+            raise BackendError(
+                "HFBackend serves one set of weights; use update_weights() instead of adapters"
+            )
+        if not prompt_ids:
+            raise BackendError("empty prompt")
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Generation] = loop.create_future()
+        rid = next(self._ids)
+        self._pending[rid] = (loop, fut)
+        try:
+            self._send(("gen", rid, list(prompt_ids), sampling, route))
+            return await fut
+        except asyncio.CancelledError:
+            if self._dead is None:
+                self._send(("cancel", rid), quiet=True)
+            raise
+        finally:
+            self._pending.pop(rid, None)
+
+    async def aclose(self) -> None:
+        """Stop the worker; requests still running fail with ``BackendError``."""
+        if self._proc.is_alive():
+            self._send(("stop",), quiet=True)
+            await asyncio.to_thread(self._proc.join, 30)
+        self._kill()
+
+    # -------------------------------------------------------------- sync API
+    def update_weights(self, state_dict: dict[str, Any], strict: bool = True) -> None:
+        """Load new weights into the worker's model between two decode steps (parked rows dropped)."""
+        self._call("weights", state_dict, strict)
+
+    def reset_prefix_cache(self) -> None:
+        self._call("reset")
+
+    def start_trace(self) -> None:
+        self._call("start_trace")
+
+    def take_trace(self) -> list[tuple]:
+        return self._call("take_trace")
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        return self._call("stats")
+
+    @property
+    def weights_version(self) -> int:
+        return self._call("weights_version")
+
+    # ------------------------------------------------------------- plumbing
+    def _send(self, msg: tuple, quiet: bool = False) -> None:
+        if self._dead is not None:
+            if quiet:
+                return
+            raise BackendError(self._dead)
+        try:
+            with self._send_lock:
+                self._conn.send(msg)
+        except (OSError, EOFError, BrokenPipeError) as e:
+            self._fail(f"the HF backend worker is gone ({type(e).__name__}: {e})")
+            if not quiet:
+                raise BackendError(self._dead) from e
+
+    def _call(self, what: str, *args: Any) -> Any:
+        """A synchronous request to the worker, answered through the reader thread."""
+        cid = next(self._ids)
+        event, box = threading.Event(), []
+        self._replies[cid] = (event, box)
+        try:
+            self._send(("call", cid, what, args))
+            if not event.wait(_CALL_TIMEOUT_S):
+                raise BackendError(f"the HF backend worker did not answer {what!r}")
+        finally:
+            self._replies.pop(cid, None)
+        ok, value = box[0]
+        if not ok:
+            raise BackendError(value)
+        return value
+
+    def _recv_or_fail(self) -> tuple:
+        try:
+            return self._conn.recv()
+        except (EOFError, OSError):
+            self._proc.join(5)
+            code = self._proc.exitcode
+            return "error", (
+                f"the worker exited (code {code}) before it was ready; its error is above. The worker "
+                "is a spawned process, which imports the main module again: a script must create "
+                "the backend under `if __name__ == '__main__':`"
+            )
+
+    def _read(self) -> None:
+        """The reader thread: results and replies from the worker, until it goes away."""
+        while True:
+            try:
+                msg = self._conn.recv()
+            except (EOFError, OSError):
+                self._proc.join(5)
+                self._fail(f"the HF backend worker exited (code {self._proc.exitcode})")
+                return
+            if msg[0] == "done":
+                _, rid, result = msg
+                entry = self._pending.get(rid)
+                if entry is not None:
+                    loop, fut = entry
+                    _deliver(loop, fut, BackendError(result) if isinstance(result, str) else result)
+            elif msg[0] == "reply":
+                _, cid, ok, value = msg
+                waiter = self._replies.get(cid)
+                if waiter is not None:
+                    waiter[1].append((ok, value))
+                    waiter[0].set()
+
+    def _fail(self, why: str) -> None:
+        """The worker is gone: fail everything pending, and every later call, with ``why``."""
+        if self._dead is None:
+            self._dead = why
+        for loop, fut in list(self._pending.values()):
+            _deliver(loop, fut, BackendError(why))
+        for event, box in list(self._replies.values()):
+            box.append((False, why))
+            event.set()
+
+    def _kill(self) -> None:
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(5)
+        self._fail("the HF backend was closed")
+        self._conn.close()
+
+
+def _deliver(loop: asyncio.AbstractEventLoop, fut: asyncio.Future, result: Any) -> None:
+    try:
+        loop.call_soon_threadsafe(_settle, fut, result)
+    except RuntimeError:  # that event loop is closed: nobody is waiting any more
+        pass
+
+
+def _settle(fut: asyncio.Future, result: Generation | BaseException) -> None:
+    if fut.done():
+        return
+    if isinstance(result, BaseException):
+        fut.set_exception(result)
+    else:
+        fut.set_result(result)
+
+
+# ----------------------------------------------------------------------- worker
+def _worker(conn: Any, model: str, tokenizer: str | None, kwargs: dict) -> None:
+    """The worker process: an ``HFBackend`` fed from the pipe; results go back as they finish."""
+    try:
+        from turngym.agents.hf import HFBackend
+        from turngym.agents.models import load_tokenizer
+
+        backend = HFBackend(model, load_tokenizer(tokenizer or model), **kwargs)
+    except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
+        conn.send(("error", traceback.format_exc()))
+        return
+    conn.send(
+        (
+            "ready",
+            {
+                "device": str(backend.device),
+                "vocab_size": backend.vocab_size,
+                "fuse_tokens": backend.fuse_tokens,
+            },
+        )
+    )
+    send_lock = threading.Lock()
+    cancelled: set[int] = set()
+
+    def send(msg: tuple) -> None:
+        with send_lock:
+            conn.send(msg)
+
+    def done_for(rid: int):
+        def done(result: Generation | BaseException) -> None:
+            cancelled.discard(rid)
+            send(("done", rid, result if isinstance(result, Generation) else str(result)))
+
+        return done
+
+    calls = {
+        "weights": backend.update_weights,
+        "reset": backend.reset_prefix_cache,
+        "start_trace": backend.start_trace,
+        "take_trace": backend.take_trace,
+        "stats": lambda: dict(backend.stats),
+        "weights_version": lambda: backend.weights_version,
+    }
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):  # the parent is gone
+            break
+        kind = msg[0]
+        if kind == "gen":
+            _, rid, prompt, sampling, route = msg
+            try:
+                backend.submit(
+                    prompt, sampling, done_for(rid), route=route, gave_up=lambda r=rid: r in cancelled
+                )
+            except BackendError as e:
+                send(("done", rid, str(e)))
+        elif kind == "cancel":
+            cancelled.add(msg[1])
+        elif kind == "call":
+            _, cid, what, args = msg
+            try:
+                send(("reply", cid, True, calls[what](*args)))
+            except Exception as e:  # noqa: BLE001 - the caller gets it as a BackendError
+                send(("reply", cid, False, f"{type(e).__name__}: {e}"))
+        elif kind == "stop":
+            break
+    asyncio.run(backend.aclose())
