@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import typer
 from hypothesis import given
 from hypothesis import strategies as st
@@ -54,7 +55,8 @@ def test_eval_reports_success_with_interval(tmp_path):
     assert report["mean_turns"] <= 2
 
 
-def test_eval_with_hf_tiny_model(tmp_path):
+@pytest.mark.parametrize("worker", [[], ["--hf-worker"]], ids=["in_process", "worker_process"])
+def test_eval_with_hf_tiny_model(tmp_path, worker):
     res = runner.invoke(
         app,
         [
@@ -72,6 +74,7 @@ def test_eval_with_hf_tiny_model(tmp_path):
             "max_turns=2",
             "--out",
             str(tmp_path),
+            *worker,
         ],
     )
     assert res.exit_code == 0, res.output

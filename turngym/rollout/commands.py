@@ -48,6 +48,14 @@ EnvKwOpt = Annotated[
 TurnTOpt = Annotated[float, typer.Option("--turn-timeout", help="Seconds per turn (generation + step).")]
 TrajTOpt = Annotated[float, typer.Option("--trajectory-timeout", help="Seconds per trajectory.")]
 DtypeOpt = Annotated[str, typer.Option("--dtype", help="Model dtype (auto, float32, bfloat16).")]
+WorkerOpt = Annotated[
+    bool,
+    typer.Option(
+        "--hf-worker",
+        help="hf backend: run the model in a worker process with its own GIL (on a GPU, passes "
+        "then do not wait for env and tokenizer work on the event loop).",
+    ),
+]
 
 
 def rollout(
@@ -68,6 +76,7 @@ def rollout(
     turn_timeout: TurnTOpt = 300.0,
     trajectory_timeout: TrajTOpt = 3600.0,
     dtype: DtypeOpt = "auto",
+    hf_worker: WorkerOpt = False,
 ) -> None:
     """Generate trajectories and save them as JSONL and parquet."""
     stats, _ = _run(**locals())
@@ -91,6 +100,7 @@ def eval(  # noqa: A001 - the command is called eval
     turn_timeout: TurnTOpt = 300.0,
     trajectory_timeout: TrajTOpt = 3600.0,
     dtype: DtypeOpt = "auto",
+    hf_worker: WorkerOpt = False,
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="Also save trajectories and eval.json.")
     ] = None,
@@ -216,9 +226,11 @@ async def _make_agent(a: dict[str, Any], stack: AsyncExitStack) -> Any:
     sampling = SamplingParams(max_tokens=a["max_tokens"], temperature=a["temperature"])
     if kind == "hf":
         from turngym.agents.hf import HFBackend
+        from turngym.agents.hf_process import HFProcessBackend
 
         dtype = None if a["dtype"] == "auto" else a["dtype"]
-        backend: Any = HFBackend(a["model"], tokenizer, dtype=dtype, max_batch_size=a["concurrency"])
+        cls = HFProcessBackend if a["hf_worker"] else HFBackend
+        backend: Any = cls(a["model"], tokenizer, dtype=dtype, max_batch_size=a["concurrency"])
     else:
         from turngym.agents.vllm import VLLMBackend, VLLMServer
 
