@@ -6,6 +6,8 @@ from collections import Counter
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from turngym.agents import BackendError, SamplingParams
 from turngym.agents.hf import HFBackend
@@ -209,3 +211,33 @@ async def test_aclose_fails_pending_requests_and_the_backend_restarts(tiny_dir, 
         await task
     assert (await backend.generate(p, GREEDY)).token_ids  # a new call starts a new scheduler
     await backend.aclose()
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    steps=st.lists(st.tuples(st.integers(1, 40), st.booleans()), min_size=1, max_size=40),
+    rows=st.integers(1, 4),
+)
+def test_the_kv_cache_grows_in_place_and_equals_concatenation(tiny_dir, steps, rows):
+    """Each update writes its columns into spare buffer space (no per-step copy of the cache); the
+    scheduler may replace keys/values between steps (rows leave), after which the layer moves into
+    a new buffer. The visible keys/values always equal plain concatenation."""
+    from transformers import AutoConfig
+
+    from turngym.agents.hf import _growing_cache
+
+    layer = _growing_cache(AutoConfig.from_pretrained(tiny_dir)).layers[0]
+    ref_k = ref_v = torch.zeros((rows, 2, 0, 8))
+    buffers: list = []  # kept alive, so no two buffers can share an address
+    for n, drop_row in steps:
+        if drop_row and ref_k.shape[0] > 1 and ref_k.shape[2]:  # a row leaves: the scheduler indexes
+            layer.keys, layer.values = layer.keys[1:], layer.values[1:]
+            ref_k, ref_v = ref_k[1:], ref_v[1:]
+        k, v = torch.randn((ref_k.shape[0], 2, n, 8)), torch.randn((ref_k.shape[0], 2, n, 8))
+        keys, values = layer.update(k, v)
+        ref_k, ref_v = torch.cat([ref_k, k], dim=2), torch.cat([ref_v, v], dim=2)
+        assert torch.equal(keys, ref_k) and torch.equal(values, ref_v)
+        if not any(b is layer._kbuf for b in buffers):
+            buffers.append(layer._kbuf)
+    drops = sum(d for _, d in steps)
+    assert len(buffers) <= drops + 1 + sum(n for n, _ in steps) // 64  # amortized: rare reallocation
