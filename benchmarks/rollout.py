@@ -663,36 +663,33 @@ async def bench_memory(sizes: list[int], turns: int, gen_len: int) -> dict:
 
 # ----------------------------------------------------------------------------- engine CPU
 async def bench_engine_cpu(turn_counts: list[int], repeats: int) -> dict:
-    """Event-loop CPU per turn with an instant backend (envs, templates, token bookkeeping only),
-    with the incremental template-delta encoding and with a full re-encoding every turn; interleaved.
-    CPU time, so load inflates it far less than wall time."""
-    from turngym.agents.chat import ChatFormat
+    """Event-loop CPU per turn with an instant backend: the LLM agent (env step, chat template,
+    token bookkeeping) and, as the baseline, a random agent (env step and engine only, no tokens);
+    interleaved. CPU time, so load inflates it far less than wall time."""
+    from turngym.agents import RandomAgent
     from turngym.agents.models import load_tokenizer
 
-    agent = LLMAgent(
-        FixedBackend(32), load_tokenizer("tiny"), SamplingParams(max_tokens=32), max_context=8192
-    )
-    variants = {"incremental": ChatFormat.encode_extending, "full": lambda fmt, text, *_: fmt.encode(text)}
+    tok = load_tokenizer("tiny")
+    agents = {
+        "llm_agent": LLMAgent(FixedBackend(32), tok, SamplingParams(max_tokens=32), max_context=8192),
+        "no_tokens": RandomAgent(seed=0),
+    }
     out: dict = {"load_before": load(), "gen_tokens_per_turn": 32, "trajectories": 64}
 
-    async def one(turns: int) -> float:
+    async def one(agent, turns: int) -> float:
         cfg = RolloutConfig(group_size=4, max_concurrency=64)
         engine = RolloutEngine("arith", agent, cfg, env_kwargs={"max_turns": turns})
         c0 = time.thread_time()
         await engine.run(16)
         return 1000 * (time.thread_time() - c0) / engine.stats.turns
 
-    try:
-        await one(2)  # warm-up
-        for turns in turn_counts:
-            ms: dict[str, list[float]] = {k: [] for k in variants}
-            for _ in range(repeats):
-                for name, fn in variants.items():
-                    ChatFormat.encode_extending = fn
-                    ms[name].append(await one(turns))
-            out[f"{turns}_turns_ms_per_turn"] = {k: round(statistics.median(v), 2) for k, v in ms.items()}
-    finally:
-        ChatFormat.encode_extending = variants["incremental"]
+    await one(agents["llm_agent"], 2)  # warm-up
+    for turns in turn_counts:
+        ms: dict[str, list[float]] = {k: [] for k in agents}
+        for _ in range(repeats):
+            for name, agent in agents.items():
+                ms[name].append(await one(agent, turns))
+        out[f"{turns}_turns_ms_per_turn"] = {k: round(statistics.median(v), 3) for k, v in ms.items()}
     out["load_after"] = load()
     return out
 
