@@ -25,11 +25,12 @@ class TokenSequence:
     loss_mask: list[int]
 
 
-def tokenize_trajectory(traj: Trajectory, tokenizer: Any) -> TokenSequence:
-    """Token ids of a text trajectory with loss mask 1 on the assistant's own tokens (and its stop token)."""
+def tokenize_trajectory(traj: Trajectory, tokenizer: Any, fmt: Any = None) -> TokenSequence:
+    """Token ids of a text trajectory with loss mask 1 on the assistant's own tokens (and its stop
+    token). Pass one ``ChatFormat`` for many trajectories to share its template and piece cache."""
     from turngym.agents.chat import ChatFormat, ChatTokens
 
-    fmt = ChatFormat(tokenizer)
+    fmt = fmt or ChatFormat(tokenizer)
     stop = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else None
     stop = stop if isinstance(stop, int) else tokenizer.eos_token_id
     tokens = ChatTokens(fmt, traj.prompt)
@@ -54,7 +55,10 @@ def expert_trajectories(env: str, seeds: Iterable[int], env_kwargs: dict | None 
 def expert_sequences(
     env: str, tokenizer: Any, seeds: Iterable[int], env_kwargs: dict | None = None
 ) -> list[TokenSequence]:
-    return [tokenize_trajectory(t, tokenizer) for t in expert_trajectories(env, seeds, env_kwargs)]
+    from turngym.agents.chat import ChatFormat
+
+    fmt = ChatFormat(tokenizer)
+    return [tokenize_trajectory(t, tokenizer, fmt) for t in expert_trajectories(env, seeds, env_kwargs)]
 
 
 def sft_train(
