@@ -323,6 +323,8 @@ def timeline(trace: list[tuple], calls: list[tuple], t0: float, t1: float) -> di
         if ds:
             out[f"{kind}_passes"] = len(ds)
             out[f"{kind}_ms"] = {**pctl_ms(ds), "sum_s": round(sum(ds), 3)}
+            # the scheduler thread's CPU time in those passes (wall time above it: waiting)
+            out[f"{kind}_cpu_ms"] = pctl_ms([e[8] for e in passes if e[3] == kind])
     busy = sum(e[2] - e[1] for e in passes)
     out["busy_idle_other_s"] = [round(busy, 3), round(idle, 3), round(wall - busy - idle, 3)]
     out["admit_wait_ms"] = pctl_ms([e[3] - e[2] for e in reqs if e[3] >= e[2]])

@@ -47,7 +47,9 @@ backend in a worker process instead.
 (prefill-only, decode, fused), cache compactions, prompt tokens fed and reused, parked rows dropped,
 the histogram of batch widths and the seconds the scheduler thread sat idle (``idle_s``).
 ``start_trace()`` records a timeline (``time.perf_counter`` seconds) that ``take_trace()`` returns:
-every forward pass ``("pass", start, end, kind, rows, joiners, width, cache_len)``, every idle wait
+every forward pass ``("pass", start, end, kind, rows, joiners, width, cache_len, cpu_s)``
+(``cpu_s``: the scheduler thread's CPU time in it: on a GPU, wall time well above it is time spent
+waiting, for the GIL or the device), every idle wait
 ``("idle", start, end)`` and every finished request ``("req", route, submitted, admitted, done,
 prompt_len, tokens)``; ``benchmarks/rollout.py`` turns it into a latency breakdown.
 """
@@ -483,7 +485,7 @@ class HFBackend:
                 old_mask = torch.cat([old_mask, old_mask.new_zeros((len(joiners), old_mask.shape[1]))])
                 old_pos = torch.cat([old_pos, old_pos.new_zeros(len(joiners))])
         mask = torch.cat([old_mask, fed.to(old_mask.dtype)], dim=1)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         with self._lock, torch.inference_mode():
             out = self.model(
                 input_ids=ids,
@@ -509,16 +511,11 @@ class HFBackend:
         else:
             self.stats["prefills"] += 1
         kind = "fused" if rows and feeds else "decode" if rows else "prefill"
-        self._traced(kind, t0, batch.rows, [*resumes.values(), *joiners], width, mask.shape[1])
-
-    def _traced(self, kind: str, t0: float, rows: list, joiners: list, width: int, cache_len: int) -> None:
-        """Stamp the joiners' admission; with ``trace`` on, record the pass (it ended at the sync
-        that ``_sample`` does when it reads the tokens)."""
-        for r in joiners:
+        for r in [*resumes.values(), *joiners]:
             r.admitted = t0
-        if self.trace is not None:
-            t1 = time.perf_counter()
-            self.trace.append(("pass", t0, t1, kind, len(rows), len(joiners), width, cache_len))
+        if self.trace is not None:  # the pass ended at the sync ``_sample`` does to read the tokens
+            shape = (len(batch.rows), len(resumes) + len(joiners), width, mask.shape[1])
+            self.trace.append(("pass", t0, time.perf_counter(), kind, *shape, time.thread_time() - c0))
 
     def _compact(self, batch: _Batch) -> None:
         """Once more than half the cache is padding, right-align every row's tokens and drop the
