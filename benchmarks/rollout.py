@@ -76,6 +76,9 @@ class Recorder:
         self.requests.append((route, list(prompt_ids), sampling.replace(max_tokens=len(gen.token_ids))))
         return gen
 
+    def __getattr__(self, name: str):  # release, stats, ...: the inner backend's
+        return getattr(self.inner, name)
+
     async def aclose(self):
         pass
 

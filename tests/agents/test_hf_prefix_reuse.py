@@ -127,7 +127,11 @@ async def test_engine_rollouts_reuse_prefixes_with_identical_results(tiny_dir, t
         agent = LLMAgent(backend, tokenizer, SamplingParams(max_tokens=24, temperature=0.0))
         engine = RolloutEngine("arith", agent, RolloutConfig(group_size=2), env_kwargs={"max_turns": 3})
         trajs = await engine.run(4)
-        results[reuse] = (trajs, dict(backend.stats))
+        stats = dict(backend.stats)
+        await backend.generate([5, 6], SamplingParams(max_tokens=1))  # one more scheduler iteration
+        # each trajectory released its route when it ended: its last row was dropped, none is left
+        assert backend.stats["parked_dropped"] == (8 if reuse else 0)
+        results[reuse] = (trajs, stats)
         await backend.aclose()
     (on, on_stats), (off, off_stats) = results[True], results[False]
     assert [t.masked for t in on] == [False] * 8

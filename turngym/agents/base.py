@@ -9,6 +9,7 @@ An ``Agent`` starts one ``AgentSession`` per trajectory; the engine then loops::
         if not done:
             obs_span = session.observe(step.action, obs)   # may raise TokenMismatch
     session.export(trajectory)                        # token ids, loss mask, logprobs, metrics
+    session.end()                                     # optional: the trajectory is over
 
 LLM agents (``turngym.agents.llm.LLMAgent``) keep token bookkeeping; scripted, random and
 chat-API agents produce text-only trajectories. ``act`` raises ``ContextFull`` when there is no

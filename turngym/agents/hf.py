@@ -24,9 +24,10 @@ while RL needs per-request seeds and settings and the raw model logprobs.)
   generation). When the route's next request arrives and its prompt extends those ids (the
   next turn: the same context, the generation, the observation), the row resumes and feeds only
   the new tokens; a prompt that diverges reuses its common prefix (the row's later columns are
-  masked out). Parked rows feed nothing, are dropped after ``park_s`` seconds, when their space is
-  needed for new rows, after ``update_weights`` or ``reset_prefix_cache()`` (their KV came from
-  the old weights), and never serve another route. ``reuse_prefix=False`` turns it off.
+  masked out). Parked rows feed nothing, are dropped when the trajectory ends (``release(route)``),
+  after ``park_s`` seconds, when their space is needed for new rows (oldest first), after
+  ``update_weights`` or ``reset_prefix_cache()`` (their KV came from the old weights), and never
+  serve another route. ``reuse_prefix=False`` turns it off.
 * Sampling settings are per request and mixed freely in one batch (greedy rows take the argmax).
 * Per-request seeds: every request samples from its own ``torch.Generator`` (seeded by
   ``SamplingParams.seed``, else from torch's global RNG), one exponential race per token, so the
@@ -159,6 +160,7 @@ class HFBackend:
         self.reuse_prefix, self.park_s = reuse_prefix, park_s
         self.weights_version = 0
         self._epoch = 0  # bumped by reset_prefix_cache: rows parked before it are dropped
+        self._released: set[str] = set()  # routes whose trajectories ended (see release)
         self.trace: list[tuple] | None = None  # a timeline when set to a list, see the module doc
         self.stats: dict[str, Any] = {
             "prefills": 0,  # prefill-only passes
@@ -185,15 +187,12 @@ class HFBackend:
         route: str | None = None,
         adapter: str | None = None,
     ) -> Generation:
-        if adapter is not None:
-            raise BackendError(
-                "HFBackend serves one set of weights; use update_weights() instead of adapters"
-            )
+        reject_adapter(adapter)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Generation] = loop.create_future()
 
         def done(result: Generation | BaseException) -> None:
-            loop.call_soon_threadsafe(_settle, fut, result)
+            loop.call_soon_threadsafe(settle, fut, result)
 
         self.submit(prompt_ids, sampling, done, route=route, gave_up=fut.done)
         return await fut
@@ -258,6 +257,11 @@ class HFBackend:
         with self._lock:
             self.model.load_state_dict(state_dict, strict=strict)
             self.weights_version += 1
+
+    def release(self, route: str) -> None:
+        """The trajectory behind ``route`` is over: its parked row is dropped at the next iteration
+        (the rollout engine calls this, through ``LLMSession.end``, when a trajectory ends)."""
+        self._released.add(route)
 
     def reset_prefix_cache(self) -> None:
         """Drop every parked row (e.g. after changing the model's weights in place, not through
@@ -378,19 +382,21 @@ class HFBackend:
     def _plan(self, batch: _Batch, joiners: list[_Request]) -> tuple[dict[int, _Request], list[_Request]]:
         """Give each joiner a row: its route's parked row when the prompt extends what that row holds
         (it then feeds only the prompt after the reused prefix), else a fresh row. Parked rows that
-        expired (``park_s``), hold KV of older weights or an older ``reset_prefix_cache`` epoch, lost
-        their route's reuse, or are the oldest when fresh rows need room, are dropped.
+        expired (``park_s``), were released, hold KV of older weights or an older
+        ``reset_prefix_cache`` epoch, lost their route's reuse, or are the oldest when fresh rows
+        need room, are dropped.
 
         Resuming is skipped (all joiners fresh) when the padding it costs the other rows exceeds
         ``fuse_tokens`` plus the prompt tokens it saves. Returns (row index -> request, fresh)."""
         now = time.perf_counter()
+        released, self._released = self._released, set()
         parked: dict[str | None, int] = {}
         drop: set[int] = set()
         for i, r in enumerate(batch.rows):
             if r.parked is None:
                 continue
             stale = r.epoch != self._epoch or r.versions[-1] != self.weights_version
-            if stale or not self.reuse_prefix or now - r.parked > self.park_s:
+            if stale or r.route in released or not self.reuse_prefix or now - r.parked > self.park_s:
                 drop.add(i)
             else:
                 parked[r.route] = i
@@ -758,7 +764,13 @@ def _backend_error(e: BaseException) -> BackendError:
     return e if isinstance(e, BackendError) else BackendError(f"{type(e).__name__}: {e}")
 
 
-def _settle(fut: asyncio.Future, result: Generation | BaseException) -> None:
+def reject_adapter(adapter: str | None) -> None:
+    if adapter is not None:
+        raise BackendError("HFBackend serves one set of weights; use update_weights() instead of adapters")
+
+
+def settle(fut: asyncio.Future, result: Generation | BaseException) -> None:
+    """Resolve a caller's future with a generation or an error, unless it is already done."""
     if fut.done():
         return
     if isinstance(result, BaseException):

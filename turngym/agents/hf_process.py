@@ -13,7 +13,7 @@ engine core does); the caller's process only pickles requests and results throug
 Same constructor arguments as ``HFBackend`` (the model must be a path or hub id), and the same
 behaviour: continuous batching, per-request seeds, raw logprobs, prefix reuse per ``route``.
 ``update_weights(state_dict)`` sends the tensors through ``torch.multiprocessing`` (CUDA tensors
-as IPC handles, CPU tensors through shared memory). ``stats``, ``reset_prefix_cache``,
+as IPC handles, CPU tensors through shared memory). ``stats``, ``release``, ``reset_prefix_cache``,
 ``start_trace``/``take_trace`` are forwarded. A caller that gives up (cancelled, timed out) frees
 its row in the worker. If the worker dies, every pending and later call raises ``BackendError``
 with its exit code; ``aclose`` stops it.
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from turngym.agents.backend import BackendError, Generation, SamplingParams
+from turngym.agents.hf import reject_adapter, settle
 
 _START_TIMEOUT_S = 600.0  # loading a large model from a slow disk
 _CALL_TIMEOUT_S = 600.0
@@ -79,10 +80,7 @@ class HFProcessBackend:
         route: str | None = None,
         adapter: str | None = None,
     ) -> Generation:
-        if adapter is not None:
-            raise BackendError(
-                "HFBackend serves one set of weights; use update_weights() instead of adapters"
-            )
+        reject_adapter(adapter)
         if not prompt_ids:
             raise BackendError("empty prompt")
         loop = asyncio.get_running_loop()
@@ -110,6 +108,10 @@ class HFProcessBackend:
     def update_weights(self, state_dict: dict[str, Any], strict: bool = True) -> None:
         """Load new weights into the worker's model between two decode steps (parked rows dropped)."""
         self._call("weights", state_dict, strict)
+
+    def release(self, route: str) -> None:
+        """The trajectory behind ``route`` is over: the worker drops its parked row."""
+        self._send(("release", route), quiet=True)
 
     def reset_prefix_cache(self) -> None:
         self._call("reset")
@@ -212,18 +214,9 @@ class HFProcessBackend:
 
 def _deliver(loop: asyncio.AbstractEventLoop, fut: asyncio.Future, result: Any) -> None:
     try:
-        loop.call_soon_threadsafe(_settle, fut, result)
+        loop.call_soon_threadsafe(settle, fut, result)
     except RuntimeError:  # that event loop is closed: nobody is waiting any more
         pass
-
-
-def _settle(fut: asyncio.Future, result: Generation | BaseException) -> None:
-    if fut.done():
-        return
-    if isinstance(result, BaseException):
-        fut.set_exception(result)
-    else:
-        fut.set_result(result)
 
 
 # ----------------------------------------------------------------------- worker
@@ -285,6 +278,8 @@ def _worker(conn: Any, model: str, tokenizer: str | None, kwargs: dict) -> None:
                 send(("done", rid, str(e)))
         elif kind == "cancel":
             cancelled.add(msg[1])
+        elif kind == "release":
+            backend.release(msg[1])
         elif kind == "call":
             _, cid, what, args = msg
             try:

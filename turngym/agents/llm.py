@@ -98,6 +98,13 @@ class LLMSession:
     def observe(self, action: Message, observation: list[Message]) -> tuple[int, int]:
         return self.tokens.add_observation(action, observation)
 
+    def end(self) -> None:
+        """The trajectory is over: a backend that keeps a trajectory's KV cache (``HFBackend``)
+        frees it now instead of when it expires."""
+        release = getattr(self.agent.backend, "release", None)
+        if release is not None:
+            release(self.route)
+
     def export(self, trajectory: Trajectory) -> None:
         t = self.tokens
         trajectory.token_ids = t.token_ids.tolist()

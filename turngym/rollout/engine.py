@@ -226,6 +226,9 @@ class RolloutEngine:
                 await self._close(env, traj)
         for session in sessions:
             session.export(traj)
+            end = getattr(session, "end", None)  # optional: lets a backend free the trajectory's cache
+            if end is not None:
+                end()
         traj.metrics["wall_s"] = time.monotonic() - t0
         return traj
 
