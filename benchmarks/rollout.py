@@ -256,6 +256,59 @@ class GpuClock:
         return spread([float(x) for x in self.mhz], 0) if self.mhz else {}
 
 
+def cpu_ticks() -> tuple[int, int, int]:
+    """(busy, steal, total) jiffies of all CPUs from /proc/stat; zeros where it is missing."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0, 0
+    idle = v[3] + (v[4] if len(v) > 4 else 0)
+    steal = v[7] if len(v) > 7 else 0
+    return sum(v[:8]) - idle - steal, steal, sum(v[:8])
+
+
+def host_share(t0: tuple[int, int, int]) -> dict:
+    """Since ``t0 = cpu_ticks()``: the share of all CPUs' time that was busy and that the hypervisor
+    stole (a throttled virtual machine shows as steal)."""
+    t1 = cpu_ticks()
+    total = max(1, t1[2] - t0[2])
+    return {"busy": round((t1[0] - t0[0]) / total, 3), "steal": round((t1[1] - t0[1]) / total, 3)}
+
+
+class Probe:
+    """The machine's state before a timed run, apart from the code under test: a fixed workload of
+    ``steps`` batch-``batch`` decode forwards of the benchmark model, run directly (no scheduler),
+    timed per step as the host's time to queue the kernels and the step's wall time after a sync.
+    A run whose passes are slow while the probe is fast points at the code; both slow, at the host
+    or the device."""
+
+    def __init__(self, device: str, batch: int = 64, context: int = 128, steps: int = 20):
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        self.torch, self.device, self.steps = torch, device, steps
+        self.model = AutoModelForCausalLM.from_pretrained(model_path(device), dtype=torch.bfloat16)
+        self.model.to(device).eval()
+        self.ids = torch.randint(10, 1000, (batch, context), device=device)
+
+    def __call__(self) -> dict:
+        torch = self.torch
+        host, wall = [], []
+        with torch.inference_mode():
+            out = self.model(input_ids=self.ids, use_cache=True, logits_to_keep=1)
+            cache, nxt = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
+            torch.cuda.synchronize()
+            for _ in range(self.steps):
+                t0 = time.perf_counter()
+                out = self.model(input_ids=nxt, past_key_values=cache, use_cache=True, logits_to_keep=1)
+                host.append(time.perf_counter() - t0)
+                nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+                torch.cuda.synchronize()
+                wall.append(time.perf_counter() - t0)
+        return {"host_ms": pctl_ms(host)["p50"], "step_ms": pctl_ms(wall)["p50"]}
+
+
 def boost(device: str, seconds: float = 1.0) -> None:
     """Raise the GPU's clocks before a timed run: dense bf16 matrix products for ``seconds``."""
     if not device.startswith("cuda"):
@@ -328,6 +381,8 @@ def timeline(trace: list[tuple], calls: list[tuple], t0: float, t1: float) -> di
             out[f"{kind}_ms"] = {**pctl_ms(ds), "sum_s": round(sum(ds), 3)}
             # the scheduler thread's CPU time in those passes (wall time above it: waiting)
             out[f"{kind}_cpu_ms"] = pctl_ms([e[8] for e in passes if e[3] == kind])
+            # until the model call returned: on a GPU the host's time to queue the pass's kernels
+            out[f"{kind}_fwd_ms"] = pctl_ms([e[9] for e in passes if e[3] == kind and len(e) > 9])
     busy = sum(e[2] - e[1] for e in passes)
     out["busy_idle_other_s"] = [round(busy, 3), round(idle, 3), round(wall - busy - idle, 3)]
     out["admit_wait_ms"] = pctl_ms([e[3] - e[2] for e in reqs if e[3] >= e[2]])
@@ -380,10 +435,21 @@ async def bench_overhead(
             keys = ("prefills", "steps", "idle_s", "prompt_tokens", "reused_tokens")
             return tuple(st[k] for k in keys) if st else (0, 0, 0.0, 0, 0)
 
-        def breakdown(name: str, t0: float, calls: list, beat: Heartbeat, clock: GpuClock) -> None:
+        probe = Probe(device) if device.startswith("cuda") else None
+
+        def before() -> tuple:
+            """Boost the clocks and probe the machine (CUDA); (probe result, CPU ticks)."""
+            boost(device)
+            return (probe() if probe else None), cpu_ticks()
+
+        def breakdown(
+            name: str, t0: float, calls: list, beat: Heartbeat, clock: GpuClock, pre: tuple
+        ) -> None:
             t1, trace = time.perf_counter(), taken_trace(backend)
+            host = {"probe": pre[0], "host_cpu": host_share(pre[1])}
             if trace is not None:
-                timelines[name].append({**timeline(trace, calls, t0, t1), "loop_lag_ms": beat.summary()})
+                host.update(timeline(trace, calls, t0, t1), loop_lag_ms=beat.summary())
+            timelines[name].append(host)
             clocks[name].append(clock.summary().get("median"))
 
         async def engine_run() -> tuple[int, float]:
@@ -391,14 +457,14 @@ async def bench_overhead(
             rec.requests.clear()
             rec.calls.clear()
             engine = RolloutEngine("arith", agent, cfg, env_kwargs={"max_turns": turns})
-            boost(device)
+            pre = before()
             f0, t0, c0 = forwards(), time.perf_counter(), time.thread_time()
             with Heartbeat() as beat, GpuClock() as clock:
                 trajs = await engine.run(n)
             cpu["engine"].append(time.thread_time() - c0)
             passes["engine"].append([round(b - a, 3) for a, b in zip(f0, forwards(), strict=True)])
             dt = time.perf_counter() - t0
-            breakdown("engine", t0, rec.calls, beat, clock)
+            breakdown("engine", t0, rec.calls, beat, clock, pre)
             return sum(sum(t.loss_mask) for t in trajs), dt
 
         async def bare_run(requests) -> tuple[int, float]:
@@ -416,14 +482,14 @@ async def bench_overhead(
                     calls.append((route, c, time.perf_counter()))
                 return total
 
-            boost(device)
+            pre = before()
             f0, t0, c0 = forwards(), time.perf_counter(), time.thread_time()
             with Heartbeat() as beat, GpuClock() as clock:
                 total = sum(await asyncio.gather(*(replay(k, r) for k, r in streams.items())))
             cpu["bare"].append(time.thread_time() - c0)
             passes["bare"].append([round(b - a, 3) for a, b in zip(f0, forwards(), strict=True)])
             dt = time.perf_counter() - t0
-            breakdown("bare", t0, calls, beat, clock)
+            breakdown("bare", t0, calls, beat, clock, pre)
             return total, dt
 
         engine_tps, bare_tps = [], []
@@ -499,10 +565,12 @@ async def bench_async(
     timelines: dict[str, list] = {"engine": [], "lockstep": []}
     clocks: dict[str, list] = {"engine": [], "lockstep": []}  # median SM MHz per run (CUDA)
 
-    def breakdown(name: str, t0: float, clock: GpuClock) -> None:
+    def breakdown(name: str, t0: float, clock: GpuClock, ticks: tuple) -> None:
         t1, trace = time.perf_counter(), taken_trace(backend)
+        host = {"host_cpu": host_share(ticks)}
         if trace is not None:
-            timelines[name].append(timeline(trace, rec.calls, t0, t1))
+            host.update(timeline(trace, rec.calls, t0, t1))
+        timelines[name].append(host)
         clocks[name].append(clock.summary().get("median"))
         rec.calls.clear()
         rec.requests.clear()
@@ -525,15 +593,15 @@ async def bench_async(
         fresh_cache(backend)
         engine = RolloutEngine(env_factory, agent, cfg, env_id="arith")
         boost(device)
-        c0, t0 = counters(), time.perf_counter()
+        c0, t0, ticks = counters(), time.perf_counter(), cpu_ticks()
         with GpuClock() as clock:
             trajs = await engine.run(n)
         async_s.append(time.perf_counter() - t0)
         passes["engine"].append([round(b - a, 2) for a, b in zip(c0, counters(), strict=True)])
-        breakdown("engine", t0, clock)
+        breakdown("engine", t0, clock, ticks)
         fresh_cache(backend)
         boost(device)
-        c0, t0 = counters(), time.perf_counter()
+        c0, t0, ticks = counters(), time.perf_counter(), cpu_ticks()
         lock_turns = lock_tokens = 0
         with GpuClock() as clock:
             for start in range(0, len(jobs), concurrency):  # waves of the engine's concurrency bound
@@ -542,7 +610,7 @@ async def bench_async(
                 lock_turns, lock_tokens = lock_turns + turns_done, lock_tokens + tokens
         lock_s.append(time.perf_counter() - t0)
         passes["lockstep"].append([round(b - a, 2) for a, b in zip(c0, counters(), strict=True)])
-        breakdown("lockstep", t0, clock)
+        breakdown("lockstep", t0, clock, ticks)
         print(f"  async pair: engine {async_s[-1]:.2f}s, lock-step {lock_s[-1]:.2f}s {passes}", flush=True)
     await backend.aclose()
     tokens = sum(sum(t.loss_mask) for t in trajs)
@@ -795,25 +863,32 @@ def async_from_args(args, kind: str, device: str):
 
 
 def bench_gpu(args, emit) -> None:
-    """Everything on CUDA with the HF backend: throughput at batch 1/16/64; the in-place KV cache vs
-    concatenation; engine overhead with the model in a worker process and in-process (turns of 32
-    tokens), and in a worker with 16-96-token turns; async vs lock-step with the worker."""
+    """Everything on CUDA with the HF backend (``--parts`` picks): throughput at batch 1/16/64; the
+    in-place KV cache vs concatenation; engine overhead (``--repeats`` pairs) with the model in a
+    worker process and in-process (turns of 32 tokens), and in a worker with 16-96-token turns; async
+    vs lock-step with the worker (``-n``, ``-g``, ``--turns``, ``--repeats``)."""
     import torch
 
     global HF_PROCESS
     if not torch.cuda.is_available():
         emit("gpu", {"skipped": "no CUDA device"})
         return
-    emit("throughput", asyncio.run(bench_throughput([16, 64], 256, 128, "cuda")))
-    emit("kvcache", bench_kvcache(64, 256, 256, 3, "cuda"))
+    parts = set(args.parts.split(","))
+    if "throughput" in parts:
+        emit("throughput", asyncio.run(bench_throughput([16, 64], 256, 128, "cuda")))
+    if "kvcache" in parts:
+        emit("kvcache", bench_kvcache(64, 256, 256, 3, "cuda"))
     for process in (True, False):
         HF_PROCESS = process
         name = "overhead_process" if process else "overhead_in_process"
-        emit(name, asyncio.run(bench_overhead("hf", 16, 4, 3, 32, 4, device="cuda")))
+        if name.removeprefix("overhead_") in parts:
+            emit(name, asyncio.run(bench_overhead("hf", 16, 4, 3, 32, args.repeats, device="cuda")))
     HF_PROCESS = True
-    varied = bench_overhead("hf", 16, 4, 3, 32, 3, device="cuda", lengths=(16, 96))
-    emit("overhead_varied_process", asyncio.run(varied))
-    emit("async_process", asyncio.run(async_from_args(args, "hf", "cuda")))
+    if "varied" in parts:
+        varied = bench_overhead("hf", 16, 4, 3, 32, args.repeats, device="cuda", lengths=(16, 96))
+        emit("overhead_varied_process", asyncio.run(varied))
+    if "async" in parts:
+        emit("async_process", asyncio.run(async_from_args(args, "hf", "cuda")))
 
 
 def main() -> None:
@@ -842,6 +917,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="overhead/async: interleaved run pairs")
     ap.add_argument("--device", default="cpu", help="overhead/async with --backend hf: cpu or cuda")
     ap.add_argument("--json", help="also append each result as a JSON line to this file")
+    ap.add_argument(
+        "--parts",
+        default="throughput,kvcache,process,in_process,varied,async",
+        help="gpu: which parts to run (overhead in the worker process / in-process / varied turns)",
+    )
     ap.add_argument("--no-reuse", action="store_true", help="HF backend: no prefix reuse across turns")
     ap.add_argument(
         "--hf-process", action="store_true", help="HF backend in a worker process (HFProcessBackend)"

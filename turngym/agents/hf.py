@@ -48,9 +48,11 @@ backend in a worker process instead.
 (prefill-only, decode, fused), cache compactions, prompt tokens fed and reused, parked rows dropped,
 the histogram of batch widths and the seconds the scheduler thread sat idle (``idle_s``).
 ``start_trace()`` records a timeline (``time.perf_counter`` seconds) that ``take_trace()`` returns:
-every forward pass ``("pass", start, end, kind, rows, joiners, width, cache_len, cpu_s)``
+every forward pass ``("pass", start, end, kind, rows, joiners, width, cache_len, cpu_s, fwd_s)``
 (``cpu_s``: the scheduler thread's CPU time in it: on a GPU, wall time well above it is time spent
-waiting, for the GIL or the device), every idle wait
+waiting, for the GIL or the device; ``fwd_s``: the seconds until the model call returned, which on a
+GPU is the host's time to queue the pass's kernels: near the whole pass, the host is the bottleneck;
+far below it, the device), every idle wait
 ``("idle", start, end)`` and every finished request ``("req", route, submitted, admitted, done,
 prompt_len, tokens)``; ``benchmarks/rollout.py`` turns it into a latency breakdown.
 """
@@ -502,6 +504,7 @@ class HFBackend:
                 logits_to_keep=1,
             )
             version = self.weights_version
+        t_fwd = time.perf_counter()
         if batch.cache is None:
             _check_cache(out.past_key_values)
         batch.rows = batch.rows + joiners
@@ -521,7 +524,8 @@ class HFBackend:
             r.admitted = t0
         if self.trace is not None:  # the pass ended at the sync ``_sample`` does to read the tokens
             shape = (len(batch.rows), len(resumes) + len(joiners), width, mask.shape[1])
-            self.trace.append(("pass", t0, time.perf_counter(), kind, *shape, time.thread_time() - c0))
+            cpu = time.thread_time() - c0
+            self.trace.append(("pass", t0, time.perf_counter(), kind, *shape, cpu, t_fwd - t0))
 
     def _compact(self, batch: _Batch) -> None:
         """Once more than half the cache is padding, right-align every row's tokens and drop the
