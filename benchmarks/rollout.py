@@ -189,6 +189,7 @@ def model_path(device: str):
 
 
 REUSE_PREFIX = True  # HFBackend prefix reuse (``--no-reuse`` turns it off, for comparison)
+CUDNN_ATTENTION = False  # HFBackend may use cuDNN's attention kernel (``--cudnn-attention``)
 HF_PROCESS = False  # the model in a worker process (HFProcessBackend), ``--hf-process``
 
 
@@ -210,6 +211,7 @@ def make_backend(kind: str, device: str = "cpu", fuse_tokens: int | None = None)
             max_wait_ms=2,
             fuse_tokens=fuse_tokens,
             reuse_prefix=REUSE_PREFIX,
+            cudnn_attention=CUDNN_ATTENTION,
         )
         return backend, tok, None
     from turngym.agents.vllm import VLLMBackend, VLLMServer
@@ -274,39 +276,6 @@ def host_share(t0: tuple[int, int, int]) -> dict:
     t1 = cpu_ticks()
     total = max(1, t1[2] - t0[2])
     return {"busy": round((t1[0] - t0[0]) / total, 3), "steal": round((t1[1] - t0[1]) / total, 3)}
-
-
-class Probe:
-    """The machine's state before a timed run, apart from the code under test: a fixed workload of
-    ``steps`` batch-``batch`` decode forwards of the benchmark model, run directly (no scheduler),
-    timed per step as the host's time to queue the kernels and the step's wall time after a sync.
-    A run whose passes are slow while the probe is fast points at the code; both slow, at the host
-    or the device."""
-
-    def __init__(self, device: str, batch: int = 64, context: int = 128, steps: int = 20):
-        import torch
-        from transformers import AutoModelForCausalLM
-
-        self.torch, self.device, self.steps = torch, device, steps
-        self.model = AutoModelForCausalLM.from_pretrained(model_path(device), dtype=torch.bfloat16)
-        self.model.to(device).eval()
-        self.ids = torch.randint(10, 1000, (batch, context), device=device)
-
-    def __call__(self) -> dict:
-        torch = self.torch
-        host, wall = [], []
-        with torch.inference_mode():
-            out = self.model(input_ids=self.ids, use_cache=True, logits_to_keep=1)
-            cache, nxt = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
-            torch.cuda.synchronize()
-            for _ in range(self.steps):
-                t0 = time.perf_counter()
-                out = self.model(input_ids=nxt, past_key_values=cache, use_cache=True, logits_to_keep=1)
-                host.append(time.perf_counter() - t0)
-                nxt = out.logits[:, -1].argmax(-1, keepdim=True)
-                torch.cuda.synchronize()
-                wall.append(time.perf_counter() - t0)
-        return {"host_ms": pctl_ms(host)["p50"], "step_ms": pctl_ms(wall)["p50"]}
 
 
 def boost(device: str, seconds: float = 1.0) -> None:
@@ -435,18 +404,16 @@ async def bench_overhead(
             keys = ("prefills", "steps", "idle_s", "prompt_tokens", "reused_tokens")
             return tuple(st[k] for k in keys) if st else (0, 0, 0.0, 0, 0)
 
-        probe = Probe(device) if device.startswith("cuda") else None
-
         def before() -> tuple:
-            """Boost the clocks and probe the machine (CUDA); (probe result, CPU ticks)."""
+            """Boost the clocks (CUDA); the CPU counters at the start."""
             boost(device)
-            return (probe() if probe else None), cpu_ticks()
+            return cpu_ticks()
 
         def breakdown(
             name: str, t0: float, calls: list, beat: Heartbeat, clock: GpuClock, pre: tuple
         ) -> None:
             t1, trace = time.perf_counter(), taken_trace(backend)
-            host = {"probe": pre[0], "host_cpu": host_share(pre[1])}
+            host = {"host_cpu": host_share(pre)}
             if trace is not None:
                 host.update(timeline(trace, calls, t0, t1), loop_lag_ms=beat.summary())
             timelines[name].append(host)
@@ -865,11 +832,12 @@ def async_from_args(args, kind: str, device: str):
 def bench_gpu(args, emit) -> None:
     """Everything on CUDA with the HF backend (``--parts`` picks): throughput at batch 1/16/64; the
     in-place KV cache vs concatenation; engine overhead (``--repeats`` pairs) with the model in a
-    worker process and in-process (turns of 32 tokens), and in a worker with 16-96-token turns; async
-    vs lock-step with the worker (``-n``, ``-g``, ``--turns``, ``--repeats``)."""
+    worker process and in-process (turns of 32 tokens), in-process with cuDNN attention allowed,
+    and in a worker with 16-96-token turns; async vs lock-step with the worker (``-n``, ``-g``,
+    ``--turns``, ``--repeats``)."""
     import torch
 
-    global HF_PROCESS
+    global HF_PROCESS, CUDNN_ATTENTION
     if not torch.cuda.is_available():
         emit("gpu", {"skipped": "no CUDA device"})
         return
@@ -883,6 +851,11 @@ def bench_gpu(args, emit) -> None:
         name = "overhead_process" if process else "overhead_in_process"
         if name.removeprefix("overhead_") in parts:
             emit(name, asyncio.run(bench_overhead("hf", 16, 4, 3, 32, args.repeats, device="cuda")))
+    if "cudnn" in parts:  # in-process, SDPA allowed cuDNN's kernel (per-shape plans)
+        HF_PROCESS, CUDNN_ATTENTION = False, True
+        res = asyncio.run(bench_overhead("hf", 16, 4, 3, 32, args.repeats, device="cuda"))
+        emit("overhead_in_process_cudnn", res)
+        CUDNN_ATTENTION = False
     HF_PROCESS = True
     if "varied" in parts:
         varied = bench_overhead("hf", 16, 4, 3, 32, args.repeats, device="cuda", lengths=(16, 96))
@@ -919,10 +892,13 @@ def main() -> None:
     ap.add_argument("--json", help="also append each result as a JSON line to this file")
     ap.add_argument(
         "--parts",
-        default="throughput,kvcache,process,in_process,varied,async",
+        default="throughput,kvcache,process,in_process,cudnn,varied,async",
         help="gpu: which parts to run (overhead in the worker process / in-process / varied turns)",
     )
     ap.add_argument("--no-reuse", action="store_true", help="HF backend: no prefix reuse across turns")
+    ap.add_argument(
+        "--cudnn-attention", action="store_true", help="HF backend on CUDA: allow cuDNN's SDPA kernel"
+    )
     ap.add_argument(
         "--hf-process", action="store_true", help="HF backend in a worker process (HFProcessBackend)"
     )
@@ -940,8 +916,9 @@ def main() -> None:
         "against other jobs: a tiny-model pass measured 38 ms with 2 threads, 1.2 ms with 1); 0 = torch's default",
     )
     args = ap.parse_args()
-    global REUSE_PREFIX, HF_PROCESS
+    global REUSE_PREFIX, HF_PROCESS, CUDNN_ATTENTION
     REUSE_PREFIX, HF_PROCESS = not args.no_reuse, args.hf_process
+    CUDNN_ATTENTION = args.cudnn_attention
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
     if args.torch_threads > 0 and args.what != "gpu":

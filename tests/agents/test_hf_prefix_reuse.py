@@ -140,3 +140,21 @@ async def test_engine_rollouts_reuse_prefixes_with_identical_results(tiny_dir, t
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
     assert on_stats["reused_tokens"] > 0
     assert on_stats["prompt_tokens"] + on_stats["reused_tokens"] == off_stats["prompt_tokens"]
+
+
+@pytest.mark.parametrize("fuse_tokens", [0, 100_000])
+async def test_a_new_route_joins_a_batch_of_only_parked_rows(tiny_dir, tokenizer, fuse_tokens):
+    """Regression: with fusing on (the CUDA default), a fresh request arriving while every row in the
+    batch was parked was dropped unanswered, and its caller waited forever."""
+    backend = HFBackend(tiny_dir, tokenizer, max_batch_size=8, max_wait_ms=1, fuse_tokens=fuse_tokens)
+    a, b, c = first_prompts(tokenizer)
+    first = await backend.generate(a, TURN, route="a")
+    assert backend.stats["parked_dropped"] == 0  # route a's row is parked, nothing else is live
+    second = await asyncio.wait_for(backend.generate(b, TURN, route="b"), 30)
+    # and a resumed route alongside a fresh one, again into a batch of parked rows only
+    gens = await asyncio.wait_for(
+        asyncio.gather(backend.generate(a + first.token_ids, TURN, route="a"), backend.generate(c, TURN)), 30
+    )
+    assert [len(g.token_ids) for g in (first, second, *gens)] == [TURN.max_tokens] * 4
+    assert backend.stats["reused_tokens"] > 0
+    await backend.aclose()

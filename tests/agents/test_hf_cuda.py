@@ -1,0 +1,61 @@
+"""HF backend on a CUDA GPU (skipped without one): passes run SDPA without cuDNN's attention kernel
+(its per-shape plan building cost 40 ms of host time per new shape on an H100) and restore torch's
+setting after; batched greedy decoding and prefix reuse give the ids of unbatched full prefills."""
+
+import asyncio
+
+import pytest
+
+from turngym.agents import SamplingParams
+from turngym.agents.hf import HFBackend
+
+pytestmark = pytest.mark.gpu
+
+GREEDY = SamplingParams(max_tokens=12, temperature=0.0, stop_token_ids=(-1,))
+
+
+def prompts(tokenizer):
+    texts = ["Evaluate: (3 + 4) * 2", "hello world " * 9, "The city is far " * 3]
+    return [tokenizer.encode(t, add_special_tokens=False) for t in texts]
+
+
+@pytest.mark.parametrize("cudnn", [False, True])
+async def test_passes_choose_attention_kernels_and_restore_the_setting(tiny_dir, tokenizer, cudnn):
+    import torch
+
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    backend = HFBackend(tiny_dir, tokenizer, device="cuda", dtype=torch.float32, cudnn_attention=cudnn)
+    seen = []
+    backend.model.register_forward_pre_hook(lambda *_: seen.append(torch.backends.cuda.cudnn_sdp_enabled()))
+    gens = await asyncio.gather(*(backend.generate(p, GREEDY) for p in prompts(tokenizer)))
+    await backend.aclose()
+    assert all(len(g.token_ids) == GREEDY.max_tokens for g in gens)
+    assert seen and set(seen) == {before if cudnn else False}
+    assert torch.backends.cuda.cudnn_sdp_enabled() == before
+
+
+async def test_batched_and_resumed_greedy_equal_alone_on_cuda(tiny_dir, tokenizer):
+    import torch
+
+    on = HFBackend(tiny_dir, tokenizer, device="cuda", dtype=torch.float32, max_batch_size=8)
+    off = HFBackend(on.model, tokenizer, max_batch_size=8, reuse_prefix=False)
+    obs = tokenizer.encode(" observation: 17", add_special_tokens=False)
+
+    async def turns(backend, prompt, route):
+        out = []
+        for _ in range(3):
+            gen = await backend.generate(prompt, GREEDY, route=route)
+            out.append(gen)
+            prompt = prompt + gen.token_ids + obs
+        return out
+
+    ps = prompts(tokenizer)
+    batched = await asyncio.gather(*(turns(on, p, f"r{i}") for i, p in enumerate(ps)))
+    alone = [await turns(off, p, f"r{i}") for i, p in enumerate(ps)]
+    assert on.stats["reused_tokens"] > 0 and max(on.stats["widths"]) > 1
+    for a_turns, b_turns in zip(batched, alone, strict=True):
+        for a, b in zip(a_turns, b_turns, strict=True):
+            assert a.token_ids == b.token_ids
+            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-3)
+    await on.aclose()
+    await off.aclose()
