@@ -44,6 +44,7 @@ ARGS: dict[str, list[str] | None] = {
     "web_sites.py": ["--episodes", "6", "--concurrency", "1,2"],
     "web_expert.py": ["--seeds", "2", "--gui-seeds", "1", "--concurrency", "2"],
     "reliability_load.py": ["--seconds", "60", "--swe", "1"],
+    "attention_kernels.py": None,  # CUDA only; see gpu_results.md
     "train_curves.py": None,  # a GPU learning-curve run (device tool); see gpu_results.md
     "run_all.py": None,
 }
