@@ -55,7 +55,20 @@ def test_eval_reports_success_with_interval(tmp_path):
     assert report["mean_turns"] <= 2
 
 
-@pytest.mark.parametrize("worker", [[], ["--hf-worker"]], ids=["in_process", "worker_process"])
+def test_the_hf_worker_is_the_default_exactly_on_cuda(monkeypatch):
+    import torch
+
+    from turngym.rollout.commands import use_hf_worker
+
+    for cuda in (False, True):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda cuda=cuda: cuda)
+        assert use_hf_worker(None) is cuda
+        assert use_hf_worker(True) is True and use_hf_worker(False) is False
+
+
+@pytest.mark.parametrize(
+    "worker", [[], ["--hf-in-process"], ["--hf-worker"]], ids=["default", "in_process", "worker_process"]
+)
 def test_eval_with_hf_tiny_model(tmp_path, worker):
     res = runner.invoke(
         app,

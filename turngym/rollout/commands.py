@@ -48,12 +48,25 @@ EnvKwOpt = Annotated[
 TurnTOpt = Annotated[float, typer.Option("--turn-timeout", help="Seconds per turn (generation + step).")]
 TrajTOpt = Annotated[float, typer.Option("--trajectory-timeout", help="Seconds per trajectory.")]
 DtypeOpt = Annotated[str, typer.Option("--dtype", help="Model dtype (auto, float32, bfloat16).")]
+
+
+def use_hf_worker(flag: bool | None) -> bool:
+    """``--hf-worker/--hf-in-process``, or without either a worker exactly when CUDA is available."""
+    if flag is not None:
+        return flag
+    import torch
+
+    return torch.cuda.is_available()
+
+
 WorkerOpt = Annotated[
-    bool,
+    bool | None,
     typer.Option(
-        "--hf-worker",
-        help="hf backend: run the model in a worker process with its own GIL (on a GPU, passes "
-        "then do not wait for env and tokenizer work on the event loop).",
+        "--hf-worker/--hf-in-process",
+        help="hf backend: run the model in a worker process with its own GIL, or in this process. "
+        "Default: a worker when CUDA is available (on an H100 the engine kept 99% of the bare "
+        "backend tokens/s with a worker, 86% in-process), in-process on CPU.",
+        show_default=False,
     ),
 ]
 
@@ -76,7 +89,7 @@ def rollout(
     turn_timeout: TurnTOpt = 300.0,
     trajectory_timeout: TrajTOpt = 3600.0,
     dtype: DtypeOpt = "auto",
-    hf_worker: WorkerOpt = False,
+    hf_worker: WorkerOpt = None,
 ) -> None:
     """Generate trajectories and save them as JSONL and parquet."""
     stats, _ = _run(**locals())
@@ -100,7 +113,7 @@ def eval(  # noqa: A001 - the command is called eval
     turn_timeout: TurnTOpt = 300.0,
     trajectory_timeout: TrajTOpt = 3600.0,
     dtype: DtypeOpt = "auto",
-    hf_worker: WorkerOpt = False,
+    hf_worker: WorkerOpt = None,
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="Also save trajectories and eval.json.")
     ] = None,
@@ -229,7 +242,7 @@ async def _make_agent(a: dict[str, Any], stack: AsyncExitStack) -> Any:
         from turngym.agents.hf_process import HFProcessBackend
 
         dtype = None if a["dtype"] == "auto" else a["dtype"]
-        cls = HFProcessBackend if a["hf_worker"] else HFBackend
+        cls = HFProcessBackend if use_hf_worker(a["hf_worker"]) else HFBackend
         backend: Any = cls(a["model"], tokenizer, dtype=dtype, max_batch_size=a["concurrency"])
     else:
         from turngym.agents.vllm import VLLMBackend, VLLMServer
