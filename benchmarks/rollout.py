@@ -5,8 +5,9 @@
     python benchmarks/rollout.py memory                         # bytes per live trajectory
     python benchmarks/rollout.py enginecpu                      # event-loop CPU per turn
     python benchmarks/rollout.py kvcache                        # in-place KV growth vs concatenation
-    python benchmarks/rollout.py gpu [--json FILE]              # on CUDA: HF tokens/s at batch 1/16/64,
+    python benchmarks/rollout.py gpu [--parts P,..] [--json F]  # on CUDA: HF tokens/s at batch 1/16/64,
                                                                 # then overhead and async with the HF backend
+                                                                # (recipe and results: gpu_results.md)
     python benchmarks/rollout.py all                            # the three CPU ones
 
 Every number is printed next to its baseline measured in the same run, runs are interleaved
