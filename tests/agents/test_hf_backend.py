@@ -241,3 +241,43 @@ def test_the_kv_cache_grows_in_place_and_equals_concatenation(tiny_dir, steps, r
             buffers.append(layer._kbuf)
     drops = sum(d for _, d in steps)
     assert len(buffers) <= drops + 1 + sum(n for n, _ in steps) // 64  # amortized: rare reallocation
+
+
+def test_passes_turn_cudnn_attention_off_and_restore_it_across_threads():
+    """The flag is process-wide: overlapping passes of two scheduler threads must leave the caller's
+    setting as it was, and it must stay off while any pass runs."""
+    import threading
+
+    import torch
+
+    from turngym.agents.hf import _WithoutCudnnAttention
+
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def a():
+        with _WithoutCudnnAttention():
+            a_in.set()
+            b_in.wait(5)
+        a_out.set()
+
+    def b():
+        a_in.wait(5)
+        with _WithoutCudnnAttention():
+            b_in.set()
+            a_out.wait(5)  # a's pass ended first, while b's still runs
+            seen["b_after_a"] = torch.backends.cuda.cudnn_sdp_enabled()
+
+    threads = [threading.Thread(target=f) for f in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert seen == {"b_after_a": False}
+    assert torch.backends.cuda.cudnn_sdp_enabled() == before
+    torch.backends.cuda.enable_cudnn_sdp(False)  # a caller that had turned it off keeps it off
+    with _WithoutCudnnAttention():
+        pass
+    assert torch.backends.cuda.cudnn_sdp_enabled() is False
+    torch.backends.cuda.enable_cudnn_sdp(before)

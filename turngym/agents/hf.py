@@ -29,9 +29,10 @@ while RL needs per-request seeds and settings and the raw model logprobs.)
   ``update_weights`` or ``reset_prefix_cache()`` (their KV came from the old weights), and never
   serve another route. ``reuse_prefix=False`` turns it off.
 * On CUDA the passes run SDPA without cuDNN's attention kernel (``cudnn_attention=True`` allows
-  it). cuDNN builds an execution plan for every new (batch, query, key) shape, ~4 ms of host time
-  per layer, and a continuous batch meets a new shape nearly every pass: on an H100 a 12-layer
-  76M model's decode step took 46-50 ms on new shapes and 8 ms on seen ones, against 12-13 ms
+  it; torch's process-wide flag is off while passes run and restored after the last). cuDNN
+  builds an execution plan for every new (batch, query, key) shape, ~4 ms of host time per layer,
+  and a continuous batch meets a new shape nearly every pass: on an H100 a 12-layer 76M model's
+  decode step took 46-50 ms on new shapes and 8 ms on seen ones, against 12-13 ms
   shape-independent without cuDNN (``benchmarks/gpu_results.md``).
 * Sampling settings are per request and mixed freely in one batch (greedy rows take the argmax).
 * Per-request seeds: every request samples from its own ``torch.Generator`` (seeded by
@@ -663,17 +664,43 @@ class HFBackend:
 
 
 def _attention_kernels(device: Any, cudnn: bool) -> Callable[[], Any]:
-    """A context for the passes: on CUDA, SDPA may use every kernel but cuDNN's (unless ``cudnn``),
-    whose per-shape plan building costs more host time than a small model's whole step. The setting
-    is torch's global one, set for the pass and restored after."""
+    """A context for the passes: on CUDA, SDPA without cuDNN's kernel (unless ``cudnn``), whose
+    per-shape plan building costs more host time than a small model's whole step."""
     import contextlib
 
     if device.type != "cuda" or cudnn:
         return contextlib.nullcontext
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return _WithoutCudnnAttention
 
-    kernels = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-    return functools.partial(sdpa_kernel, kernels)
+
+class _WithoutCudnnAttention:
+    """Turns torch's cuDNN SDPA flag off while any pass of any backend in the process runs, and
+    restores the caller's setting when the last one ends. The flag is process-wide, not per thread,
+    so a plain save-and-restore per pass would let two scheduler threads restore each other's
+    "off" for good; the other SDPA kernels keep whatever the process set."""
+
+    _lock = threading.Lock()
+    _depth = 0
+    _saved = True
+
+    def __enter__(self) -> None:
+        import torch
+
+        cls = type(self)
+        with cls._lock:
+            if cls._depth == 0:
+                cls._saved = torch.backends.cuda.cudnn_sdp_enabled()
+                torch.backends.cuda.enable_cudnn_sdp(False)
+            cls._depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        import torch
+
+        cls = type(self)
+        with cls._lock:
+            cls._depth -= 1
+            if cls._depth == 0:
+                torch.backends.cuda.enable_cudnn_sdp(cls._saved)
 
 
 def _default_fuse_tokens(model: Any, device: Any) -> int:
