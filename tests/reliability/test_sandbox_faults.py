@@ -5,6 +5,7 @@ would learn from), the run finishes and the counts reconcile; then the same fami
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -112,6 +113,29 @@ def test_killed_browser_leaves_no_temp_files():
         assert chromium_temp() <= before, chromium_temp() - before
     finally:
         remove_chromium_temp()
+
+
+@pytest.mark.browser
+def test_a_frozen_browser_is_replaced_not_waited_for():
+    """A browser that stops answering (SIGSTOP: alive, silent) must not hang the next reset: opening
+    a page times out (``open_timeout``), the frozen browser is killed and a new one launched."""
+    from turngym.sandboxes.browser import BrowserPool
+
+    pool = BrowserPool(size=1, open_timeout=3, prewarm=False)
+    frozen: list[int] = []
+    try:
+        with turngym.make("web-miniwob-v0", task="click-button", pool=pool) as env:
+            env.reset(seed=0)
+            frozen = pool.browser_pids()
+            for pid in frozen:
+                os.kill(pid, signal.SIGSTOP)
+            obs, _ = env.reset(seed=1)  # relaunched
+            assert obs and set(pool.browser_pids()).isdisjoint(frozen)
+    finally:
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        pool.close()
 
 
 @pytest.mark.docker

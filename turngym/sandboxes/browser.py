@@ -318,6 +318,8 @@ class BrowserPool:
         headless: run without a window (default).
         extra_args: more Chromium flags.
         launch_timeout: seconds to wait for a browser to start.
+        open_timeout: seconds to wait for a new context and page; a browser that does not answer
+            in time (frozen, or killed before playwright noticed) is killed and relaunched.
         prewarm: keep one spare context open per browser, so a lease does not wait for one.
     """
 
@@ -332,6 +334,7 @@ class BrowserPool:
         headless: bool = True,
         extra_args: tuple[str, ...] = (),
         launch_timeout: float = 30.0,
+        open_timeout: float = 30.0,
         prewarm: bool = True,
     ):
         if size < 1 or contexts_per_browser < 1:
@@ -342,6 +345,7 @@ class BrowserPool:
         self.headless = headless
         self.extra_args = tuple(extra_args)
         self.launch_timeout = launch_timeout
+        self.open_timeout = open_timeout
         self.prewarm = prewarm
         self.id = f"{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.stats = PoolStats()
@@ -469,22 +473,32 @@ class BrowserPool:
         for pid in labelled_browser_pids(label):
             _kill_tree(pid)
 
-    @staticmethod
     async def _new_page(
-        browser: Browser, viewport: tuple[int, int], dsf: float, warm_url: str | None, warm_timeout_s: float
+        self,
+        browser: Browser,
+        viewport: tuple[int, int],
+        dsf: float,
+        warm_url: str | None,
+        warm_timeout_s: float,
     ) -> tuple[BrowserContext, Page, str | None]:
-        """A new context and page; with ``warm_url``, the page has loaded it (returned when it did)."""
+        """A new context and page; with ``warm_url``, the page has loaded it (returned when it did).
+        Every step is bounded (``open_timeout``): a browser that stops answering raises TimeoutError."""
         w, h = viewport
-        context = await browser.new_context(
-            viewport={"width": w, "height": h}, device_scale_factor=dsf, reduced_motion="reduce"
+        bound = self.open_timeout
+        context = await asyncio.wait_for(
+            browser.new_context(
+                viewport={"width": w, "height": h}, device_scale_factor=dsf, reduced_motion="reduce"
+            ),
+            bound,
         )
         try:
-            page = await context.new_page()
+            page = await asyncio.wait_for(context.new_page(), bound)
             loaded = None
             if warm_url:
                 try:
                     await page.goto(warm_url, timeout=warm_timeout_s * 1000)
-                    await page.evaluate("0")  # the page's script context is ready for the first call
+                    # the page's script context is ready for the first call
+                    await asyncio.wait_for(page.evaluate("0"), bound)
                     loaded = warm_url
                 except Exception:  # noqa: BLE001 - a warm-up that fails only costs the saving
                     await page.goto("about:blank", timeout=10_000)
@@ -541,11 +555,12 @@ class BrowserPool:
                         slot.browser, viewport, device_scale_factor, None, 0
                     )
                     break
-                except Exception:
-                    if attempt == 1 or not self._gone(slot):
+                except Exception as e:
+                    # dead (not yet reported by playwright) or not answering: _pick_slot relaunches it
+                    if attempt == 1 or not (self._gone(slot) or isinstance(e, TimeoutError)):
                         raise
                     slot.leases -= 1
-                    slot.crashed = True  # not yet reported by playwright: _pick_slot relaunches it
+                    slot.crashed = True
             context.set_default_timeout(timeout_s * 1000)
         except BaseException as e:
             if slot is not None:
