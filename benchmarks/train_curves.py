@@ -3,8 +3,14 @@
 
     python benchmarks/train_curves.py --out runs/curves --methods grpo igpo --seeds 0 1 2 --steps 20
 
-The model is a tiny random-init Qwen2 (``--hidden``/``--layers``) built in place; eval is greedy F1 on
-the env's test split (questions never seen in training). The warm start saves checkpoints
+The model is ``--model`` (a pretrained name such as ``smollm2-135m``, see ``turngym models``, or a
+folder), or by default a tiny random-init Qwen2 (``--hidden``/``--layers``) built in place; eval is
+greedy F1 on the env's test split (questions never seen in training), with masked trajectories
+counted as failures and their fraction reported beside every number.
+
+    python benchmarks/train_curves.py --model smollm2-135m --mix default --hops 2 3 \
+        --sft-steps 300 --sft-checkpoints 100 200 --sft-batch 8 --sft-lr 5e-5 --sft-tasks 3000 \
+        --methods grpo igpo gigpo turn --seeds 0 1 2 --lr 2e-5 --grad-ckpt --gpu-fraction 0.15 The warm start saves checkpoints
 (``--sft-checkpoints``), evaluates each in a child process while SFT goes on, and RL starts from the
 last checkpoint whose test F1 lies in ``--start-f1`` (a policy that sometimes succeeds: room to learn,
 and a signal to learn from); with no checkpoint in range, from the best one. Keep the warm-start tasks
@@ -73,8 +79,12 @@ def child_cmd(args: argparse.Namespace, run_dir: Path, model: str, method: str, 
     cmd = [sys.executable, __file__, "--child", "--run-dir", str(run_dir), "--model", model]
     cmd += ["--method", method, "--seed", str(seed), "--steps", str(steps), "--env-json"]
     cmd += [json.dumps(env_kwargs(args))]
-    for k in ("tasks", "group", "eval_tasks", "eval_every", "lr"):
+    for k in ("tasks", "group", "eval_tasks", "eval_every", "lr", "max_tokens", "micro_batch_tokens"):
         cmd += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
+    if args.grad_ckpt:
+        cmd.append("--grad-ckpt")
+    if args.gpu_fraction:
+        cmd += ["--gpu-fraction", str(args.gpu_fraction)]
     return cmd
 
 
@@ -85,15 +95,18 @@ def spawn(cmd: list[str], log: Path) -> subprocess.Popen:
 
 def warm_start(args: argparse.Namespace, out: Path) -> tuple[list[dict], dict]:
     """SFT with checkpoints; each checkpoint is evaluated (greedy test F1) by a child process."""
-    from turngym.agents.models import load_model, load_tokenizer
+    from turngym.agents.models import load_model, load_tokenizer, resolve_model
     from turngym.trainer.sft import sft_train
 
-    model = build_model(args.hidden, args.layers)
+    # resolved once here: the expert workers and eval children must not each convert a named model
+    model = resolve_model(args.model) if args.model else build_model(args.hidden, args.layers)
     tok = load_tokenizer(model)
     t0 = time.time()
     seqs = expert_data(model, args.sft_tasks, env_kwargs(args), args.workers)
     gen_s = time.time() - t0
     m = load_model(model, dtype="float32")
+    if args.grad_ckpt:
+        m.gradient_checkpointing_enable()
     marks = sorted({*args.sft_checkpoints, args.sft_steps})
     checkpoints: list[dict] = []
 
@@ -122,6 +135,7 @@ def warm_start(args: argparse.Namespace, out: Path) -> tuple[list[dict], dict]:
         c.pop("proc").wait()
         base = [r for r in curve(c.pop("run")) if "eval/reward/outcome" in r]
         c["eval_f1"] = base[0]["eval/reward/outcome"] if base else None
+        c["eval_masked_frac"] = base[0].get("eval/reward/masked_frac") if base else None
     return checkpoints, info
 
 
@@ -160,14 +174,16 @@ def child(args: argparse.Namespace) -> None:
         f"rollout.eval_env_kwargs={json.dumps({'split': 'test'})}",
         f"rollout.tasks_per_step={args.tasks}",
         f"rollout.group_size={args.group}",
-        "rollout.max_tokens=64",
+        f"rollout.max_tokens={args.max_tokens}",
         "rollout.max_context=2048",
         "rollout.max_batch_size=256",
+        f"model.gradient_checkpointing={str(args.grad_ckpt).lower()}",
+        f"model.gpu_memory_fraction={args.gpu_fraction or 'null'}",
         f"rollout.eval_tasks={args.eval_tasks}",
         f"rollout.eval_every={args.eval_every}",
         f"rollout.task_seed_offset={args.seed * 100_000}",
         f"optim.lr={args.lr}",
-        "optim.micro_batch_tokens=16384",  # padded eager attention: keep six processes within one GPU
+        f"optim.micro_batch_tokens={args.micro_batch_tokens}",
         "credit.igpo.batch_tokens=16384",
         "log.tensorboard=false",
         "log.save_trajectories=false",
@@ -204,6 +220,11 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--sft-lr", type=float, default=1e-3)
     ap.add_argument("--start-f1", nargs=2, type=float, default=[0.05, 0.4], metavar=("LO", "HI"))
     ap.add_argument("--workers", type=int, default=8, help="processes generating expert episodes")
+    ap.add_argument("--model", help="pretrained name (turngym models) or folder; default: a tiny model")
+    ap.add_argument("--max-tokens", type=int, default=64, help="tokens per turn")
+    ap.add_argument("--micro-batch-tokens", type=int, default=16384)
+    ap.add_argument("--grad-ckpt", action="store_true", help="gradient checkpointing (SFT and RL)")
+    ap.add_argument("--gpu-fraction", type=float, help="per-process share of the GPU's memory (RL runs)")
     ap.add_argument("--hidden", type=int, default=384)
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--target", type=float, default=None, help="target eval F1 (default: start F1 + 0.05)")
@@ -214,7 +235,6 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--start-from", help="skip the warm start: RL from a directory written by --sft-only")
     ap.add_argument("--child", action="store_true")
     ap.add_argument("--run-dir")
-    ap.add_argument("--model")
     ap.add_argument("--method")
     ap.add_argument("--seed", type=int)
     ap.add_argument("--env-json")
@@ -224,6 +244,10 @@ def parse_args() -> argparse.Namespace:
 def summarise(args: argparse.Namespace, runs: dict[str, list[dict]], target: float) -> dict:
     evals = {
         k: [(r["step"], r["eval/reward/outcome"]) for r in v if "eval/reward/outcome" in r]
+        for k, v in runs.items()
+    }
+    masked = {
+        k: max((r.get("eval/reward/masked_frac", 0.0) for r in v if "eval/reward/outcome" in r), default=None)
         for k, v in runs.items()
     }
     methods = {}
@@ -237,7 +261,12 @@ def summarise(args: argparse.Namespace, runs: dict[str, list[dict]], target: flo
             tr = [r["reward/outcome"] for r in runs.get(f"{method}-s{seed}", []) if "reward/outcome" in r]
             if tr:
                 train_last.append(sum(tr[-3:]) / len(tr[-3:]))
-        methods[method] = {"final_eval_f1": finals, "steps_to_target": reach, "train_f1_last3": train_last}
+        methods[method] = {
+            "final_eval_f1": finals,
+            "steps_to_target": reach,
+            "train_f1_last3": train_last,
+            "max_eval_masked_frac": [masked.get(f"{method}-s{seed}") for seed in args.seeds],
+        }
     train = {
         k: [(r["step"], r.get("reward/outcome")) for r in v if "reward/outcome" in r] for k, v in runs.items()
     }
@@ -255,7 +284,8 @@ def plot(out: Path, summary: dict) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, key in ((axes[0], "eval_curves"), (axes[1], "train_curves")):
         for k, c in summary[key].items():
-            color = "C0" if k.startswith("grpo") else "C1"
+            method = k.rsplit("-s", 1)[0]
+            color = f"C{summary['args']['methods'].index(method) % 10}" if method in summary["args"]["methods"] else "k"
             ax.plot([s for s, _ in c], [v for _, v in c], label=k, color=color, alpha=0.8)
     axes[0].set(title=f"eval F1 (greedy, test split) — {summary['device']}", xlabel="RL step")
     axes[1].set(title="train reward (F1, sampled)", xlabel="RL step")

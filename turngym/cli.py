@@ -304,6 +304,7 @@ EXTERNAL_COMMANDS: list[tuple[str, str, str]] = [
     ("eval", "turngym.rollout.commands", "eval"),
     ("train", "turngym.trainer.commands", "train"),
     ("sft", "turngym.trainer.commands", "sft"),
+    ("models", "turngym.agents.commands", "models_command"),
 ]
 #: group -> (help, [(command name, module, function)])
 EXTERNAL_GROUPS: dict[str, tuple[str, list[tuple[str, str, str]]]] = {

@@ -1,24 +1,33 @@
 """Load tokenizers and causal LMs by local path or hub id, with one code path for both.
 
 ``"tiny"`` (or ``"tiny:thinking"``, ``"tiny:thinking_strip"``) resolves to a cached tiny random-init
-model (``turngym.agents.tiny``); anything else goes to ``from_pretrained`` unchanged, so a local
-checkpoint directory and a hub id load the same way.
+model (``turngym.agents.tiny``); a registered pretrained name (``"smollm2-135m"``, see
+``turngym.agents.pretrained`` and ``turngym models``) to its converted folder; anything else goes to
+``from_pretrained`` unchanged, so a local checkpoint directory and a hub id load the same way.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
+_log = logging.getLogger("turngym.models")
+
 
 def resolve_model(name_or_path: str | Path) -> str:
-    """``"tiny[:template]"`` -> the tiny model's directory; otherwise the argument itself."""
+    """``"tiny[:template]"`` -> the tiny model's directory; a pretrained name -> its converted folder
+    (converted on first use); otherwise the argument itself."""
     name = str(name_or_path)
     if name == "tiny" or name.startswith("tiny:"):
         from turngym.agents.tiny import tiny_model_path
 
         template = name.partition(":")[2] or "chatml"
         return str(tiny_model_path(template=template))
+    from turngym.agents.pretrained import is_pretrained_name, resolve_pretrained
+
+    if is_pretrained_name(name) and not Path(name).exists():
+        return str(resolve_pretrained(name, log=_log.info))
     return name
 
 

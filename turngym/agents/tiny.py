@@ -119,7 +119,9 @@ class TinyConfig:
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("TURNGYM_CACHE", Path.home() / ".cache" / "turngym"))
+    """``$TURNGYM_CACHE_DIR`` (or ``$TURNGYM_CACHE``), default ``~/.cache/turngym``."""
+    env = os.environ.get("TURNGYM_CACHE_DIR") or os.environ.get("TURNGYM_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "turngym"
 
 
 def tiny_model_path(

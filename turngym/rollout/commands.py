@@ -128,7 +128,7 @@ def eval(  # noqa: A001 - the command is called eval
     report = summarize(trajectories, threshold)
     report["stats"] = stats
     table = Table(title=f"{env} — {backend}{' ' + model if model else ''}")
-    for col in ("episodes", "success", "95% CI", "mean reward", "95% CI ", "masked"):
+    for col in ("episodes", "success", "95% CI", "mean reward (unmasked)", "95% CI ", "masked"):
         table.add_column(col)
     lo, hi = report["success_ci"]
     rlo, rhi = report["reward_ci"]
@@ -138,7 +138,7 @@ def eval(  # noqa: A001 - the command is called eval
         f"[{lo:.3f}, {hi:.3f}]",
         f"{report['mean_reward']:.3f}",
         f"[{rlo:.3f}, {rhi:.3f}]",
-        str(report["masked"]),
+        f"{report['masked']} ({report['masked_frac']:.0%})",
     )
     Console().print(table)
     if out is not None:
@@ -146,19 +146,26 @@ def eval(  # noqa: A001 - the command is called eval
 
 
 def summarize(trajectories: list[Any], threshold: float = 1.0) -> dict[str, Any]:
-    """Success rate with a Wilson interval and mean reward with a normal interval (masked excluded)."""
+    """Success rate with a Wilson interval and mean reward with a normal interval.
+
+    A masked trajectory (the rollout failed: crash, timeout, token mismatch) counts as a failure in
+    the success rate, whose denominator is every episode; the mean reward is over unmasked episodes
+    only and is reported beside the masked count and fraction, never without them.
+    """
     valid = [t for t in trajectories if not t.masked]
     k = sum(t.outcome >= threshold for t in valid)
+    n = len(trajectories)
     rewards = [t.total_reward for t in valid]
     mean = sum(rewards) / len(rewards) if rewards else 0.0
     var = sum((r - mean) ** 2 for r in rewards) / (len(rewards) - 1) if len(rewards) > 1 else 0.0
     half = 1.96 * math.sqrt(var / len(rewards)) if rewards else 0.0
     return {
-        "episodes": len(valid),
-        "masked": len(trajectories) - len(valid),
+        "episodes": n,
+        "masked": n - len(valid),
+        "masked_frac": (n - len(valid)) / n if n else 0.0,
         "successes": k,
-        "success_rate": k / len(valid) if valid else 0.0,
-        "success_ci": list(wilson_interval(k, len(valid))),
+        "success_rate": k / n if n else 0.0,
+        "success_ci": list(wilson_interval(k, n)),
         "mean_reward": mean,
         "reward_ci": [mean - half, mean + half],
         "mean_turns": sum(t.num_turns for t in valid) / len(valid) if valid else 0.0,

@@ -32,13 +32,29 @@ def pad_right(rows: Sequence[Sequence[float]], value: float, dtype: Any, device:
     return out.to(device)
 
 
-def token_logprobs(model: Any, input_ids: Any, attention_mask: Any, with_entropy: bool = False):
+def token_logprobs(
+    model: Any,
+    input_ids: Any,
+    attention_mask: Any,
+    with_entropy: bool = False,
+    chunk_tokens: int | None = None,
+):
     """``logp[:, t]`` = log π(input_ids[:, t] | input_ids[:, :t]) for t >= 1 (column 0 is 0).
 
     Returns ``(logp, entropy)`` with shapes ``[B, L]``; entropy is None unless asked for.
+
+    ``chunk_tokens``: apply the output head to at most this many positions at a time, each chunk
+    recomputed in the backward pass, so the full ``[B, L, vocab]`` fp32 logits (and their
+    log-softmax) never exist at once — for a 49k vocabulary and 16k tokens that is 3 GB a copy. The
+    values equal the unchunked ones up to float rounding. Models wrapped in DDP, or without
+    ``logits_to_keep``/hidden states, take the unchunked path.
     """
     import torch
 
+    if chunk_tokens and not isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        head = _output_head(model)
+        if head is not None:
+            return _chunked_logprobs(model, head, input_ids, attention_mask, with_entropy, chunk_tokens)
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
     logp_all = torch.log_softmax(logits, dim=-1)
     picked = logp_all.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
@@ -48,4 +64,48 @@ def token_logprobs(model: Any, input_ids: Any, attention_mask: Any, with_entropy
     if with_entropy:
         ent = -(logp_all.exp() * logp_all).sum(-1)
         entropy = torch.cat([zero, ent], dim=1)
+    return logp, entropy
+
+
+def _output_head(model: Any) -> Any:
+    get = getattr(model, "get_output_embeddings", None)
+    head = get() if callable(get) else None
+    return head if head is not None and hasattr(head, "weight") else None
+
+
+def _head_logprobs(head: Any, hidden: Any, targets: Any, with_entropy: bool):
+    import torch
+
+    logits = head(hidden).float()
+    lse = torch.logsumexp(logits, dim=-1)
+    picked = logits.gather(-1, targets[:, None]).squeeze(-1) - lse
+    if not with_entropy:
+        return picked, torch.zeros_like(picked)
+    p = torch.softmax(logits, dim=-1)
+    return picked, lse - (p * logits).sum(-1)
+
+
+def _chunked_logprobs(model, head, input_ids, attention_mask, with_entropy: bool, chunk: int):
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    out = model(
+        input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, logits_to_keep=1
+    )
+    hidden = out.hidden_states[-1][:, :-1]
+    b, n, d = hidden.shape
+    flat, targets = hidden.reshape(b * n, d), input_ids[:, 1:].reshape(b * n)
+    picked, ents = [], []
+    grad = torch.is_grad_enabled() and flat.requires_grad
+    for lo in range(0, b * n, chunk):
+        args = (head, flat[lo : lo + chunk], targets[lo : lo + chunk], with_entropy)
+        if grad:
+            p, e = checkpoint(_head_logprobs, *args, use_reentrant=False)
+        else:
+            p, e = _head_logprobs(*args)
+        picked.append(p)
+        ents.append(e)
+    zero = hidden.new_zeros((b, 1), dtype=torch.float32)
+    logp = torch.cat([zero, torch.cat(picked).reshape(b, n)], dim=1)
+    entropy = torch.cat([zero, torch.cat(ents).reshape(b, n)], dim=1) if with_entropy else None
     return logp, entropy

@@ -74,7 +74,8 @@ def train(
         def on_step(step: int, m: dict) -> None:
             info = (
                 f"outcome {m.get('reward/outcome', 0):+.3f} total {m.get('reward/total', 0):+.3f} "
-                f"success {m.get('reward/success', 0):.2f} kl {m.get('update/kl', 0):.4f} "
+                f"success {m.get('reward/success', 0):.2f} masked {m.get('reward/masked_frac', 0):.0%} "
+                f"kl {m.get('update/kl', 0):.4f} "
                 f"{m.get('rollout/tokens_per_s', 0):.0f} tok/s | rollout {m.get('time/rollout', 0):.1f}s "
                 f"credit {m.get('time/credit', 0):.1f}s update {m.get('time/update', 0):.1f}s"
             )

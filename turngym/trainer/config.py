@@ -26,11 +26,14 @@ class LoraSettings(_Strict):
 
 
 class ModelSettings(_Strict):
-    path: str = "tiny"  # a local directory, a hub id, or "tiny[:template]"
+    path: str = "tiny"  # a local directory, a hub id, a pretrained name (turngym models), or "tiny[:template]"
     device: str | None = None  # default: cuda if available
     dtype: str | None = None  # default: bf16 on GPU, fp32 on CPU
     lora: LoraSettings | None = None
     gradient_checkpointing: bool = False
+    # CUDA only: cap this process's share of the card (torch's caching allocator raises OOM past it),
+    # so that several runs (seeds) can share one GPU without one starving the others
+    gpu_memory_fraction: float | None = Field(default=None, gt=0.0, le=1.0)
 
 
 class RolloutSettings(_Strict):
@@ -123,6 +126,9 @@ class OptimSettings(_Strict):
     schedule: Literal["constant", "linear", "cosine"] = "constant"
     ppo_epochs: int = 1
     micro_batch_tokens: int = 8192  # padded tokens per forward/backward
+    # output head applied to this many positions at a time (never the full [tokens, vocab] fp32 logits);
+    # null: all at once
+    logprob_chunk_tokens: int | None = Field(default=4096, gt=0)
 
 
 class SFTSettings(_Strict):

@@ -142,6 +142,8 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.tokenizer = load_tokenizer(cfg.model.path)
         device = self.dist.device(cfg.model.device)
+        if cfg.model.gpu_memory_fraction is not None and str(device).startswith("cuda"):
+            torch.cuda.set_per_process_memory_fraction(cfg.model.gpu_memory_fraction, torch.device(device))
         model = load_model(cfg.model.path, device=device, dtype=cfg.model.dtype)
         if cfg.model.gradient_checkpointing:
             model.gradient_checkpointing_enable()
@@ -326,17 +328,18 @@ class Trainer:
                 adv = pad_right([advs[k] for k in group], 0.0, torch.float32, dev)
                 # DDP all-reduces gradients only in the last micro-batch's backward
                 with sync_context(self.ddp_model, last=g == len(groups) - 1):
+                    chunk = cfg.optim.logprob_chunk_tokens
                     logp, entropy = token_logprobs(
-                        self.ddp_model, ids, attn, with_entropy=loss_cfg.entropy_coef > 0
+                        self.ddp_model, ids, attn, with_entropy=loss_cfg.entropy_coef > 0, chunk_tokens=chunk
                     )
                     ref = None
                     if loss_cfg.kl_coef > 0:
                         with torch.no_grad():
                             if self.ref_model is not None:
-                                ref, _ = token_logprobs(self.ref_model, ids, attn)
+                                ref, _ = token_logprobs(self.ref_model, ids, attn, chunk_tokens=chunk)
                             else:
                                 with self.model.disable_adapter():
-                                    ref, _ = token_logprobs(self.model, ids, attn)
+                                    ref, _ = token_logprobs(self.model, ids, attn, chunk_tokens=chunk)
                     loss, s = policy_loss(logp, old, adv, mask, loss_cfg, ref, entropy, num_tokens, num_seqs)
                     (loss * scale).backward()
                 # pg_loss and loss are this micro-batch's share of the batch loss; the rest are token
@@ -528,20 +531,28 @@ class Trainer:
 
 
 def reward_metrics(trajs: list[Trajectory]) -> dict[str, float]:
-    """Outcome and total reward logged separately, success, turns, invalid actions, masking."""
+    """Outcome and total reward logged separately, success, turns, invalid actions, masking.
+
+    The headline numbers (``reward/outcome``, ``reward/success``) count a masked trajectory as a
+    failure (outcome 0, no success): a run whose rollouts crash must not report the score of its few
+    survivors. ``reward/outcome_unmasked`` is the mean over unmasked trajectories only, and
+    ``reward/masked_frac`` always travels beside them.
+    """
     live = [t for t in trajs if not t.masked]
     if not trajs:
         return {}
+    n = len(trajs)
     out = {
-        "reward/masked_frac": (len(trajs) - len(live)) / len(trajs),
+        "reward/masked_frac": (n - len(live)) / n,
+        "reward/outcome": float(sum(t.outcome for t in live)) / n,
+        "reward/success": float(sum(t.terminated and t.outcome >= 1.0 for t in live)) / n,
     }
     if live:
         turns = [x for t in live for x in t.turns]
         out.update(
             {
-                "reward/outcome": float(np.mean([t.outcome for t in live])),
+                "reward/outcome_unmasked": float(np.mean([t.outcome for t in live])),
                 "reward/total": float(np.mean([t.total_reward for t in live])),
-                "reward/success": float(np.mean([t.terminated and t.outcome >= 1.0 for t in live])),
                 "reward/terminated": float(np.mean([t.terminated for t in live])),
                 "episode/turns": float(np.mean([t.num_turns for t in live])),
                 "episode/invalid_action_frac": float(np.mean([x.invalid_action for x in turns]))

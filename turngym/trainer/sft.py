@@ -71,6 +71,7 @@ def sft_train(
     seed: int = 0,
     max_grad_norm: float = 1.0,
     log: Any = None,
+    chunk_tokens: int | None = 4096,
 ) -> list[float]:
     """Train on ``sequences`` for ``steps`` optimizer steps (AdamW, cosine decay); returns the losses."""
     import torch
@@ -93,7 +94,7 @@ def sft_train(
         ids = pad_right([s.token_ids for s in batch], 0, torch.long, device)
         attn = pad_right([[1] * len(s.token_ids) for s in batch], 0, torch.long, device)
         mask = pad_right([s.loss_mask for s in batch], 0, torch.float32, device)
-        logp, _ = token_logprobs(model, ids, attn)
+        logp, _ = token_logprobs(model, ids, attn, chunk_tokens=chunk_tokens)
         loss = -(logp * mask).sum() / mask.sum().clamp(min=1.0)
         opt.zero_grad(set_to_none=True)
         loss.backward()
