@@ -37,6 +37,7 @@ def env_kwargs(args: argparse.Namespace) -> dict:
         "n_tasks": args.n_tasks,
         "mix": args.mix,
         "hops": args.hops,
+        "kinds": args.kinds,
         "reward": "f1",
         "max_turns": args.max_turns,
         "split": "train",
@@ -88,9 +89,15 @@ def child_cmd(args: argparse.Namespace, run_dir: Path, model: str, method: str, 
     return cmd
 
 
-def spawn(cmd: list[str], log: Path) -> subprocess.Popen:
+def spawn(cmd: list[str], log: Path, gpu: int | None = None) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    if gpu is not None:  # --gpus N: children spread over the cards, each sees one
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
     return subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
+
+
+def gpu_of(args: argparse.Namespace, k: int) -> int | None:
+    return k % args.gpus if args.gpus > 1 else None
 
 
 def warm_start(args: argparse.Namespace, out: Path) -> tuple[list[dict], dict]:
@@ -117,7 +124,8 @@ def warm_start(args: argparse.Namespace, out: Path) -> tuple[list[dict], dict]:
         m.save_pretrained(path)
         tok.save_pretrained(path)
         run_dir = out / f"sft-{step + 1}-eval"
-        proc = spawn(child_cmd(args, run_dir, str(path), "grpo", 0, 0), out / f"sft-{step + 1}-eval.log")
+        cmd = child_cmd(args, run_dir, str(path), "grpo", 0, 0)
+        proc = spawn(cmd, out / f"sft-{step + 1}-eval.log", gpu_of(args, len(checkpoints) + 1))
         checkpoints.append({"step": step + 1, "loss": loss, "path": str(path), "proc": proc, "run": run_dir})
         print(f"SFT step {step + 1}: loss {loss:.4f}, {time.time() - t0:.0f} s", flush=True)
 
@@ -131,6 +139,11 @@ def warm_start(args: argparse.Namespace, out: Path) -> tuple[list[dict], dict]:
         "loss_first": losses[0],
         "loss_last": losses[-1],
     }
+    del m  # the RL children need the card: the warm start's weights and optimizer go
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
     for c in checkpoints:
         c.pop("proc").wait()
         base = [r for r in curve(c.pop("run")) if "eval/reward/outcome" in r]
@@ -212,6 +225,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--n-tasks", type=int, default=20_000)
     ap.add_argument("--mix", default="easy")
     ap.add_argument("--hops", nargs="+", type=int, default=[1])
+    ap.add_argument("--kinds", nargs="+", default=None, help="question kinds (e.g. bridge); default: all")
+    ap.add_argument("--gpus", type=int, default=1, help="spread the child processes over this many GPUs")
     ap.add_argument("--max-turns", type=int, default=4)
     ap.add_argument("--sft-steps", type=int, default=2000)
     ap.add_argument("--sft-checkpoints", nargs="*", type=int, default=[500, 1000, 1500])
@@ -321,12 +336,13 @@ def main() -> None:
         )
         return
     procs = {}
-    for method in args.methods:
-        for seed in args.seeds:
+    for seed in args.seeds:  # seed-major: each card gets a mix of methods
+        for method in args.methods:
             run_dir = out / f"{method}-s{seed}"
             time.sleep(args.stagger_s)  # children load the model and the search index one after another
             cmd = child_cmd(args, run_dir, start["path"], method, seed, args.steps)
-            procs[(method, seed)] = (spawn(cmd, out / f"{method}-s{seed}.log"), run_dir)
+            log = out / f"{method}-s{seed}.log"
+            procs[(method, seed)] = (spawn(cmd, log, gpu_of(args, len(procs))), run_dir)
     deadline = t0 + args.deadline_s
     for (method, seed), (p, _) in procs.items():
         try:

