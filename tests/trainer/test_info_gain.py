@@ -171,3 +171,36 @@ def test_packing_any_prefix_structure_matches_separate_forwards(tiny, base, tail
     assert got == pytest.approx(
         InfoGainScorer(model, tok, share_prefix=False).answer_logprobs(items), abs=1e-4
     )
+
+
+def test_ig_diagnostics_measure_spread_per_turn_and_separation():
+    from turngym.trainer.credit.igpo import IG_KEY
+    from turngym.trainer.credit.info_gain import ig_diagnostics
+
+    def traj(task, outcome, gains, masked=False):
+        t = make_traj([0.0] * len(gains) + [outcome], group=task, masked=masked)
+        for turn, g in zip(t.turns, gains, strict=False):
+            turn.info[IG_KEY] = g
+        return t
+
+    batch = [
+        traj("a", 1.0, [0.5, 0.3]),  # better outcome, more IG: agrees
+        traj("a", 0.0, [0.1, 0.0]),
+        traj("a", 0.0, [0.2, 0.2]),  # same outcome as the one above: not a pair
+        traj("b", 1.0, [0.0]),  # better outcome, less IG: disagrees
+        traj("b", 0.5, [0.4]),
+        traj("b", 0.0, [0.4], masked=True),  # masked: ignored
+    ]
+    d = ig_diagnostics(batch)
+    assert d["ig/separation_pairs"] == 3  # a: (1.0 vs 0.0) twice; b: (1.0 vs 0.5)
+    assert d["ig/separation"] == pytest.approx(2 / 3)
+    assert d["ig/turn0_mean"] == pytest.approx((0.5 + 0.1 + 0.2 + 0.0 + 0.4) / 5)
+    assert d["ig/turn1_mean"] == pytest.approx((0.3 + 0.0 + 0.2) / 3)
+    gains = [0.5, 0.3, 0.1, 0.0, 0.2, 0.2, 0.0, 0.4]
+    mean = sum(gains) / len(gains)
+    assert d["ig/std"] == pytest.approx(math.sqrt(sum((g - mean) ** 2 for g in gains) / len(gains)))
+    assert ig_diagnostics([traj("c", 1.0, [0.1]), traj("c", 1.0, [0.2])]) == {
+        "ig/std": pytest.approx(0.05),
+        "ig/turn0_mean": pytest.approx(0.15),
+        "ig/separation_pairs": 0.0,
+    }

@@ -26,7 +26,9 @@ class LoraSettings(_Strict):
 
 
 class ModelSettings(_Strict):
-    path: str = "tiny"  # a local directory, a hub id, a pretrained name (turngym models), or "tiny[:template]"
+    path: str = (
+        "tiny"  # a local directory, a hub id, a pretrained name (turngym models), or "tiny[:template]"
+    )
     device: str | None = None  # default: cuda if available
     dtype: str | None = None  # default: bf16 on GPU, fp32 on CPU
     lora: LoraSettings | None = None

@@ -276,7 +276,51 @@ class InfoGainScorer:
             "ig/positive_frac": sum(g > 0 for g in gains) / len(gains) if gains else 0.0,
             "ig/failed": float(len(failed) + nonfinite),
             "ig/seconds": time.perf_counter() - t0,
+            **ig_diagnostics(trajectories),
         }
+
+
+def ig_diagnostics(trajectories: list[Trajectory]) -> dict[str, float]:
+    """How informative the information gain was in this batch (for the learning report).
+
+    ``ig/std``: spread of per-turn IG. ``ig/turn{k}_mean``: mean IG of tool turn k (0-based).
+    ``ig/separation``: over pairs of trajectories of one task with different outcomes, the share in
+    which the better one collected more total IG (0.5 = IG says nothing about the outcome; ties 0.5).
+    ``ig/separation_pairs``: how many such pairs there were.
+    """
+    from turngym.trainer.credit.pipeline import group_key  # the pipeline imports this module
+
+    per_turn: dict[int, list[float]] = {}
+    totals: dict[str, list[tuple[float, float]]] = {}
+    gains: list[float] = []
+    for t in trajectories:
+        ig = [turn.info[IG_KEY] for turn in t.turns if IG_KEY in turn.info]
+        if not ig or t.masked:
+            continue
+        gains += ig
+        for k, g in enumerate(ig):
+            per_turn.setdefault(k, []).append(g)
+        totals.setdefault(group_key(t), []).append((t.outcome, sum(ig)))
+    out: dict[str, float] = {}
+    if gains:
+        mean = sum(gains) / len(gains)
+        out["ig/std"] = math.sqrt(sum((g - mean) ** 2 for g in gains) / len(gains))
+    for k in sorted(per_turn)[:4]:
+        out[f"ig/turn{k}_mean"] = sum(per_turn[k]) / len(per_turn[k])
+    agree = pairs = 0.0
+    for group in totals.values():
+        for a in range(len(group)):
+            for b in range(a + 1, len(group)):
+                (oa, ga), (ob, gb) = group[a], group[b]
+                if oa == ob:
+                    continue
+                pairs += 1
+                better, worse = (ga, gb) if oa > ob else (gb, ga)
+                agree += 1.0 if better > worse else 0.5 if better == worse else 0.0
+    if pairs:
+        out["ig/separation"] = agree / pairs
+    out["ig/separation_pairs"] = pairs
+    return out
 
 
 def _by_owner(owners: list[tuple[int, int]]) -> list[list[int]]:
