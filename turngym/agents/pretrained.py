@@ -26,7 +26,8 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -240,15 +241,17 @@ def resolve_pretrained(name: str, *, verify: bool = False, log: Callable[[str], 
     root = cache_root()
     folder = root / f"{entry.name}-{fp}"
     say = log or (lambda msg: None)
-    with _LOCK:
+    if folder.exists() and check_cache(folder, fp, verify) is None:
+        return folder
+    root.mkdir(parents=True, exist_ok=True)
+    with _LOCK, _file_lock(root / f".{entry.name}.lock"):  # one conversion at a time, across processes
         problem = check_cache(folder, fp, verify) if folder.exists() else "not converted yet"
-        if problem is None:
+        if problem is None:  # another thread or process converted it while we waited
             return folder
         say(f"converting {entry.name} from {source.name} into {folder} ({problem})")
         convert = _CONVERTERS.get(entry.kind)
         if convert is None:
             raise PretrainedModelError(f"model {entry.name!r}: no converter for source kind {entry.kind!r}")
-        root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}-", dir=root))
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; a model cache is shared like any other
         try:
@@ -258,14 +261,22 @@ def resolve_pretrained(name: str, *, verify: bool = False, log: Callable[[str], 
                 stale = Path(tempfile.mkdtemp(prefix=f".stale-{entry.name}-", dir=root))
                 os.replace(folder, stale / "old")
                 shutil.rmtree(stale, ignore_errors=True)
-            try:
-                os.replace(tmp, folder)
-            except OSError:  # another process finished the same conversion first
-                if check_cache(folder, fp) is not None:
-                    raise
+            os.replace(tmp, folder)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return folder
+
+
+@contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    import fcntl
+
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 # ------------------------------------------------------------------------------------- converters
