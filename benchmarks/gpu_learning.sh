@@ -61,11 +61,11 @@ start)
   cd $ROOT/tg
   python3 -m turngym.cli models --prepare smollm2-135m || exit 4
   ARGS=${TRAIN_ARGS:-"--model smollm2-135m --mix default --kinds bridge --hops 2 3 --max-turns 6 \
-    --n-passages 10000 --n-tasks 20000 --sft-tasks 3000 --workers 16 --sft-steps 300 \
-    --sft-checkpoints 100 200 --sft-batch 8 --sft-lr 5e-5 --start-f1 0.3 0.6 \
-    --methods grpo igpo gigpo turn --seeds 0 1 2 --tasks 16 --group 8 --lr 2e-5 --steps 40 \
+    --n-passages 10000 --n-tasks 20000 --sft-tasks 3000 --workers 16 --sft-steps 100 \
+    --sft-checkpoints 100 --sft-batch 8 --sft-lr 5e-5 --start-f1 0 1 \
+    --methods grpo igpo gigpo turn --seeds 0 1 2 --tasks 16 --group 8 --lr 2e-5 --steps 60 \
     --eval-tasks 128 --eval-every 3 --max-tokens 64 --micro-batch-tokens 8192 --grad-ckpt \
-    --gpu-fraction 0.155 --gpus 2 --deadline-s 1300"}
+    --gpu-fraction 0.155 --gpus 2 --deadline-s 1400"}
   # shellcheck disable=SC2086
   setsid nohup python3 benchmarks/train_curves.py --out $RUN $ARGS > $ROOT/run.log 2>&1 < /dev/null &
   sleep 5

@@ -175,3 +175,13 @@ def test_property_extension_over_split_previous_ids_is_exact(tokenizer, prev, mo
         keep, ids = fmt.extension(text, prev, *parts)
         assert 0 <= keep <= len(prev_ids)
         assert prev_ids[:keep] + ids == reference(tokenizer, text)
+
+
+def test_template_problem_says_whether_a_template_extends_turn_by_turn(
+    tokenizer, thinking_tokenizer, strip_tokenizer
+):
+    from turngym.agents.chat import template_problem
+
+    assert template_problem(tokenizer) is None and template_problem(thinking_tokenizer) is None
+    problem = template_problem(strip_tokenizer)  # drops earlier reasoning: rewrites the history
+    assert problem is not None and "cannot be extended turn by turn" in problem and "\n" not in problem

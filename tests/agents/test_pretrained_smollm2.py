@@ -230,3 +230,9 @@ async def test_served_by_vllm_cpu_with_a_lora_adapter_synced_in(smollm2_dir, smo
         assert gen.logprobs == pytest.approx(expected, abs=5e-3)
     assert tuned.logprobs != pytest.approx(base.logprobs, abs=1e-3) or tuned.token_ids != base.token_ids
     shutil.rmtree(tmp_path / "adapter")
+
+
+def test_its_template_extends_turn_by_turn(smollm2_tokenizer):
+    from turngym.agents.chat import template_problem
+
+    assert template_problem(smollm2_tokenizer) is None

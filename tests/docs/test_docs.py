@@ -24,7 +24,7 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^([ \t]*)```(\w+)([^\n]*)\n(.*?)^[ \t]*```", re.DOTALL | re.MULTILINE)
 GENERATED = {ROOT / "docs" / "cli.md", ROOT / "docs" / "results.md"}
 #: markers a fence may carry after its language (those of tests/conftest.py)
-MARKS = frozenset({"slow", "docker", "browser", "vllm", "gpu"})
+MARKS = frozenset({"slow", "docker", "browser", "vllm", "gpu", "pretrained"})
 
 
 def snippets(lang: str) -> list[tuple[str, str, tuple[str, ...]]]:

@@ -201,6 +201,32 @@ class ChatFormat:
         return self.encode(text[idx + len(_SENTINEL) :])
 
 
+def template_problem(tokenizer: Any) -> str | None:
+    """None if the tokenizer's chat template can be extended turn by turn (each new prompt starts with
+    the tokens already kept: the bookkeeping multi-turn RL needs); else one line saying what breaks.
+
+    Probes a short conversation (system, user, an assistant tool call, a tool result, a second
+    assistant turn) through :class:`ChatTokens`, the same code the rollouts use.
+    """
+    try:
+        fmt = ChatFormat(tokenizer)
+        prompt = [Message(role="system", content="You answer."), Message(role="user", content="Question?")]
+        tokens = ChatTokens(fmt, prompt)
+        stop = sorted(fmt.stop_token_ids)[:1]
+        for k in range(2):
+            text = f'<tool_call>{{"name": "search", "arguments": {{"q": "{k}"}}}}</tool_call>'
+            ids = fmt.encode(text) + stop
+            tokens.add_generation(ids, [0.0] * len(ids))
+            tokens.add_observation(
+                Message(role="assistant", content=text), [Message(role="tool", content=f"r{k}")]
+            )
+    except TokenMismatch as e:
+        return f"the chat template cannot be extended turn by turn ({str(e).splitlines()[0][:200]})"
+    except Exception as e:  # noqa: BLE001 - a template that cannot even render these messages
+        return f"the chat template cannot render a tool conversation ({type(e).__name__}: {str(e)[:200]})"
+    return None
+
+
 class ChatTokens:
     """One trajectory's token sequence, loss mask and logprobs (see the module docstring).
 

@@ -38,6 +38,9 @@ def models_command(
         except PretrainedModelError as e:
             raise ValueError(str(e)) from None
         console.print(f"{name}: {folder}")
+        problem = _template_problem(folder)
+        if problem:
+            console.print(f"[yellow]{name}: {problem}: multi-turn rollouts will be masked[/yellow]")
     if prepare:
         return
     rows = []
@@ -71,3 +74,10 @@ def models_command(
         cached = r["cached"] or "[dim]not yet (converted on first use)[/dim]"
         table.add_row(r["name"], r["params"], source, cached)
     console.print(table)
+
+
+def _template_problem(folder) -> str | None:
+    from turngym.agents.chat import template_problem
+    from turngym.agents.models import load_tokenizer
+
+    return template_problem(load_tokenizer(folder))

@@ -29,6 +29,14 @@ def _split_args(config: Path | None, overrides: list[str] | None) -> tuple[Path 
     return config, rest
 
 
+def heldout_summary(run_dir: str | Path) -> str | None:
+    """The run's held-out before/after line (first and last eval of ``metrics.jsonl``), or None."""
+    from turngym.trainer.metrics import read_metrics
+    from turngym.viewer.report import eval_summary
+
+    return eval_summary(read_metrics(run_dir))
+
+
 def train(
     config: Annotated[
         Path | None, typer.Argument(help="YAML training config (omit for the defaults)")
@@ -88,6 +96,8 @@ def train(
         f"[green]done[/] at step {summary['step']}: metrics {run / 'metrics.jsonl'}, tensorboard {run / 'tb'}, "
         f"trajectories {run / 'trajectories'}, checkpoints {run / 'checkpoints'}, model {run / 'final'}"
     )
+    if line := heldout_summary(run):
+        console.print(f"[bold]{line}[/]", highlight=False, soft_wrap=True)
 
 
 def sft(

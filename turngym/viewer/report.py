@@ -2,8 +2,10 @@
 
 Per task, the group of trajectories side by side; per turn the assistant text, parsed tool
 calls, observations (screenshots inline), reward components, per-method turn advantages and
-token counts; filters by outcome; run-level plots (reward and success over steps, turns per
-episode, tool-error rate by turn index) rendered by matplotlib as inline SVG.
+token counts; filters by outcome; run-level plots (held-out eval and training reward and success
+over steps, turns per episode, tool-error rate by turn index) rendered by matplotlib as inline SVG.
+A training run's held-out before/after numbers (first and last ``eval/`` rows of ``metrics.jsonl``)
+head the report (``eval_summary``).
 
 Advantages are read from ``turn.info["advantages"]`` (``{method: value}``) or from
 ``trajectory.metadata["advantages"]`` (``{method: [value per turn]}``). Training metrics are
@@ -79,6 +81,34 @@ def _turn_view(t: Trajectory, turn: Turn) -> dict[str, Any]:
     }
 
 
+EVAL_KEYS = ("eval/reward/outcome", "eval/reward/success")
+
+
+def eval_summary(metrics: list[dict[str, Any]]) -> str | None:
+    """``held-out success 0.12 (step 0) -> 0.47 (step 40); outcome ...; masked ...`` from the first and
+    last metrics rows holding ``eval/reward/success`` (masked trajectories count as failures there);
+    None without two such rows."""
+    rows = [m for m in metrics if "eval/reward/success" in m]
+    if len(rows) < 2:
+        return None
+    a, b = rows[0], rows[-1]
+    sa, sb = a.get("step", 0), b.get("step", len(metrics))
+    parts = [
+        f"held-out success {a['eval/reward/success']:.2f} (step {sa}) -> {b['eval/reward/success']:.2f} (step {sb})"
+    ]
+    pre = next((m for m in metrics if "eval_before_sft/reward/success" in m), None)
+    if pre is not None:  # the untrained policy, before the warm start
+        parts[0] = (
+            f"held-out success {pre['eval_before_sft/reward/success']:.2f} (before training) -> "
+            + parts[0][len("held-out success ") :]
+        )
+    if "eval/reward/outcome" in a and "eval/reward/outcome" in b:
+        parts.append(f"outcome {a['eval/reward/outcome']:+.3f} -> {b['eval/reward/outcome']:+.3f}")
+    ma, mb = a.get("eval/reward/masked_frac", 0.0), b.get("eval/reward/masked_frac", 0.0)
+    parts.append(f"masked {ma:.0%} -> {mb:.0%}")
+    return "; ".join(parts)
+
+
 def _svg(fig: Any) -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
@@ -94,6 +124,17 @@ def _plots(trajs: list[Trajectory], metrics: list[dict[str, Any]]) -> list[tuple
 
     plots: list[tuple[str, str]] = []
     steps = sorted({int(t.metadata.get("step", 0)) for t in trajs})
+    if any(k in m for m in metrics for k in EVAL_KEYS):
+        fig, ax = plt.subplots(figsize=(5, 3))
+        for k, marker in zip(EVAL_KEYS, "os", strict=True):
+            pts = [(m.get("step", i), m[k]) for i, m in enumerate(metrics) if k in m]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), marker=marker, label=k)
+        ax.set_xlabel("step")
+        ax.legend(fontsize=7)
+        ax.set_title((eval_summary(metrics) or "held-out eval").replace("; ", "\n"), fontsize=7)
+        plots.append(("held-out eval", _svg(fig)))
+        plt.close(fig)
     if metrics:
         xs = [m.get("step", i) for i, m in enumerate(metrics)]
         keys = [
@@ -233,5 +274,8 @@ def write_report(run: str | Path, out: str | Path | None = None) -> Path:
     if metrics_path.exists():
         metrics = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
     out = Path(out) if out is not None else (run if run.is_dir() else run.parent) / "report.html"
-    out.write_text(build_report(trajs, title=f"turngym · {run.name}", metrics=metrics), encoding="utf-8")
+    title = f"turngym · {run.name}"
+    if headline := eval_summary(metrics):
+        title += f" · {headline}"
+    out.write_text(build_report(trajs, title=title, metrics=metrics), encoding="utf-8")
     return out
