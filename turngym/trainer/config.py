@@ -7,11 +7,12 @@ Every field has a default, so ``TrainConfig()`` is a valid (tiny, CPU, ``arith``
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
 class _Strict(BaseModel):
@@ -59,54 +60,80 @@ class RolloutSettings(_Strict):
     eval_env_kwargs: dict[str, Any] = Field(default_factory=dict)  # merged over env_kwargs (e.g. split: test)
 
 
-class IGPOSettings(_Strict):
-    ig_type: Literal["prob_diff", "log_prob_diff"] = "prob_diff"
-    norm: Literal["joint", "separate"] = "joint"
-    gamma: float = 1.0
-    answer_key: str = "answer"
-    missing_answer_reward: float = -2.0
-    prefix: str | None = None  # default: the Hermes answer-tool frame (credit.info_gain.DEFAULT_PREFIX)
-    suffix: str | None = None
-    batch_tokens: int = 32768
-    share_prefix: bool = True  # a trajectory's contexts scored in one packed forward (prefix shared)
+class CreditSettings(BaseModel):
+    """``credit``: ``method`` (any registered credit method, see
+    :mod:`turngym.trainer.credit.registry`), the options every method shares, and each method's own
+    options under ``credit.<method>`` (``credit.igpo.norm``, ``credit.gigpo.gamma``, ...), validated
+    by that method's settings model. The flat keys of earlier versions (``gigpo_gamma``,
+    ``gigpo_omega``, ``gigpo_mode``, ``gigpo_step_norm_by_std``, ``turn_lambda``) are still read,
+    with a warning."""
 
+    model_config = ConfigDict(extra="allow")  # the method sections; checked by ``_methods``
 
-class GatedSettings(_Strict):
-    delta: float = 1.0
-    gamma: float = 1.0
-    high_component: str | None = None
-    low_components: list[str] | None = None
-    advantage: Literal["trajectory", "turn"] = "trajectory"
-
-
-class ArenaSettings(_Strict):
-    topology: Literal["single_elimination", "round_robin", "anchor", "swiss", "double_elimination"] = (
-        "single_elimination"
-    )
-    judge: Literal["programmatic", "llm"] = "programmatic"
-    # programmatic: "module:function" of (traj_a, traj_b) -> (score_a, score_b); default: outcome reward
-    judge_fn: str | None = None
-    # llm judge through an OpenAI-compatible endpoint
-    judge_base_url: str | None = None
-    judge_model: str | None = None
-    rubric: Literal["travel", "research"] = "research"
-    retries: int = 2
-    workers: int = 8
-
-
-class CreditSettings(_Strict):
-    method: Literal["grpo", "igpo", "gated", "arena", "gigpo", "turn"] = "grpo"
+    method: str = "grpo"
     outcome_component: str | None = None  # read this reward component of the last turn as the outcome
     norm_by_std: bool = True
     leave_one_out: bool = False
-    igpo: IGPOSettings = Field(default_factory=IGPOSettings)
-    gated: GatedSettings = Field(default_factory=GatedSettings)
-    arena: ArenaSettings = Field(default_factory=ArenaSettings)
-    gigpo_gamma: float = 0.95
-    gigpo_omega: float = 1.0
-    gigpo_mode: Literal["mean_std_norm", "mean_norm"] = "mean_std_norm"
-    gigpo_step_norm_by_std: bool = False
-    turn_lambda: float = 0.9
+
+    @model_validator(mode="before")
+    @classmethod
+    def _methods(cls, data: Any) -> Any:
+        from turngym.trainer.credit.registry import credit_methods
+
+        if not isinstance(data, dict):
+            return data
+        specs = credit_methods()
+        data = dict(data)
+        method = data.get("method", "grpo")
+        if method not in specs:
+            raise ValueError(f"unknown credit.method {method!r}; known: {', '.join(sorted(specs))}")
+        for spec in specs.values():  # deprecated flat keys -> credit.<method>.<key>
+            for flat, key in spec.legacy_keys.items():
+                if flat not in data:
+                    continue
+                value = data.pop(flat)
+                section = data.get(spec.name)
+                section = section.model_dump() if isinstance(section, BaseModel) else dict(section or {})
+                if key in section and section[key] != value:
+                    raise ValueError(
+                        f"credit.{flat}={value!r} and credit.{spec.name}.{key}={section[key]!r} disagree: "
+                        f"set only credit.{spec.name}.{key} (credit.{flat} is deprecated)"
+                    )
+                warnings.warn(
+                    f"credit.{flat} is deprecated; use credit.{spec.name}.{key}", FutureWarning, stacklevel=2
+                )
+                section[key] = value
+                data[spec.name] = section
+        unknown = sorted(k for k in data if k not in cls.model_fields and k not in specs)
+        if unknown:
+            raise ValueError(
+                f"unknown credit option(s) {unknown}; shared options: {sorted(cls.model_fields)}; "
+                f"method sections: {sorted(specs)}"
+            )
+        for name, spec in specs.items():
+            value = data.get(name)
+            if isinstance(value, spec.settings):
+                continue
+            try:
+                data[name] = spec.settings.model_validate(value if value is not None else {})
+            except ValidationError as e:
+                if value is None and name != method:
+                    data.pop(name, None)  # a method whose options have no defaults, not used here
+                    continue
+                problems = "; ".join(
+                    f"credit.{'.'.join([name, *map(str, err['loc'])])}: {err['msg']}" for err in e.errors()
+                )
+                raise ValueError(problems) from None
+        shared = {k: data[k] for k in data if k in cls.model_fields}
+        return shared | {name: data[name] for name in sorted(specs) if name in data}
+
+    def options(self, method: str | None = None) -> BaseModel:
+        """The settings of ``method`` (default: the selected one), its defaults when not given."""
+        from turngym.trainer.credit.registry import get_credit_method
+
+        name = method or self.method
+        value = (self.__pydantic_extra__ or {}).get(name)
+        return value if value is not None else get_credit_method(name).settings()
 
 
 class LossSettings(_Strict):
@@ -141,6 +168,8 @@ class SFTSettings(_Strict):
     batch_size: int = 8
     lr: float = 1e-3
     task_seed_offset: int = 2_000_000
+    # evaluate the policy before the warm start too (logged as eval_before_sft/... at step 0)
+    eval_before: bool = True
 
 
 class LogSettings(_Strict):
@@ -229,3 +258,20 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             raise ValueError(f"{path}: the config must be a mapping, got {type(loaded).__name__}")
         data = loaded or {}
     return TrainConfig.model_validate(apply_overrides(data, list(overrides or [])))
+
+
+def __getattr__(name: str) -> Any:
+    """The method settings that used to live here (``IGPOSettings``, ...) now live in their modules."""
+    moved = {
+        "IGPOSettings": "igpo",
+        "GatedSettings": "gated",
+        "ArenaSettings": "arena",
+        "GRPOSettings": "grpo",
+        "GiGPOSettings": "gigpo",
+        "TurnSettings": "dual_level",
+    }
+    if name in moved:
+        import importlib
+
+        return getattr(importlib.import_module(f"turngym.trainer.credit.{moved[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

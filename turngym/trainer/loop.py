@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import hashlib
-import importlib
 import json
 import logging
 import math
@@ -29,16 +28,8 @@ import numpy as np
 
 from turngym.core.types import Trajectory
 from turngym.trainer.config import TrainConfig
-from turngym.trainer.credit import (
-    GRPO,
-    IGPO,
-    Arena,
-    CreditPipeline,
-    DualLevel,
-    Gated,
-    GiGPO,
-    OutcomeReward,
-)
+from turngym.trainer.credit.pipeline import CreditPipeline
+from turngym.trainer.credit.registry import build_credit_pipeline
 from turngym.trainer.distributed import main_first, merge_metrics, shard, sync_context, zero_backward
 
 log = logging.getLogger("turngym.trainer")
@@ -47,61 +38,10 @@ log = logging.getLogger("turngym.trainer")
 def build_credit(
     cfg: TrainConfig, model: Any = None, tokenizer: Any = None, judge: Callable | None = None
 ) -> CreditPipeline:
-    """The credit pipeline for ``cfg.credit`` (IGPO needs the training model and tokenizer)."""
-    c = cfg.credit
-    outcome = OutcomeReward(component=c.outcome_component)
-    if c.method == "grpo":
-        return CreditPipeline(GRPO(c.norm_by_std, c.leave_one_out, outcome))
-    if c.method == "igpo":
-        from turngym.trainer.credit.info_gain import DEFAULT_PREFIX, DEFAULT_SUFFIX, InfoGainScorer
-
-        s = c.igpo
-        method = IGPO(
-            s.gamma, s.norm, s.answer_key, OutcomeReward(c.outcome_component, s.missing_answer_reward)
-        )
-        scorer = None
-        if model is not None:
-            scorer = InfoGainScorer(
-                model,
-                tokenizer,
-                ig_type=s.ig_type,
-                prefix=s.prefix if s.prefix is not None else DEFAULT_PREFIX,
-                suffix=s.suffix if s.suffix is not None else DEFAULT_SUFFIX,
-                answer_key=s.answer_key,
-                batch_tokens=s.batch_tokens,
-                share_prefix=s.share_prefix,
-            )
-        return CreditPipeline(method, prepare=scorer)
-    if c.method == "gated":
-        g = c.gated
-        low = tuple(g.low_components) if g.low_components is not None else None
-        return CreditPipeline(Gated(g.delta, g.gamma, g.high_component, low, g.advantage))
-    if c.method == "arena":
-        a = c.arena
-        return CreditPipeline(Arena(judge or build_judge(cfg), a.topology, cfg.seed, a.workers))
-    if c.method == "gigpo":
-        return CreditPipeline(
-            GiGPO(c.gigpo_gamma, c.gigpo_omega, c.gigpo_mode, c.gigpo_step_norm_by_std, outcome)
-        )
-    if c.method == "turn":
-        return CreditPipeline(DualLevel(c.turn_lambda))
-    raise ValueError(f"unknown credit method {c.method!r}")
-
-
-def build_judge(cfg: TrainConfig) -> Callable:
-    from turngym.trainer.judges import LLMJudge, ProgrammaticJudge, openai_complete, outcome_judge
-
-    a = cfg.credit.arena
-    if a.judge == "llm":
-        if not (a.judge_base_url and a.judge_model):
-            raise ValueError("credit.arena.judge=llm needs judge_base_url and judge_model")
-        return LLMJudge(
-            openai_complete(a.judge_base_url, a.judge_model, temperature=0.0), a.rubric, a.retries
-        )
-    if a.judge_fn:
-        module, _, name = a.judge_fn.partition(":")
-        return ProgrammaticJudge(getattr(importlib.import_module(module), name))
-    return outcome_judge()
+    """The credit pipeline of ``cfg.credit.method``, built by its registered builder
+    (:mod:`turngym.trainer.credit.registry`); IGPO scores with ``model``/``tokenizer``, and a
+    ``judge`` given here wins over the arena's configured one."""
+    return build_credit_pipeline(cfg.credit, model=model, tokenizer=tokenizer, seed=cfg.seed, judge=judge)
 
 
 def _schedule(kind: str, warmup: int, total: int) -> Callable[[int], float]:
@@ -385,13 +325,10 @@ class Trainer:
         trajs, rstats = self.rollout(seeds, r.group_size, r.temperature)
         timings["time/rollout"] = time.perf_counter() - t0
         t1 = time.perf_counter()
-        if isinstance(self.credit.method, Arena):
-            self.credit.method.seed = _derive(cfg.seed, step)
-        credit = self.credit(trajs)
-        for traj, advantages in zip(trajs, credit.turn_advantages, strict=True):  # kept for `turngym view`
+        self.credit.begin_step(step, _derive(cfg.seed, step))
+        credit = self.credit(trajs)  # also writes each turn's advantage into turn.info["advantages"]
+        for traj in trajs:  # kept for `turngym view`
             traj.metadata["step"] = step + 1
-            for turn, a in zip(traj.turns, advantages, strict=False):
-                turn.info.setdefault("advantages", {})[cfg.credit.method] = float(a)
         timings["time/credit"] = time.perf_counter() - t1
         t2 = time.perf_counter()
         upd = self.update(trajs, credit.token_advantages)
@@ -410,9 +347,6 @@ class Trainer:
             **{f"rollout/masked/{k}": float(v) for k, v in rstats["mask_reasons"].items()},
             "time/step": time.perf_counter() - t0,
         }
-        judge = getattr(self.credit.method, "judge", None)
-        for k, v in getattr(judge, "metrics", {}).items():
-            metrics[k] = v
         metrics = merge_metrics(
             self.dist, metrics, summed=("rollout/masked/", "rollout/generated_tokens", "rollout/tokens_per_s")
         )
@@ -507,8 +441,11 @@ class Trainer:
         resumed = self.resume()
         fresh = not resumed and self.step == 0
         if fresh:
+            # the untrained policy's held-out score, so a report can say what the warm start itself did
+            before = self.evaluate() if cfg.sft.steps > 0 and cfg.sft.eval_before else {}
             with main_first(self.dist) as first:  # one warm start; the other ranks load its weights
                 info = self.warm_start() if first else self._load_warm_start()
+            info = {**{k.replace("eval/", "eval_before_sft/", 1): v for k, v in before.items()}, **info}
             if info:
                 self.logger.log(0, info)
         if cfg.weight_sync != "in_process":  # servers hold the base model: push the warm-started/resumed one

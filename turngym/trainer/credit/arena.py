@@ -18,6 +18,7 @@ import numpy as np
 
 from turngym.trainer.credit.base import GroupCredit, broadcast
 from turngym.trainer.credit.normalize import zscore
+from turngym.trainer.credit.registry import CreditContext, MethodSettings, credit_method
 
 Judge = Callable[[int, int], tuple[float, float]]
 Topology = Literal["single_elimination", "round_robin", "anchor", "swiss", "double_elimination"]
@@ -294,6 +295,14 @@ class Arena:
     workers: int = 8
     name: str = "arena"
 
+    def begin_step(self, step: int, seed: int) -> None:
+        """Tie-breaks of this step's tournaments come from the step's seed (same seed, same result)."""
+        self.seed = seed
+
+    def metrics(self) -> dict[str, float]:
+        """The judge's counters (``judge/matches``, ``judge/ties``, ...), if it keeps any."""
+        return dict(getattr(self.judge, "metrics", None) or {})
+
     def group_advantages(self, group) -> GroupCredit:
         result = run_tournament(
             self.topology, len(group), lambda i, j: self.judge(group[i], group[j]), self.seed, self.workers
@@ -303,3 +312,44 @@ class Arena:
         return GroupCredit(
             broadcast(adv, [t.turns for t in group]), {"arena/matches": float(result.num_matches)}
         )
+
+
+class ArenaSettings(MethodSettings):
+    """``credit.arena``."""
+
+    topology: Topology = "single_elimination"
+    judge: Literal["programmatic", "llm"] = "programmatic"
+    # programmatic: "module:function" of (traj_a, traj_b) -> (score_a, score_b); default: outcome reward
+    judge_fn: str | None = None
+    # llm judge through an OpenAI-compatible endpoint
+    judge_base_url: str | None = None
+    judge_model: str | None = None
+    rubric: Literal["travel", "research"] = "research"
+    retries: int = 2
+    workers: int = 8
+
+
+def build_judge(settings: ArenaSettings) -> Callable:
+    """The judge ``credit.arena`` describes: an LLM judge, ``judge_fn``, or the outcome comparison."""
+    import importlib
+
+    from turngym.trainer.judges import LLMJudge, ProgrammaticJudge, openai_complete, outcome_judge
+
+    a = settings
+    if a.judge == "llm":
+        if not (a.judge_base_url and a.judge_model):
+            raise ValueError("credit.arena.judge=llm needs judge_base_url and judge_model")
+        return LLMJudge(
+            openai_complete(a.judge_base_url, a.judge_model, temperature=0.0), a.rubric, a.retries
+        )
+    if a.judge_fn:
+        module, _, name = a.judge_fn.partition(":")
+        return ProgrammaticJudge(getattr(importlib.import_module(module), name))
+    return outcome_judge()
+
+
+@credit_method("arena", settings=ArenaSettings)
+def build(settings: ArenaSettings, ctx: CreditContext) -> Arena:
+    """A judge passed to the trainer wins over the one the settings describe."""
+    judge = ctx.judge or build_judge(settings)
+    return Arena(judge, settings.topology, ctx.seed, settings.workers)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from turngym.trainer.credit.base import GroupCredit, TurnRewards
 from turngym.trainer.credit.normalize import discounted_returns, ragged_zscore, zscore
+from turngym.trainer.credit.registry import CreditContext, MethodSettings, credit_method
 
 
 def dual_level(turn_rewards: Sequence[Sequence[float]], lam: float = 0.9) -> list[list[float]]:
@@ -36,3 +37,14 @@ class DualLevel:
 
     def group_advantages(self, group) -> GroupCredit:
         return GroupCredit(dual_level([self.rewards(t) for t in group], self.lam))
+
+
+class TurnSettings(MethodSettings):
+    """``credit.turn``: ``lam`` discounts the future turn rewards (was ``credit.turn_lambda``)."""
+
+    lam: float = 0.9
+
+
+@credit_method("turn", settings=TurnSettings, legacy_keys={"turn_lambda": "lam"})
+def build(settings: TurnSettings, ctx: CreditContext) -> DualLevel:
+    return DualLevel(settings.lam)

@@ -13,6 +13,7 @@ from typing import Literal
 from turngym.trainer.credit.base import GroupCredit, OutcomeReward, broadcast
 from turngym.trainer.credit.grpo import grpo
 from turngym.trainer.credit.normalize import discounted_returns, ragged_zscore
+from turngym.trainer.credit.registry import CreditContext, MethodSettings, credit_method
 
 
 def gated(
@@ -110,3 +111,20 @@ class Gated:
                 "gated/gate_open_frac": gate_open,
             },
         )
+
+
+class GatedSettings(MethodSettings):
+    """``credit.gated``."""
+
+    delta: float = 1.0
+    gamma: float = 1.0
+    high_component: str | None = None
+    low_components: list[str] | None = None
+    advantage: Literal["trajectory", "turn"] = "trajectory"
+
+
+@credit_method("gated", settings=GatedSettings)
+def build(settings: GatedSettings, ctx: CreditContext) -> Gated:
+    g = settings
+    low = tuple(g.low_components) if g.low_components is not None else None
+    return Gated(g.delta, g.gamma, g.high_component, low, g.advantage)

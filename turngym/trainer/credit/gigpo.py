@@ -10,6 +10,7 @@ from typing import Literal
 from turngym.trainer.credit.base import GroupCredit, OutcomeReward, TurnRewards
 from turngym.trainer.credit.grpo import grpo
 from turngym.trainer.credit.normalize import discounted_returns, ragged_zscore
+from turngym.trainer.credit.registry import CreditContext, MethodSettings, credit_method
 
 Mode = Literal["mean_std_norm", "mean_norm"]
 
@@ -81,3 +82,28 @@ def acted_in_states(traj) -> list[str | None]:
     """The state key each turn acted in."""
     keys = [traj.start_state_key] + [t.state_key for t in traj.turns]
     return keys[: len(traj.turns)]
+
+
+class GiGPOSettings(MethodSettings):
+    """``credit.gigpo`` (were the flat ``credit.gigpo_gamma``, ``gigpo_omega``, ``gigpo_mode``,
+    ``gigpo_step_norm_by_std``)."""
+
+    gamma: float = 0.95
+    omega: float = 1.0
+    mode: Mode = "mean_std_norm"
+    step_norm_by_std: bool = False
+
+
+@credit_method(
+    "gigpo",
+    settings=GiGPOSettings,
+    legacy_keys={
+        "gigpo_gamma": "gamma",
+        "gigpo_omega": "omega",
+        "gigpo_mode": "mode",
+        "gigpo_step_norm_by_std": "step_norm_by_std",
+    },
+)
+def build(settings: GiGPOSettings, ctx: CreditContext) -> GiGPO:
+    s = settings
+    return GiGPO(s.gamma, s.omega, s.mode, s.step_norm_by_std, ctx.outcome)

@@ -9,6 +9,7 @@ import numpy as np
 
 from turngym.trainer.credit.base import GroupCredit, OutcomeReward, broadcast
 from turngym.trainer.credit.normalize import EPS
+from turngym.trainer.credit.registry import CreditContext, MethodSettings, credit_method
 
 
 def grpo(outcomes: Sequence[float], norm_by_std: bool = True, leave_one_out: bool = False) -> list[float]:
@@ -41,3 +42,14 @@ class GRPO:
         outcomes = [self.outcome(t) for t in group]
         adv = grpo(outcomes, self.norm_by_std, self.leave_one_out)
         return GroupCredit(broadcast(adv, [t.turns for t in group]))
+
+
+class GRPOSettings(MethodSettings):
+    """``credit.grpo``: none of its own; grpo reads the shared ``credit.norm_by_std``,
+    ``credit.leave_one_out`` and ``credit.outcome_component``."""
+
+
+@credit_method("grpo", settings=GRPOSettings)
+def build(settings: GRPOSettings, ctx: CreditContext) -> GRPO:
+    c = ctx.credit
+    return GRPO(c.norm_by_std, c.leave_one_out, ctx.outcome)

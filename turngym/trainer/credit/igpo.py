@@ -16,6 +16,8 @@ from typing import Literal
 from turngym.trainer.credit.base import GroupCredit, OutcomeReward, broadcast
 from turngym.trainer.credit.grpo import grpo
 from turngym.trainer.credit.normalize import discounted_returns, ragged_zscore
+from turngym.trainer.credit.pipeline import CreditPipeline
+from turngym.trainer.credit.registry import CreditContext, MethodSettings, credit_method
 
 IG_KEY = "info_gain"
 Norm = Literal["joint", "separate"]
@@ -104,3 +106,41 @@ def gold_answer(traj, key: str = "answer") -> str | None:
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     return str(value)
+
+
+class IGPOSettings(MethodSettings):
+    """``credit.igpo``."""
+
+    ig_type: Literal["prob_diff", "log_prob_diff"] = "prob_diff"
+    norm: Literal["joint", "separate"] = "joint"
+    gamma: float = 1.0
+    answer_key: str = "answer"
+    missing_answer_reward: float = -2.0
+    prefix: str | None = None  # default: the Hermes answer-tool frame (credit.info_gain.DEFAULT_PREFIX)
+    suffix: str | None = None
+    batch_tokens: int = 32768
+    share_prefix: bool = True  # a trajectory's contexts scored in one packed forward (prefix shared)
+
+
+@credit_method("igpo", settings=IGPOSettings)
+def build(settings: IGPOSettings, ctx: CreditContext) -> CreditPipeline:
+    """IGPO, with the information-gain scorer on the training model as the batch-wide stage (no
+    scorer without a model: the turns must carry ``info["info_gain"]`` already)."""
+    s = settings
+    outcome = OutcomeReward(ctx.outcome.component, s.missing_answer_reward)
+    method = IGPO(s.gamma, s.norm, s.answer_key, outcome)
+    scorer = None
+    if ctx.model is not None:
+        from turngym.trainer.credit.info_gain import DEFAULT_PREFIX, DEFAULT_SUFFIX, InfoGainScorer
+
+        scorer = InfoGainScorer(
+            ctx.model,
+            ctx.tokenizer,
+            ig_type=s.ig_type,
+            prefix=s.prefix if s.prefix is not None else DEFAULT_PREFIX,
+            suffix=s.suffix if s.suffix is not None else DEFAULT_SUFFIX,
+            answer_key=s.answer_key,
+            batch_tokens=s.batch_tokens,
+            share_prefix=s.share_prefix,
+        )
+    return CreditPipeline(method, prepare=scorer)

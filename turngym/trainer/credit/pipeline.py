@@ -4,7 +4,12 @@ Stages: an optional batch-wide preparation (IGPO's information-gain scoring, one
 every trajectory of the step) -> group by task -> the method (turn-reward providers, gate, group
 reward model, normaliser, turn discount; see the method modules) -> broadcast each turn's advantage
 to its sampled tokens. Observation and prompt tokens always get advantage 0; masked trajectories
-are left out of every group statistic and get 0 everywhere.
+are left out of every group statistic and get 0 everywhere. Each turn's advantage is also written to
+``turn.info["advantages"][name]`` (what ``turngym view`` shows).
+
+Hooks a method may define (all optional): ``begin_step(step, seed)`` before a training step's credit
+(e.g. the arena reseeds its tie-breaks from the step's seed), and ``metrics()`` -> extra metrics
+of the step, merged into the output (e.g. the arena judge's counters).
 """
 
 from __future__ import annotations
@@ -50,10 +55,27 @@ def token_advantages(traj: Trajectory, turn_adv: Sequence[float]) -> np.ndarray:
 
 @dataclass
 class CreditPipeline:
-    """Turns a step's trajectories into advantages with one :class:`CreditMethod`."""
+    """Turns a step's trajectories into advantages with one :class:`CreditMethod`.
+
+    ``name``: the key of the advantages written into ``turn.info["advantages"]`` (default: the
+    method's ``name``; the registry sets the registered name).
+    """
 
     method: CreditMethod
     prepare: Callable[[list[Trajectory]], dict[str, float]] | None = None
+    name: str | None = None
+
+    @property
+    def method_name(self) -> str:
+        return self.name or getattr(self.method, "name", type(self.method).__name__)
+
+    def begin_step(self, step: int, seed: int) -> None:
+        """Called by the trainer before each step's credit; ``seed`` is that step's seed (derived from
+        the run seed and the step), so a resumed run reproduces an uninterrupted one."""
+        for part in (self.method, self.prepare):
+            hook = getattr(part, "begin_step", None)
+            if callable(hook):
+                hook(step, seed)
 
     def __call__(self, trajectories: Sequence[Trajectory]) -> CreditOutput:
         trajs = list(trajectories)
@@ -71,7 +93,7 @@ class CreditPipeline:
             for k, adv in zip(idx, credit.advantages, strict=True):
                 if len(adv) != len(trajs[k].turns):
                     raise ValueError(
-                        f"{self.method.name}: {len(adv)} advantages for {len(trajs[k].turns)} turns"
+                        f"{self.method_name}: {len(adv)} advantages for {len(trajs[k].turns)} turns"
                     )
                 bad = [a for a in adv if not math.isfinite(a)]
                 metrics["credit/nonfinite"] += len(bad)
@@ -79,6 +101,10 @@ class CreditPipeline:
             for name, v in credit.metrics.items():
                 metrics[name] += v / len(groups)  # mean over groups
         tokens = [token_advantages(t, a) for t, a in zip(trajs, turn_adv, strict=True)]
+        name = self.method_name
+        for traj, advantages in zip(trajs, turn_adv, strict=True):  # kept for `turngym view`
+            for turn, a in zip(traj.turns, advantages, strict=False):
+                turn.info.setdefault("advantages", {})[name] = float(a)
         flat = [a for k, adv in enumerate(turn_adv) if not trajs[k].masked for a in adv]
         live_all = [t for t in trajs if not t.masked]
         metrics.update(
@@ -91,4 +117,7 @@ class CreditPipeline:
                 "reward/total_mean": float(np.mean([t.total_reward for t in live_all])) if live_all else 0.0,
             }
         )
+        extra = getattr(self.method, "metrics", None)
+        if callable(extra):
+            metrics.update(extra())
         return CreditOutput(turn_adv, tokens, dict(metrics))
