@@ -127,3 +127,36 @@ def test_format_detection_and_missing_files(tmp_path):
     bad.write_bytes(b"not parquet")
     with pytest.raises(LoadError, match="parquet"):
         load_tasks(bad)
+
+
+def test_hotpotqa_sentences_are_joined_without_gluing(tmp_path):
+    record = {
+        "_id": "x1",
+        "question": "What returns?",
+        "answer": "It",
+        "supporting_facts": [["Marrow", 0]],
+        "context": [["Marrow", ["The film is Marrow.", "It returns in 2020.", " It ends."]]],
+    }
+    path = tmp_path / "h.json"
+    path.write_text(json.dumps([record]))
+    _, corpus = load_hotpotqa_json(path)
+    (passage,) = list(corpus)
+    assert passage.contents == "The film is Marrow. It returns in 2020. It ends."
+    path.write_text(json.dumps([record | {"context": [["Marrow", "not a list"]]}]))
+    with pytest.raises(LoadError, match="sentences of 'Marrow' must be a list of strings"):
+        load_hotpotqa_json(path)
+
+
+def test_join_sentences_follows_hotpotqa_spacing():
+    from turngym.envs.search.loaders import join_sentences
+
+    # HotpotQA's sentences after the first mostly carry their own leading space; some do not
+    assert join_sentences(["Ed Wood is a film.", " It stars Johnny Depp."]) == (
+        "Ed Wood is a film. It stars Johnny Depp."
+    )
+    assert join_sentences(["It is Marrow.", "It returns.", " Then ends.", ""]) == (
+        "It is Marrow. It returns. Then ends."
+    )
+    assert join_sentences(["Line one.\n", "Line two."]) == "Line one.\nLine two."
+    assert join_sentences([" Lead.", "Next."]) == "Lead. Next."
+    assert join_sentences([]) == ""

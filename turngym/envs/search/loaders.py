@@ -5,8 +5,9 @@
   (``{"ground_truth": {"target": [...]}}``) and ``extra_info``.
 * FlashRAG: JSONL rows ``{"id", "question", "golden_answers", "metadata"}``.
 * HotpotQA: one JSON list of ``{"_id", "question", "answer", "supporting_facts", "context",
-  "type", "level"}``; the ``context`` paragraphs become a corpus (one passage per title), the
-  supporting titles give the supporting ids and a title-query search trace.
+  "type", "level"}``; the ``context`` paragraphs become a corpus (one passage per title, its
+  sentences joined by :func:`join_sentences`), the supporting titles give the supporting ids and a
+  title-query search trace.
 
 ``load_tasks(path)`` picks the format from the file. Malformed rows raise ``LoadError`` naming
 the row; rows without a gold answer (e.g. HotpotQA's unlabelled test set) are skipped and counted.
@@ -149,11 +150,13 @@ def load_hotpotqa_json(path: str | os.PathLike[str]) -> tuple[list[QATask], Corp
             if not (isinstance(item, list | tuple) and len(item) == 2):
                 raise LoadError(f"{path}: example {n}: each context item must be [title, sentences]")
             title, sentences = item
+            if not (isinstance(sentences, list) and all(isinstance(x, str) for x in sentences)):
+                raise LoadError(f"{path}: example {n}: the sentences of {title!r} must be a list of strings")
             if title not in passages:
                 passages[title] = {
                     "id": _title_id(title),
                     "title": title,
-                    "contents": "".join(sentences).strip(),
+                    "contents": join_sentences(sentences),
                 }
         if not ex.get("answer"):
             skipped += 1
@@ -178,6 +181,25 @@ def load_hotpotqa_json(path: str | os.PathLike[str]) -> tuple[list[QATask], Corp
         )
     _report_skipped(path, skipped)
     return tasks, Corpus.from_records(passages.values(), source=str(path))
+
+
+def join_sentences(sentences: list[str]) -> str:
+    """A HotpotQA paragraph from its sentence list.
+
+    In HotpotQA's ``context`` every sentence after the first usually carries its own leading space
+    (``["Ed Wood is a film.", " It stars Johnny Depp."]``), and the official preprocessing
+    concatenates them as they are; some sentences lack it, and plain concatenation would glue them
+    ("Marrow.It returns"). So a sentence is appended as is when it starts with whitespace (or the
+    text so far ends with it), else after a single space.
+    """
+    text = ""
+    for sentence in sentences:
+        if not sentence:
+            continue
+        if text and not (sentence[0].isspace() or text[-1].isspace()):
+            text += " "
+        text += sentence
+    return text.strip()
 
 
 def _title_id(title: str) -> str:

@@ -37,8 +37,18 @@ def swe_validate(
     tasks: Path = typer.Option(None, help="Task file (default: the shipped task set)."),
     limit: int = typer.Option(0, help="Only the first N tasks (0 = all)."),
     concurrency: int = typer.Option(2, help="Episodes at once."),
+    snapshot: Path = typer.Option(
+        None,
+        help="Repository of plain SWE-bench instances: a git checkout (pinned to each base_commit), "
+        "or a directory or tarball already at base_commit.",
+    ),
+    image: str = typer.Option(None, help="Image with the repository's dependencies (plain instances)."),
+    src_root: str = typer.Option("", help="Import root inside the repository, e.g. src (plain instances)."),
 ) -> None:
-    """Run the scripted expert on every task: each must be resolved (reward 1)."""
+    """Run the scripted expert on every task: each must be resolved (reward 1).
+
+    On plain SWE-bench instances the expert applies each instance's gold patch.
+    """
     import asyncio
 
     from rich.console import Console
@@ -46,7 +56,8 @@ def swe_validate(
     from turngym.envs.swe.validate import run_expert
 
     console = Console()
-    results = asyncio.run(run_expert(tasks, limit=limit or None, concurrency=concurrency))
+    load = {"snapshot": str(snapshot) if snapshot else None, "image": image, "src_root": src_root}
+    results = asyncio.run(run_expert(tasks, limit=limit or None, concurrency=concurrency, **load))
     bad = {k: v for k, v in results.items() if v != 1.0}
     console.print(f"{len(results) - len(bad)}/{len(results)} tasks resolved by the expert")
     for k, v in bad.items():

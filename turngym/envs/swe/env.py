@@ -43,7 +43,7 @@ from turngym.tools import ToolError, tool
 
 _MALFORMED = frozenset({"parse_error", "no_call", "bad_arguments", "unknown_tool", "too_many_calls"})
 _TEST_COMMAND = re.compile(r"\b(pytest|py\.test|unittest|tox|nox)\b|\bpython3?\s+\S*test\S*\.py")
-_IMAGE_CACHE: dict[tuple[str, str | None], str] = {}
+_IMAGE_CACHE: dict[tuple[Any, ...], str] = {}
 
 SYSTEM_PROMPT = """You are an autonomous software engineer working in a sandboxed Linux container.
 A Python repository is checked out at /testbed (it is the current directory; there is no network).
@@ -124,6 +124,7 @@ class SweDockerEnv(AsyncEnv):
         self._history: dict[str, list[str | None]] = {}
         self._edited: dict[str, str] = {}
         self._expert_done: set[int] = set()
+        self._gold_tried = False
         self._submitted = False
         self._patch: str | None = None
         self._grade: Any = None
@@ -140,7 +141,8 @@ class SweDockerEnv(AsyncEnv):
         from turngym.envs.swe.repo import stage_repo
         from turngym.sandboxes.pool import SandboxPool
 
-        key = (task.image or task.package or task.repo, self.base_image)
+        # an env image depends on src_root and test_requires too, not only on the repository's name
+        key = (task.image or task.package or task.repo, task.src_root, task.test_requires, self.base_image)
         image = _IMAGE_CACHE.get(key)
         if image is None:
             image = _IMAGE_CACHE[key] = task.image_tag(self.base_image)
@@ -232,6 +234,7 @@ class SweDockerEnv(AsyncEnv):
                 "FAIL_TO_PASS": list(task.fail_to_pass),
                 "num_PASS_TO_PASS": len(task.pass_to_pass),
                 "mutation": task.mutation,
+                "graded_commit": task.graded_commit,
             },
             info={"repo": task.repo, "base_commit": head, "container": self._sb.name},
         )
@@ -316,6 +319,8 @@ class SweDockerEnv(AsyncEnv):
         res = await self._exec(command)
         if _TEST_COMMAND.search(command):
             self._flags["tests_run"] = 1.0
+        if self._swe is not None and command == _apply_command(self._swe.patch):
+            self._gold_tried = True  # the expert submits next (a patch that does not apply then fails)
         text = f"<returncode>{res.exit_code}</returncode>\n<output>\n{res.output}</output>"
         if res.timed_out:
             text += (
@@ -500,9 +505,12 @@ class SweDockerEnv(AsyncEnv):
                 self._expert_done.add(i)
 
     def expert_action(self) -> str | None:
-        """Revert the injected bug through ``file_editor`` (the gold patch), then ``submit``."""
+        """The gold patch, then ``submit``: a synthesised task's revert edits through ``file_editor``;
+        a loaded instance (no edits) applies its ``patch`` with ``git apply`` through ``bash``."""
         if self._swe is None:
             return None
+        if not self._swe.expert_edits and self._swe.patch.strip() and not self._gold_tried:
+            return _call("bash", {"command": _apply_command(self._swe.patch)})
         for i, e in enumerate(self._swe.expert_edits):
             if i not in self._expert_done:
                 args = {
@@ -517,6 +525,15 @@ class SweDockerEnv(AsyncEnv):
 
 def _call(name: str, arguments: dict[str, Any]) -> str:
     return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+
+
+def _apply_command(patch: str) -> str:
+    """A bash command that applies ``patch`` to the repository (a here-document, so it stays readable)."""
+    end = "TURNGYM_PATCH_EOF"
+    while end in patch:
+        end += "_"
+    body = patch if patch.endswith("\n") else patch + "\n"
+    return f"git apply --binary --whitespace=nowarn - <<'{end}'\n{body}{end}"
 
 
 def _load_tasks(

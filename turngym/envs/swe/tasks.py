@@ -12,16 +12,26 @@ test_patch, problem_statement, FAIL_TO_PASS, PASS_TO_PASS`` ...) plus a ``turngy
 what synthesis knows (package, mutation, the expert's revert edit). :func:`load_instances` also reads
 plain SWE-bench instances given the repository snapshot (a directory or tarball at
 ``base_commit``) and, optionally, an image with the repository's dependencies.
+
+A snapshot that is a git checkout (a directory holding ``.git``) is pinned to the instance's
+``base_commit``: the files graded are that commit's, read from git's object store (the checkout
+itself is never changed), whatever the checkout's HEAD, and the resolved commit is recorded as
+``SweTask.graded_commit``. A ``base_commit`` the repository lacks is an error. A snapshot that is
+not a git checkout (a plain directory or a tarball) cannot be checked against ``base_commit``: it
+is used as given, with a warning when the instance names a ``base_commit``.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
 import os
 import random
+import subprocess
 import tarfile
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,7 +80,14 @@ class SweTask:
     test_requires: tuple[str, ...] = ()
     mutation: dict[str, Any] | None = None
     expert_edits: list[dict[str, str]] = field(default_factory=list)
+    #: the commit whose files are graded: ``base_commit`` resolved in a git snapshot; None when the
+    #: files come from a package or a snapshot that is not a git checkout (see the module docstring)
+    graded_commit: str | None = None
     _files: dict[str, bytes] | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.snapshot and self.package is None and self.graded_commit is None:
+            self.graded_commit = pin_snapshot(self.snapshot, self.base_commit, self.instance_id)
 
     # ------------------------------------------------------------ the repository
     @property
@@ -93,6 +110,8 @@ class SweTask:
                     if text.count(edit["new_str"]) != 1:
                         raise ValueError(f"task {self.instance_id}: cannot place the bug in {edit['path']}")
                     files[edit["path"]] = text.replace(edit["new_str"], edit["old_str"], 1).encode()
+            elif self.snapshot and self.graded_commit:
+                files = read_git_tree(self.snapshot, self.graded_commit)
             elif self.snapshot:
                 files = read_snapshot(self.snapshot)
             else:
@@ -227,6 +246,81 @@ def read_snapshot(path: str | os.PathLike[str]) -> dict[str, bytes]:
     return files
 
 
+def is_git_checkout(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is the top directory of a git checkout (it holds ``.git``, a folder or a
+    worktree's ``.git`` file); a folder *inside* a checkout is not one."""
+    p = Path(path)
+    return p.is_dir() and (p / ".git").exists()
+
+
+def _git(repo: str | os.PathLike[str], *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(repo), *args], input=stdin, capture_output=True, check=False)
+
+
+def pin_snapshot(snapshot: str | os.PathLike[str], base_commit: str, instance_id: str = "") -> str | None:
+    """The full id of ``base_commit`` in a git snapshot (the commit to grade), or None.
+
+    Raises ``ValueError`` when the snapshot is a git checkout that lacks ``base_commit`` (or that git
+    cannot read); warns, once per snapshot, when an instance names a ``base_commit`` but the snapshot
+    is not a git checkout and so cannot be checked. Nothing in the checkout is changed.
+    """
+    if not base_commit:
+        return None
+    if not is_git_checkout(snapshot):
+        _warn_unpinned(str(snapshot))
+        return None
+    return _resolve_commit(str(Path(snapshot).resolve()), base_commit, instance_id)
+
+
+@functools.cache
+def _warn_unpinned(snapshot: str) -> None:
+    warnings.warn(
+        f"snapshot {snapshot} is not a git checkout, so it cannot be checked out at the instances' "
+        "base_commit: its files are graded as they are. Make sure it holds the repository at "
+        "base_commit (or pass a git checkout that has the commit, and it is pinned automatically).",
+        stacklevel=3,
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _resolve_commit(repo: str, commit: str, instance_id: str) -> str:
+    res = _git(repo, "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")
+    if res.returncode != 0:
+        why = res.stderr.decode(errors="replace").strip()
+        raise ValueError(
+            f"instance {instance_id or '?'}: base_commit {commit} is not a commit of the git snapshot {repo}"
+            + (f" (git: {why})" if why else "")
+            + f"; fetch it (git -C {repo} fetch origin {commit}) or pass a snapshot at base_commit"
+        )
+    return res.stdout.decode().strip()
+
+
+def read_git_tree(repo: str | os.PathLike[str], commit: str) -> dict[str, bytes]:
+    """The files of ``commit`` in the git repository ``repo``, read from its object store (the
+    checkout is not touched; symlinks and submodules are skipped, like :func:`read_snapshot`)."""
+    listing = _git(repo, "ls-tree", "-r", "-z", "--full-tree", commit)
+    if listing.returncode != 0:
+        raise ValueError(f"cannot list {commit} in {repo}: {listing.stderr.decode(errors='replace').strip()}")
+    entries: list[tuple[str, bytes]] = []
+    for record in listing.stdout.split(b"\0"):
+        if not record:
+            continue
+        meta, name = record.split(b"\t", 1)
+        mode, kind, sha = meta.split()
+        if kind == b"blob" and mode != b"120000":
+            entries.append((name.decode(), sha))
+    blobs = _git(repo, "cat-file", "--batch", stdin=b"".join(sha + b"\n" for _, sha in entries))
+    if blobs.returncode != 0:
+        raise ValueError(f"cannot read {commit} in {repo}: {blobs.stderr.decode(errors='replace').strip()}")
+    out, pos, files = blobs.stdout, 0, {}
+    for name, _ in entries:  # each blob: "<sha> blob <size>\n<content>\n"
+        end = out.index(b"\n", pos)
+        size = int(out[pos:end].split()[2])
+        files[name] = out[end + 1 : end + 1 + size]
+        pos = end + 1 + size + 1
+    return files
+
+
 def save_instances(tasks: Iterable[SweTask], path: str | os.PathLike[str]) -> Path:
     """Write tasks as a JSON list of SWE-bench instances."""
     out = Path(path)
@@ -246,9 +340,11 @@ def load_instances(
 ) -> list[SweTask]:
     """Tasks from a JSON list or JSONL file of SWE-bench instances (default: the shipped task set).
 
-    For plain SWE-bench instances give the repository at ``base_commit``: ``snapshot`` (one for all)
-    or ``snapshots`` (instance id -> directory or tarball); ``image`` names an image that has the
-    repository's dependencies (else one is built from ``test_requires``).
+    For plain SWE-bench instances give the repository: ``snapshot`` (one for all) or ``snapshots``
+    (instance id -> directory or tarball); a git checkout is pinned to each instance's
+    ``base_commit``, a plain directory or tarball must already be at it (see the module docstring).
+    ``image`` names an image that has the repository's dependencies (else one is built from
+    ``test_requires``).
     """
     p = Path(path) if path is not None else DEFAULT_TASKS
     text = p.read_text()

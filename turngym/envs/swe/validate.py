@@ -1,5 +1,7 @@
 """Run the scripted expert over a task set: every task must end with reward 1 (validates the chain:
-image, repository seeding, editor, patch extraction, grading on pristine tests)."""
+image, repository seeding, editor, patch extraction, grading on pristine tests). On loaded SWE-bench
+instances the expert applies each instance's gold ``patch``, so this checks the instances, their
+snapshot (pinned to ``base_commit`` when it is a git checkout) and their image."""
 
 from __future__ import annotations
 
@@ -23,12 +25,17 @@ async def expert_episode(env: Any, task_id: str, max_steps: int = 10) -> tuple[f
 
 
 async def run_expert(
-    tasks: str | Path | None = None, *, limit: int | None = None, concurrency: int = 2
+    tasks: str | Path | None = None,
+    *,
+    limit: int | None = None,
+    concurrency: int = 2,
+    **load: Any,
 ) -> dict[str, float]:
-    """Expert reward per task id, ``concurrency`` episodes at once (one env each)."""
+    """Expert reward per task id, ``concurrency`` episodes at once (one env each); ``load`` goes to
+    :func:`~turngym.envs.swe.tasks.load_instances` (``snapshot``, ``image``, ``src_root``, ...)."""
     from turngym.envs.swe.env import SweDockerEnv
 
-    all_tasks = load_instances(tasks)[:limit]
+    all_tasks = load_instances(tasks, **load)[:limit]
     queue: asyncio.Queue[str] = asyncio.Queue()
     for t in all_tasks:
         queue.put_nowait(t.instance_id)

@@ -1,8 +1,9 @@
 """Pydantic models of TravelPlanner's query and plan formats.
 
-* :class:`Query`: one line of TravelPlanner's query files (``org, dest, days,
+* :class:`Query`: one record of TravelPlanner's query files (``org, dest, days,
   visiting_city_number, date, people_number, local_constraint, budget, query, level``);
-  ``local_constraint`` may also be the Python-literal string the published dataset uses.
+  ``date`` and ``local_constraint`` may also be the Python-literal strings the published dataset
+  uses. :func:`load_queries` reads JSONL, a JSON list or a single JSON object.
 * :class:`DayPlan`: one day of a plan (``days, current_city, transportation, breakfast,
   attraction, lunch, dinner, accommodation``). A field left out stays ``None`` — *absent*,
   which the "complete information" check counts against the plan, exactly like a missing
@@ -64,6 +65,13 @@ class LocalConstraint(BaseModel):
         return [k for k, v in self.to_travelplanner().items() if v is not None]
 
 
+def _python_literal(text: str, what: str) -> Any:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        raise ValueError(f"not {what}: {text[:80]!r}") from None
+
+
 class Query(BaseModel):
     """A travel request in TravelPlanner's format."""
 
@@ -84,7 +92,7 @@ class Query(BaseModel):
     @classmethod
     def _literal(cls, v: Any) -> Any:
         if isinstance(v, str):
-            return ast.literal_eval(v)  # the published dataset stores a Python dict literal
+            return _python_literal(v, "a Python dict literal")  # as the published dataset stores it
         return v if v is not None else {}
 
     @field_validator("date", mode="before")
@@ -92,7 +100,7 @@ class Query(BaseModel):
     def _dates(cls, v: Any) -> Any:
         if isinstance(v, str):
             v = v.strip()
-            return ast.literal_eval(v) if v.startswith("[") else [v]
+            return _python_literal(v, "a Python list literal") if v.startswith("[") else [v]
         return v
 
     def to_travelplanner(self) -> dict[str, Any]:
@@ -101,17 +109,64 @@ class Query(BaseModel):
         return out
 
 
-def load_queries_jsonl(path: str | Path) -> list[Query]:
-    """Read a TravelPlanner query file (one JSON object per line); errors name the line."""
-    out = []
-    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(Query.model_validate(json.loads(line)))
-        except (ValueError, SyntaxError, ValidationError) as e:
-            raise ValueError(f"{path}:{n}: not a TravelPlanner query: {e}") from e
-    return out
+def load_queries(path: str | Path) -> list[Query]:
+    """Read TravelPlanner queries from a JSONL file (one object per line, as its splits ship), a JSON
+    list of objects, or a JSON file holding one object.
+
+    The dataset's Python-literal fields (``date``, ``local_constraint``) are read by :class:`Query`.
+    A malformed file raises ``ValueError`` naming the file, the line (``FILE:LINE:``) or the record
+    (``FILE: record N:``, counted from 1) and what is wrong.
+    """
+    text = Path(path).read_text(encoding="utf-8-sig")
+    lines = text.splitlines()
+    first = next((n for n, line in enumerate(lines, 1) if line.strip()), None)
+    if first is None:
+        raise ValueError(f"{path}: no queries in the file (expected JSONL, a JSON list or a JSON object)")
+    head = lines[first - 1].strip()
+    if head.startswith("{") and _parses(head):  # JSONL (a single one-line object is JSONL too)
+        records = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
+        return [_query(f"{path}:{n}:", _json(path, line, line=n)) for n, line in records]
+    if not head.startswith(("{", "[")):
+        raise ValueError(
+            f"{path}:{first}: expected a JSON object, a JSON list of objects or JSONL (one object per "
+            f"line), got {head[:40]!r}"
+        )
+    data = _json(path, text)
+    if isinstance(data, dict):
+        return [_query(f"{path}:", data)]
+    return [_query(f"{path}: record {i}:", rec) for i, rec in enumerate(data, 1)]
+
+
+#: the former name (the loader reads more than JSONL now)
+load_queries_jsonl = load_queries
+
+
+def _parses(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _json(path: str | Path, text: str, line: int | None = None) -> Any:
+    """``text`` parsed (the whole file, or its line ``line``); errors say ``FILE:LINE: ... at column C``."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{line or e.lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
+
+
+def _query(where: str, record: Any) -> Query:
+    if not isinstance(record, dict):
+        raise ValueError(f"{where} a query must be a JSON object, got {type(record).__name__}")
+    try:
+        return Query.model_validate(record)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(map(str, err['loc'])) or 'query'}: {err['msg']}" for err in e.errors()
+        )
+        raise ValueError(f"{where} not a TravelPlanner query: {problems}") from None
 
 
 class DayPlan(BaseModel):

@@ -2,13 +2,17 @@
 
 ``html_dir()`` is the wheel's ``html`` folder (``miniwob/<task>.html`` plus ``core/`` and
 ``common/``). Each task's description, partial-reward notes and nondeterminism flag come from
-the wheel's own sources (``envs/miniwob_envs.py`` docstrings and ``registration.py``).
+the wheel's own sources (``envs/miniwob_envs.py`` docstrings and ``registration.py``); a task the
+wheel has no environment class for (``button-delay``, ``chase-circle``, ``hover-shape``,
+``moving-items``, ``simon-says``) takes its description from its page's instruction (the
+``#query`` element's text, or the literal its script writes there).
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import html
 import importlib.util
 import re
 from dataclasses import dataclass
@@ -77,6 +81,25 @@ def _section(doc: str, title: str) -> str:
     return " ".join(m.group(1).split()) if m else ""
 
 
+_QUERY_DIV = re.compile(r"<div\s+id=[\"']query[\"'][^>]*>(.*?)</div>", re.S | re.I)
+_QUERY_SCRIPT = re.compile(
+    r"""[\(]\s*['"]#query['"]\s*\)\s*\.\s*(?:html|text)\(\s*(['"])((?:(?!\1).)*)\1\s*\)"""
+)
+
+
+def page_instruction(page: Path) -> str:
+    """The instruction a task page shows: its ``#query`` element's static text, else the first whole
+    string literal its script writes into ``#query`` (``$('#query').html('...')``); tags stripped."""
+    text = page.read_text(encoding="utf-8", errors="replace")
+    found = [m.group(1) for m in _QUERY_DIV.finditer(text)]
+    found += [m.group(2) for m in _QUERY_SCRIPT.finditer(text)]
+    for raw in found:
+        words = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", raw)).split())
+        if words:
+            return words
+    return ""
+
+
 @functools.cache
 def all_tasks() -> dict[str, MiniWoBTask]:
     """Every task page in the wheel, by name (sorted)."""
@@ -87,7 +110,7 @@ def all_tasks() -> dict[str, MiniWoBTask]:
         doc = docs.get(page.stem, "")
         out[page.stem] = MiniWoBTask(
             name=page.stem,
-            description=_section(doc, "Description"),
+            description=_section(doc, "Description") or page_instruction(page),
             partial_reward="Partial reward" in doc,
             nondeterministic=page.stem in nondet,
         )
