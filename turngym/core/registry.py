@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import difflib
 import importlib
-import importlib.metadata
 import re
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from turngym.core.plugins import load_entry_points
 
 ENTRY_POINT_GROUP = "turngym.envs"
 GYM_NAMESPACE = "turngym"
@@ -184,13 +185,7 @@ class Registry(Mapping[str, EnvSpec]):
             if self._plugins_loaded and not force:
                 return
             self._plugins_loaded = True
-            for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-                try:
-                    obj = ep.load()
-                    if callable(obj) and not isinstance(obj, type):
-                        obj()
-                except Exception as e:  # noqa: BLE001 - a broken plugin must not break turngym
-                    self.plugin_errors[ep.name] = f"{type(e).__name__}: {e}"
+            load_entry_points(ENTRY_POINT_GROUP, self.plugin_errors)
 
     def unregister(self, env_id: str) -> None:
         spec = self.spec(env_id)

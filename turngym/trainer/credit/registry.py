@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
+from turngym.core.plugins import load_entry_points
 from turngym.trainer.credit.base import OutcomeReward
 
 if TYPE_CHECKING:
@@ -142,14 +143,7 @@ def _load() -> None:
         for module in BUILTIN_MODULES:
             importlib.import_module(f"turngym.trainer.credit.{module}")
         _loaded = True
-        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-            try:
-                obj = ep.load()
-                if callable(obj) and not isinstance(obj, type):
-                    obj()
-            except Exception as e:  # noqa: BLE001 - a broken plugin must not break turngym
-                plugin_errors[ep.name] = f"{type(e).__name__}: {e}"
-                log.warning("credit plugin %s failed to load: %s", ep.name, plugin_errors[ep.name])
+        load_entry_points(ENTRY_POINT_GROUP, plugin_errors)
 
 
 def registered_credit_methods() -> list[str]:
