@@ -16,7 +16,8 @@ TURN = SamplingParams(max_tokens=10, temperature=0.0, stop_token_ids=(-1,))
 @pytest.fixture
 def backends(tiny_dir, tokenizer):
     """(with reuse, without reuse) over the same model object."""
-    on = HFBackend(tiny_dir, tokenizer, max_batch_size=8, max_wait_ms=5)
+    # parked rows must not expire between turns on a loaded CI machine (expiry has its own test)
+    on = HFBackend(tiny_dir, tokenizer, max_batch_size=8, max_wait_ms=5, park_s=600.0)
     off = HFBackend(on.model, tokenizer, max_batch_size=8, max_wait_ms=5, reuse_prefix=False)
     return on, off  # each test closes both in its own event loop
 

@@ -80,4 +80,8 @@ def _template_problem(folder) -> str | None:
     from turngym.agents.chat import template_problem
     from turngym.agents.models import load_tokenizer
 
-    return template_problem(load_tokenizer(folder))
+    try:
+        tokenizer = load_tokenizer(folder)
+    except Exception as e:  # noqa: BLE001 - a folder without a usable tokenizer: say so, go on
+        return f"its tokenizer does not load ({type(e).__name__}: {str(e)[:160]})"
+    return template_problem(tokenizer)
