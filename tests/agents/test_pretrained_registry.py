@@ -14,6 +14,22 @@ from turngym.agents import pretrained as P
 from turngym.agents.models import resolve_model
 
 
+def fake_entry() -> P.PretrainedModel:
+    """The registry entry of the fake data package ``tg_fake_weights`` (converter kind ``fake``)."""
+    return P.PretrainedModel(
+        name="fake-1m",
+        aliases=("Fake-1M",),
+        description="test",
+        params="1M",
+        architecture="none",
+        package="tg_fake_weights",
+        resource="w.bin",
+        kind="fake",
+        requires=(),
+        install="pip install tg-fake-weights",
+    )
+
+
 @pytest.fixture
 def fake_pkg(tmp_path, monkeypatch):
     """An installed package ``tg_fake_weights`` holding ``w.bin``, a converter ``fake`` that counts calls."""
@@ -35,18 +51,7 @@ def fake_pkg(tmp_path, monkeypatch):
         (out / "model.safetensors").write_bytes(data[::-1])
 
     monkeypatch.setitem(P._CONVERTERS, "fake", convert)
-    entry = P.PretrainedModel(
-        name="fake-1m",
-        aliases=("Fake-1M",),
-        description="test",
-        params="1M",
-        architecture="none",
-        package="tg_fake_weights",
-        resource="w.bin",
-        kind="fake",
-        requires=(),
-        install="pip install tg-fake-weights",
-    )
+    entry = fake_entry()
     for key in ("fake-1m", "Fake-1M"):
         monkeypatch.setitem(P._REGISTRY, key, entry)
     sys.modules.pop("tg_fake_weights", None)
@@ -181,18 +186,7 @@ def _resolve_in_child(cache: str, site: str) -> str:
         (out / "model.safetensors").write_bytes(source.read_bytes())
 
     P.register_converter("fake", convert)
-    P.register_pretrained(
-        P.PretrainedModel(
-            name="fake-1m",
-            description="",
-            params="",
-            architecture="",
-            package="tg_fake_weights",
-            resource="w.bin",
-            kind="fake",
-            requires=(),
-        )
-    )
+    P.register_pretrained(fake_entry())
     return f"{P.resolve_pretrained('fake-1m')}|{len(calls)}"
 
 
