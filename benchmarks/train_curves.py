@@ -76,11 +76,29 @@ def expert_data(model: str, tasks: int, kwargs: dict, workers: int) -> list:
         return [s for part in parts for s in part]
 
 
+def method_spec(spec: str) -> tuple[str, list[str]]:
+    """``METHOD[:KEY=VALUE,...]`` -> the credit method and its ``credit.METHOD.KEY=VALUE`` overrides
+    (``igpo:norm=separate`` runs IGPO with separately normalised IG and outcome rewards)."""
+    name, _, opts = spec.partition(":")
+    overrides = []
+    for opt in filter(None, opts.split(",")):
+        key, eq, value = opt.partition("=")
+        if not eq:
+            raise SystemExit(f"--methods {spec!r}: options are KEY=VALUE")
+        overrides.append(f"credit.{name}.{key}={value}")
+    return name, overrides
+
+
+def label(spec: str) -> str:
+    """A run's name for a method spec: ``igpo:norm=separate`` -> ``igpo.norm_separate``."""
+    return spec.replace(":", ".").replace(",", ".").replace("=", "_")
+
+
 def child_cmd(args: argparse.Namespace, run_dir: Path, model: str, method: str, seed: int, steps: int):
     cmd = [sys.executable, __file__, "--child", "--run-dir", str(run_dir), "--model", model]
     cmd += ["--method", method, "--seed", str(seed), "--steps", str(steps), "--env-json"]
     cmd += [json.dumps(env_kwargs(args))]
-    for k in ("tasks", "group", "eval_tasks", "eval_every", "lr", "max_tokens", "micro_batch_tokens"):
+    for k in ("tasks", "group", "eval_tasks", "eval_every", "lr", "max_tokens", "micro_batch_tokens", "max_batch"):
         cmd += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
     if args.grad_ckpt:
         cmd.append("--grad-ckpt")
@@ -181,7 +199,8 @@ def child(args: argparse.Namespace) -> None:
         f"steps={args.steps}",
         f"model.path={args.model}",
         "model.dtype=float32",
-        f"credit.method={args.method}",
+        f"credit.method={method_spec(args.method)[0]}",
+        *method_spec(args.method)[1],
         "rollout.env=search-qa",
         f"rollout.env_kwargs={args.env_json}",
         f"rollout.eval_env_kwargs={json.dumps({'split': 'test'})}",
@@ -189,10 +208,11 @@ def child(args: argparse.Namespace) -> None:
         f"rollout.group_size={args.group}",
         f"rollout.max_tokens={args.max_tokens}",
         "rollout.max_context=2048",
-        "rollout.max_batch_size=256",
+        f"rollout.max_batch_size={args.max_batch}",
         f"model.gradient_checkpointing={str(args.grad_ckpt).lower()}",
         f"model.gpu_memory_fraction={args.gpu_fraction or 'null'}",
         f"rollout.eval_tasks={args.eval_tasks}",
+        "rollout.eval_breakdown=hops",
         f"rollout.eval_every={args.eval_every}",
         f"rollout.task_seed_offset={args.seed * 100_000}",
         f"optim.lr={args.lr}",
@@ -213,7 +233,9 @@ def curve(run_dir: Path) -> list[dict]:
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="runs/curves")
-    ap.add_argument("--methods", nargs="+", default=["grpo", "igpo"])
+    ap.add_argument(
+        "--methods", nargs="+", default=["grpo", "igpo"], help="credit methods, METHOD[:KEY=VALUE,...]"
+    )
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--tasks", type=int, default=16)
@@ -238,6 +260,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--model", help="pretrained name (turngym models) or folder; default: a tiny model")
     ap.add_argument("--max-tokens", type=int, default=64, help="tokens per turn")
     ap.add_argument("--micro-batch-tokens", type=int, default=16384)
+    ap.add_argument("--max-batch", type=int, default=256, help="sequences the HF backend generates at once")
     ap.add_argument("--grad-ckpt", action="store_true", help="gradient checkpointing (SFT and RL)")
     ap.add_argument("--gpu-fraction", type=float, help="per-process share of the GPU's memory (RL runs)")
     ap.add_argument("--hidden", type=int, default=384)
@@ -269,18 +292,18 @@ def summarise(args: argparse.Namespace, runs: dict[str, list[dict]], target: flo
     for method in args.methods:
         finals, reach, train_last = [], [], []
         for seed in args.seeds:
-            e = evals.get(f"{method}-s{seed}", [])
+            e = evals.get(f"{label(method)}-s{seed}", [])
             if e:
                 finals.append(e[-1][1])
                 reach.append(next((s for s, v in e if v >= target), None))
-            tr = [r["reward/outcome"] for r in runs.get(f"{method}-s{seed}", []) if "reward/outcome" in r]
+            tr = [r["reward/outcome"] for r in runs.get(f"{label(method)}-s{seed}", []) if "reward/outcome" in r]
             if tr:
                 train_last.append(sum(tr[-3:]) / len(tr[-3:]))
         methods[method] = {
             "final_eval_f1": finals,
             "steps_to_target": reach,
             "train_f1_last3": train_last,
-            "max_eval_masked_frac": [masked.get(f"{method}-s{seed}") for seed in args.seeds],
+            "max_eval_masked_frac": [masked.get(f"{label(method)}-s{seed}") for seed in args.seeds],
         }
     train = {
         k: [(r["step"], r.get("reward/outcome")) for r in v if "reward/outcome" in r] for k, v in runs.items()
@@ -299,12 +322,9 @@ def plot(out: Path, summary: dict) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, key in ((axes[0], "eval_curves"), (axes[1], "train_curves")):
         for k, c in summary[key].items():
+            names = [label(m) for m in summary["args"]["methods"]]
             method = k.rsplit("-s", 1)[0]
-            color = (
-                f"C{summary['args']['methods'].index(method) % 10}"
-                if method in summary["args"]["methods"]
-                else "k"
-            )
+            color = f"C{names.index(method) % 10}" if method in names else "k"
             ax.plot([s for s, _ in c], [v for _, v in c], label=k, color=color, alpha=0.8)
     axes[0].set(title=f"eval F1 (greedy, test split) — {summary['device']}", xlabel="RL step")
     axes[1].set(title="train reward (F1, sampled)", xlabel="RL step")
@@ -340,12 +360,14 @@ def main() -> None:
         )
         return
     procs = {}
+    for method in args.methods:
+        method_spec(method)  # a malformed spec fails here, before any child starts
     for seed in args.seeds:  # seed-major: each card gets a mix of methods
         for method in args.methods:
-            run_dir = out / f"{method}-s{seed}"
+            run_dir = out / f"{label(method)}-s{seed}"
             time.sleep(args.stagger_s)  # children load the model and the search index one after another
             cmd = child_cmd(args, run_dir, start["path"], method, seed, args.steps)
-            log = out / f"{method}-s{seed}.log"
+            log = out / f"{label(method)}-s{seed}.log"
             procs[(method, seed)] = (spawn(cmd, log, gpu_of(args, len(procs))), run_dir)
     deadline = t0 + args.deadline_s
     for (method, seed), (p, _) in procs.items():
@@ -355,7 +377,7 @@ def main() -> None:
             p.terminate()
             p.wait()
         print(f"{method} seed {seed} exited {p.returncode}", flush=True)
-    runs = {f"{m}-s{s}": curve(rd) for (m, s), (_, rd) in procs.items()}
+    runs = {f"{label(m)}-s{s}": curve(rd) for (m, s), (_, rd) in procs.items()}
     target = args.target if args.target is not None else start["eval_f1"] + 0.05
     summary = {
         "device": device,

@@ -281,3 +281,30 @@ def test_passes_turn_cudnn_attention_off_and_restore_it_across_threads():
         pass
     assert torch.backends.cuda.cudnn_sdp_enabled() is False
     torch.backends.cuda.enable_cudnn_sdp(before)
+
+
+async def test_an_error_merging_a_joiner_fails_the_live_rows_at_once_and_the_backend_goes_on(
+    tiny_dir, tokenizer, monkeypatch
+):
+    """Out of memory while a prefilled joiner's cache is merged into the running batch (met on an
+    H100 with six trainers on one card): the running row and the joiner get the error at once (not
+    after a turn timeout, as when the error killed the scheduler thread), and the next call works."""
+    backend = HFBackend(tiny_dir, tokenizer, max_wait_ms=1, fuse_tokens=0)  # joiners: a pass of their own
+    p_long, p_join = prompts(tokenizer)[1], prompts(tokenizer)[0]
+    real_merge = backend._merge
+
+    def merge(batch, part):
+        if batch.rows:  # the first request starts the batch; the joiner's merge fails
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 56.00 MiB.")
+        real_merge(batch, part)
+
+    monkeypatch.setattr(backend, "_merge", merge)
+    running = await decoding(backend, p_long, max_tokens=100_000, steps=2)
+    joiner = asyncio.create_task(backend.generate(p_join, GREEDY))
+    for task in (running, joiner):
+        with pytest.raises(BackendError, match="OutOfMemoryError: CUDA out of memory"):
+            await asyncio.wait_for(task, timeout=30)
+    monkeypatch.setattr(backend, "_merge", real_merge)
+    alone = backend.generate_batch([p_join], [GREEDY])[0]
+    assert (await backend.generate(p_join, GREEDY)).token_ids == alone.token_ids
+    await backend.aclose()

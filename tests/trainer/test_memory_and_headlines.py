@@ -10,7 +10,7 @@ import torch
 
 from turngym.rollout.commands import summarize
 from turngym.trainer.batching import token_logprobs, train_mode_without_dropout
-from turngym.trainer.loop import cap_gpu_memory, reward_metrics
+from turngym.trainer.loop import breakdown_metrics, cap_gpu_memory, reward_metrics
 
 from .helpers import make_traj
 
@@ -108,3 +108,19 @@ def test_headlines_count_masked_trajectories_as_failures():
     assert report["episodes"] == 8 and report["masked"] == 6 and report["masked_frac"] == 0.75
     assert report["success_rate"] == pytest.approx(1 / 8)
     assert report["success_ci"][0] <= 1 / 8 <= report["success_ci"][1]
+
+
+def test_eval_breakdown_splits_the_headline_by_a_reference_key():
+    """Per hop count: a policy that stops after two searches scores 1.0 on 2-hop and 0 on 3-hop
+    questions, which the overall 0.5 hides."""
+    two = [make_traj([0.0, 0.0, 1.0], reference={"answer": "a", "hops": 2}) for _ in range(3)]
+    three = [make_traj([0.0, 0.0, 0.0], reference={"answer": "b", "hops": 3}) for _ in range(2)]
+    three.append(make_traj([1.0], reference={"answer": "b", "hops": 3}, masked=True))
+    other = [make_traj([0.5], reference={"answer": "c"})]
+    m = breakdown_metrics(two + three + other, "hops", "eval/")
+    assert m["eval/by_hops/2/reward/outcome"] == 1.0 and m["eval/by_hops/2/frac"] == pytest.approx(3 / 7)
+    assert m["eval/by_hops/3/reward/outcome"] == 0.0  # the masked one counts as a failure
+    assert m["eval/by_hops/3/reward/masked_frac"] == pytest.approx(1 / 3)
+    assert m["eval/by_hops/2/episode/turns"] == 3.0
+    assert m["eval/by_hops/none/reward/outcome"] == 0.5
+    assert sum(v for k, v in m.items() if k.endswith("/frac") and "masked" not in k) == pytest.approx(1.0)

@@ -295,7 +295,7 @@ class HFBackend:
             raise BackendError(f"prompt token ids outside the vocabulary (size {self.vocab_size}): {bad[:5]}")
         seed = sampling.seed if sampling.seed is not None else int(torch.randint(0, 2**62, ()).item())
         stops = frozenset(sampling.stop_token_ids) or frozenset({self.tokenizer.eos_token_id})
-        req = _Request([int(t) for t in prompt_ids], sampling, done, gave_up, seed, stops)
+        req = _Request([int(t) for t in prompt_ids], sampling, _once(done), gave_up, seed, stops)
         req.submitted = time.perf_counter()
         return req
 
@@ -309,7 +309,16 @@ class HFBackend:
         """The scheduler thread: admit arrivals between decode steps until told to stop."""
         batch = _Batch()
         while (joiners := self._arrivals(batch)) is not None:
-            self._iterate(batch, joiners)
+            try:
+                self._iterate(batch, joiners)
+            except Exception as e:  # noqa: BLE001 - outside a pass (merging caches, compacting): the
+                # batch may be half-changed, so every live row and joiner gets the error, the thread lives
+                err = _backend_error(e)
+                for r in [*batch.rows, *joiners]:
+                    if r.parked is None:
+                        r.done(err)
+                batch = _Batch()
+                _release_cuda_cache()
         err = BackendError("the HF backend was closed")
         for r in batch.rows:
             if r.parked is None:
@@ -810,6 +819,27 @@ def _check_cache(cache: Any) -> None:
         raise BackendError(
             f"continuous batching needs full-attention DynamicLayer caches; this model uses {kinds}"
         )
+
+
+def _once(done: Callable[[Generation | BaseException], None]) -> Callable[[Generation | BaseException], None]:
+    """``done`` called at most once: a request failed with its batch after it was answered keeps its answer."""
+    called = False
+
+    def reply(result: Generation | BaseException) -> None:
+        nonlocal called
+        if not called:
+            called = True
+            done(result)
+
+    return reply
+
+
+def _release_cuda_cache() -> None:
+    """After an error (often CUDA out of memory) the dropped batch's cache blocks go back to the card."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def _backend_error(e: BaseException) -> BackendError:

@@ -58,6 +58,8 @@ class RolloutSettings(_Strict):
     eval_seed_offset: int = 1_000_000
     eval_temperature: float = 0.0
     eval_env_kwargs: dict[str, Any] = Field(default_factory=dict)  # merged over env_kwargs (e.g. split: test)
+    # eval metrics also per value of this key of the tasks' reference (search-qa: "hops", "kind")
+    eval_breakdown: str | None = None
 
 
 class CreditSettings(BaseModel):

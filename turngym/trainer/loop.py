@@ -231,7 +231,10 @@ class Trainer:
         seeds = shard([r.eval_seed_offset + k for k in range(r.eval_tasks)], self.dist)
         trajs, _ = self.rollout(seeds, 1, r.eval_temperature, {**r.env_kwargs, **r.eval_env_kwargs})
         torch.set_rng_state(state)
-        return merge_metrics(self.dist, {f"eval/{k}": v for k, v in reward_metrics(trajs).items()})
+        metrics = {f"eval/{k}": v for k, v in reward_metrics(trajs).items()}
+        if r.eval_breakdown:
+            metrics.update(breakdown_metrics(trajs, r.eval_breakdown, "eval/"))
+        return merge_metrics(self.dist, metrics)
 
     # ----------------------------------------------------------------- update
     def update(self, trajs: list[Trajectory], token_adv: list[np.ndarray]) -> dict[str, float]:
@@ -490,6 +493,24 @@ def cap_gpu_memory(fraction: float, device: str) -> int | None:
     index = dev.index if dev.index is not None else torch.cuda.current_device()
     torch.cuda.set_per_process_memory_fraction(fraction, index)
     return index
+
+
+def breakdown_metrics(trajs: list[Trajectory], key: str, prefix: str = "") -> dict[str, float]:
+    """The headline metrics per value of ``reference[key]`` (e.g. per hop count), as
+    ``{prefix}by_{key}/{value}/reward/outcome`` with the share of trajectories (``.../frac``); a
+    trajectory without the key counts under ``none``."""
+    groups: dict[str, list[Trajectory]] = {}
+    for t in trajs:
+        groups.setdefault(str(t.reference.get(key, "none")), []).append(t)
+    out = {}
+    for value, group in sorted(groups.items()):
+        head = f"{prefix}by_{key}/{value}/"
+        m = reward_metrics(group)
+        out[head + "frac"] = len(group) / len(trajs)
+        for name in ("reward/outcome", "reward/masked_frac", "episode/turns"):
+            if name in m:
+                out[head + name] = m[name]
+    return out
 
 
 def reward_metrics(trajs: list[Trajectory]) -> dict[str, float]:
