@@ -98,10 +98,21 @@ def child_cmd(args: argparse.Namespace, run_dir: Path, model: str, method: str, 
     cmd = [sys.executable, __file__, "--child", "--run-dir", str(run_dir), "--model", model]
     cmd += ["--method", method, "--seed", str(seed), "--steps", str(steps), "--env-json"]
     cmd += [json.dumps(env_kwargs(args))]
-    for k in ("tasks", "group", "eval_tasks", "eval_every", "lr", "max_tokens", "micro_batch_tokens", "max_batch"):
+    for k in (
+        "tasks",
+        "group",
+        "eval_tasks",
+        "eval_every",
+        "lr",
+        "max_tokens",
+        "micro_batch_tokens",
+        "max_batch",
+    ):
         cmd += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
     if args.grad_ckpt:
         cmd.append("--grad-ckpt")
+    for kv in args.set:
+        cmd += ["--set", kv]
     if args.gpu_fraction:
         cmd += ["--gpu-fraction", str(args.gpu_fraction)]
     return cmd
@@ -221,6 +232,7 @@ def child(args: argparse.Namespace) -> None:
         "log.tensorboard=false",
         "log.save_trajectories=false",
         "log.progress=false",
+        *args.set,
     ]
     Trainer(load_config(None, overrides)).train()
 
@@ -261,6 +273,13 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--max-tokens", type=int, default=64, help="tokens per turn")
     ap.add_argument("--micro-batch-tokens", type=int, default=16384)
     ap.add_argument("--max-batch", type=int, default=256, help="sequences the HF backend generates at once")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a train-config override for every RL run (e.g. optim.warmup_steps=5, loss.kl_coef=0.01)",
+    )
     ap.add_argument("--grad-ckpt", action="store_true", help="gradient checkpointing (SFT and RL)")
     ap.add_argument("--gpu-fraction", type=float, help="per-process share of the GPU's memory (RL runs)")
     ap.add_argument("--hidden", type=int, default=384)
@@ -296,7 +315,9 @@ def summarise(args: argparse.Namespace, runs: dict[str, list[dict]], target: flo
             if e:
                 finals.append(e[-1][1])
                 reach.append(next((s for s, v in e if v >= target), None))
-            tr = [r["reward/outcome"] for r in runs.get(f"{label(method)}-s{seed}", []) if "reward/outcome" in r]
+            tr = [
+                r["reward/outcome"] for r in runs.get(f"{label(method)}-s{seed}", []) if "reward/outcome" in r
+            ]
             if tr:
                 train_last.append(sum(tr[-3:]) / len(tr[-3:]))
         methods[method] = {

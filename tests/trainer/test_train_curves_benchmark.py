@@ -30,17 +30,22 @@ def test_train_curves_runs_end_to_end_on_cpu(tmp_path):
         "--workers",
         "1",
     ]
-    cmd += ["--methods", "grpo", "igpo", "--seeds", "0", "--steps", "1", "--tasks", "1", "--group", "2"]
+    cmd += ["--methods", "grpo", "igpo:norm=separate", "--seeds", "0", "--steps", "1", "--tasks", "1"]
+    cmd += ["--group", "2", "--max-batch", "3", "--set", "optim.warmup_steps=2"]
     cmd += ["--eval-tasks", "2", "--eval-every", "1", "--max-tokens", "8", "--grad-ckpt", "--stagger-s", "0"]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert [c["step"] for c in summary["checkpoints"]] == [1, 2]
     assert all(c["eval_masked_frac"] == 0.0 for c in summary["checkpoints"])
-    for method in ("grpo", "igpo"):
+    for method, run in (("grpo", "grpo-s0"), ("igpo:norm=separate", "igpo.norm_separate-s0")):
         m = summary["methods"][method]
         assert len(m["final_eval_f1"]) == 1 and m["max_eval_masked_frac"] == [0.0]
-        rows = [json.loads(x) for x in (out / f"{method}-s0" / "metrics.jsonl").read_text().splitlines()]
+        rows = [json.loads(x) for x in (out / run / "metrics.jsonl").read_text().splitlines()]
         assert [r["step"] for r in rows] == [0, 1] and "update/tokens" in rows[1]
-    config = json.loads((out / "igpo-s0" / "config.json").read_text())
+        assert rows[0]["eval/by_hops/1/frac"] == 1.0  # the eval headline per hop count
+        assert rows[0]["eval/by_hops/1/reward/outcome"] == rows[0]["eval/reward/outcome"]
+    config = json.loads((out / "igpo.norm_separate-s0" / "config.json").read_text())
     assert config["model"]["gradient_checkpointing"] is True and config["credit"]["method"] == "igpo"
+    assert config["credit"]["igpo"]["norm"] == "separate"  # the variant's option reached the run
+    assert config["optim"]["warmup_steps"] == 2 and config["rollout"]["max_batch_size"] == 3
