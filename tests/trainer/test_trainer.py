@@ -33,10 +33,15 @@ def test_end_to_end_metrics_checkpoint_and_artifacts(tmp_path):
     for r in rows:  # outcome and total reward are logged separately
         assert {"reward/outcome", "reward/total", "update/loss", "update/grad_norm", "time/rollout"} <= set(r)
         assert abs(r["update/ratio_mean"] - 1.0) < 1e-3  # training logprobs reproduce the sampling ones
+        # the rollout time ledger: summed per phase, the top-level shares add up to one
+        assert r["rollout/time/generate"] > 0 and r["rollout/time/generate/decode"] > 0
+        shares = [v for k, v in r.items() if k.startswith("rollout/time_share/")]
+        assert len(shares) == 6 and abs(sum(shares) - 1.0) < 1e-6 and r["rollout/trajectories_per_hour"] > 0
     assert [p.name for p in (run / "checkpoints").iterdir()] == ["step-000002"]
     assert (run / "final" / "config.json").exists() and (run / "tb").is_dir()
     trajs = (run / "trajectories" / "step-000001.jsonl").read_text().splitlines()
     assert len(trajs) == 4 and json.loads(trajs[0])["token_ids"]
+    assert json.loads(trajs[0])["turns"][0]["timing"]["generate"] > 0  # each turn keeps its ledger
 
 
 def shorter_is_better(a, b):

@@ -125,3 +125,24 @@ def test_training_run_directory_is_read_step_by_step(tmp_path):
     html = out.read_text()
     assert out == tmp_path / "report.html" and html.count('class="traj ') == 4
     assert "return and success by step" in html  # one point per training step
+
+
+def test_report_shows_where_the_rollout_time_went(run_dir):
+    from turngym.rollout.store import load_trajectories
+
+    trajs = load_trajectories(run_dir)
+    plain = build_report(trajs, title="t")
+    assert 'id="ledger"' not in plain  # trajectories without a ledger: no line, no plot
+    for t in trajs:
+        t.metrics["time/env_start"] = 1.0
+        for turn in t.turns:
+            turn.timing = {"generate": 2.0, "generate/decode": 1.5, "env_step": 1.0, "observe": 0.0}
+    html = build_report(trajs, title="t")
+    turns = sum(t.num_turns for t in trajs)
+    total = 6 * 1.0 + turns * 3.0
+    # the header's line: shares of the top-level phases; a backend's part of generate is not one
+    line = html.split('id="ledger">', 1)[1].split("</span>", 1)[0]
+    assert f"generate {100 * 2.0 * turns / total:.0f}%" in line and "env_start" in line
+    assert "decode" not in line and "observe" not in line  # no time: left out
+    assert "generate/decode 1.500s" in html and "env_step 1.000s" in html  # each turn's tags
+    assert "where the rollout time went" in html

@@ -37,6 +37,8 @@ class AgentStep:
     finish_reason: str | None = None
     gen_span: tuple[int, int] | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    # the backend's side of the generation in seconds (queued, prefill, decode: turngym.rollout.ledger)
+    timing: dict[str, float] = field(default_factory=dict)
 
 
 class AgentSession(Protocol):

@@ -95,6 +95,7 @@ class _Request:
     route: str | None = None
     submitted: float = 0.0  # perf_counter when the caller asked
     admitted: float = 0.0  # start of the pass that prefilled it
+    first_token: float = 0.0  # when that pass sampled its first token
     generator: Any = None  # made at admission, for sampled (non-greedy) requests only
     reuse: int = 0  # leading prompt tokens whose KV came from the route's parked row
     parked: float | None = None  # when the finished row was parked (its KV kept for the route's next turn)
@@ -580,8 +581,11 @@ class HFBackend:
                     race[j].exponential_(generator=self._generator(rows[i]))
                 tokens[idx] = (probs / race).argmax(dim=-1)
             lps = raw.gather(1, tokens[:, None]).squeeze(1)
+            now = time.perf_counter()
             for r, t, lp in zip(rows, tokens.tolist(), lps.tolist(), strict=True):
                 if r.parked is None:
+                    if not r.tokens:
+                        r.first_token = now
                     r.tokens.append(t)
                     r.logprobs.append(lp)
                     r.versions.append(version)
@@ -668,7 +672,14 @@ class HFBackend:
             finish_reason=reason,
             text=self.tokenizer.decode(r.tokens, skip_special_tokens=True),
             prompt_len=len(r.prompt_ids),
-            meta={"weights_version": [r.versions[0], r.versions[-1]]},
+            meta={
+                "weights_version": [r.versions[0], r.versions[-1]],
+                "timing": {  # the rollout ledger's parts of the caller's wait (turngym.rollout.ledger)
+                    "queued": max(r.admitted - r.submitted, 0.0),
+                    "prefill": max(r.first_token - r.admitted, 0.0),
+                    "decode": max(time.perf_counter() - r.first_token, 0.0),
+                },
+            },
         )
 
 

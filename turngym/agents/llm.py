@@ -93,7 +93,8 @@ class LLMSession:
         self.turn += 1
         self.generated += len(gen.token_ids)
         text = self.tokens.fmt.decode(gen.token_ids)
-        return AgentStep(Message(role="assistant", content=text), gen.finish_reason, span)
+        timing = {k: float(v) for k, v in (gen.meta.get("timing") or {}).items()}
+        return AgentStep(Message(role="assistant", content=text), gen.finish_reason, span, timing=timing)
 
     def observe(self, action: Message, observation: list[Message]) -> tuple[int, int]:
         return self.tokens.add_observation(action, observation)

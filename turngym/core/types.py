@@ -117,6 +117,9 @@ class Turn(BaseModel):
     obs_span: tuple[int, int] | None = None
     finish_reason: str | None = None
     info: dict[str, Any] = Field(default_factory=dict)
+    # seconds per phase of this turn: generate, env_step, observe, generate/queued|prefill|decode
+    # (see turngym.rollout.ledger)
+    timing: dict[str, float] = Field(default_factory=dict)
 
 
 class Trajectory(BaseModel):

@@ -22,7 +22,10 @@
   Ray actor hosting the env died, see ``turngym.rollout.ray_envs``). Running out
   of context truncates the trajectory (not masked; ``metrics["context_full"] = 1``).
 * ``engine.stats`` is updated live (for progress bars) and reconciles at the end:
-  ``requested == completed + masked``.
+  ``requested == completed + masked``; ``stats.time_s`` sums the time ledger (env start, reset,
+  generate and the backend's queued/prefill/decode, env step, observe, close), which each turn
+  keeps in ``Turn.timing`` and each trajectory in ``metrics["time/<phase>"]``
+  (``turngym.rollout.ledger``).
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ class RolloutStats:
     turns: int = 0
     generated_tokens: int = 0
     mask_reasons: Counter = field(default_factory=Counter)
+    time_s: Counter = field(default_factory=Counter)  # the time ledger, summed (turngym.rollout.ledger)
     started: float = field(default_factory=time.monotonic)
     finished_at: float | None = None
 
@@ -107,6 +111,7 @@ class RolloutStats:
             "generated_tokens": self.generated_tokens,
             "wall_s": round(self.wall_s, 3),
             "tokens_per_s": round(self.tokens_per_s, 1),
+            "time_s": {k: round(v, 3) for k, v in sorted(self.time_s.items())},
         }
 
 
@@ -212,10 +217,13 @@ class RolloutEngine:
         sessions: list[AgentSession] = []  # filled by _episode, so a masked trajectory still exports tokens
         try:
             async with asyncio.timeout(cfg.trajectory_timeout):
+                t_env = time.monotonic()
                 try:
                     env = await self._build_env()
                 except Exception as e:  # noqa: BLE001 - any construction failure is an env fault
                     raise _Fault(_reason(e, "env_error"), e) from e
+                finally:
+                    self._ledger(traj, "env_start", time.monotonic() - t_env)
                 await self._episode(env, traj, seed, sample, sessions)
         except _Fault as f:
             _mask(traj, f.reason, f.error)
@@ -223,7 +231,9 @@ class RolloutEngine:
             _mask(traj, "trajectory_timeout", f"the episode exceeded {cfg.trajectory_timeout}s: {e}")
         finally:
             if env is not None:
+                t_close = time.monotonic()
                 await self._close(env, traj)
+                self._ledger(traj, "close", time.monotonic() - t_close)
         for session in sessions:
             session.export(traj)
             end = getattr(session, "end", None)  # optional: lets a backend free the trajectory's cache
@@ -238,10 +248,13 @@ class RolloutEngine:
         cfg = self.config
         route = f"{traj.group}#{sample}"
         async with _turn_timeout(cfg.turn_timeout, "reset"):
+            t_reset = time.monotonic()
             try:
                 obs, info = await env.areset(seed=seed)
             except Exception as e:  # noqa: BLE001
                 raise _Fault(_reason(e, "env_error"), e) from e
+            finally:
+                self._ledger(traj, "reset", time.monotonic() - t_reset)
         start = Trajectory.start(obs, info)
         traj.prompt, traj.task_id, traj.reference = start.prompt, start.task_id, start.reference
         traj.start_state_key = start.start_state_key
@@ -257,6 +270,7 @@ class RolloutEngine:
                     traj.turns[-1].truncated = True
                 break
             async with _turn_timeout(cfg.turn_timeout, f"turn {len(traj.turns)}"):
+                t_act = time.monotonic()
                 try:
                     step = await session.act()
                 except ContextFull as e:
@@ -268,11 +282,19 @@ class RolloutEngine:
                     raise _Fault("backend_error", e) from e
                 except Exception as e:  # noqa: BLE001 - an env fault seen by the agent keeps its reason
                     raise _Fault(_reason(e, "agent_error"), e) from e
+                t_step = time.monotonic()
                 try:
                     obs, reward, terminated, truncated, info = await env.astep(step.action)
                 except Exception as e:  # noqa: BLE001
                     raise _Fault(_reason(e, "env_error"), e) from e
+                t_done = time.monotonic()
             turn = traj.record_step(step.action, obs, reward, terminated, truncated, info)
+            turn.timing = {
+                "generate": t_step - t_act,
+                **{f"generate/{k}": v for k, v in step.timing.items()},
+                "env_step": t_done - t_step,
+            }
+            self.stats.time_s.update(turn.timing)
             turn.gen_span = step.gen_span
             turn.finish_reason = step.finish_reason
             if step.info:
@@ -284,10 +306,19 @@ class RolloutEngine:
                 raise _Fault("env_error", str(info.get("mask_reason") or "the env masked this episode"))
             if terminated or truncated:
                 break
+            t_obs = time.monotonic()
             try:
                 turn.obs_span = session.observe(step.action, obs)
             except TokenMismatch as e:
                 raise _Fault("token_mismatch", e) from e
+            finally:
+                turn.timing["observe"] = time.monotonic() - t_obs
+                self.stats.time_s["observe"] += turn.timing["observe"]
+
+    def _ledger(self, traj: Trajectory, phase: str, seconds: float) -> None:
+        """A per-trajectory phase of the time ledger (``turngym.rollout.ledger``)."""
+        traj.metrics[f"time/{phase}"] = seconds
+        self.stats.time_s[phase] += seconds
 
     async def _close(self, env: Any, traj: Trajectory) -> None:
         error = await self._close_env(env)

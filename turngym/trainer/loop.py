@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from turngym.core.types import Trajectory
+from turngym.rollout.ledger import ledger_metrics
 from turngym.trainer.config import TrainConfig
 from turngym.trainer.credit.pipeline import CreditPipeline
 from turngym.trainer.credit.registry import build_credit_pipeline
@@ -347,11 +348,20 @@ class Trainer:
             **timings,
             "rollout/tokens_per_s": rstats["generated_tokens"] / max(timings["time/rollout"], 1e-9),
             "rollout/generated_tokens": float(rstats["generated_tokens"]),
+            **ledger_metrics(trajs, timings["time/rollout"]),
             **{f"rollout/masked/{k}": float(v) for k, v in rstats["mask_reasons"].items()},
             "time/step": time.perf_counter() - t0,
         }
         metrics = merge_metrics(
-            self.dist, metrics, summed=("rollout/masked/", "rollout/generated_tokens", "rollout/tokens_per_s")
+            self.dist,
+            metrics,
+            summed=(
+                "rollout/masked/",
+                "rollout/generated_tokens",
+                "rollout/tokens_per_s",
+                "rollout/time/",
+                "rollout/trajectories_per_hour",
+            ),
         )
         if cfg.log.save_trajectories:
             rank = f".rank-{self.dist.rank}" if self.dist.enabled else ""

@@ -78,7 +78,22 @@ def _turn_view(t: Trajectory, turn: Turn) -> dict[str, Any]:
         "gen_tokens": gen,
         "obs_tokens": obs,
         "state_key": turn.state_key or "",
+        "timing": {k: float(v) for k, v in turn.timing.items()},
     }
+
+
+def ledger_view(trajs: list[Trajectory]) -> list[tuple[str, float, float | None]]:
+    """The time ledger of the trajectories: (phase, seconds summed, share of the top-level phases or
+    None for a backend's part of ``generate``), phases with no time left out."""
+    from turngym.rollout.ledger import PHASES, ledger_totals
+
+    totals = ledger_totals(trajs)
+    top = sum(totals.get(p, 0.0) for p in PHASES)
+    rows: list[tuple[str, float, float | None]] = [
+        (p, totals[p], totals[p] / top if top else None) for p in PHASES if totals.get(p)
+    ]
+    rows += [(k, v, None) for k, v in sorted(totals.items()) if k not in PHASES and v]
+    return rows
 
 
 EVAL_KEYS = ("eval/reward/outcome", "eval/reward/success")
@@ -182,6 +197,14 @@ def _plots(trajs: list[Trajectory], metrics: list[dict[str, Any]]) -> list[tuple
     ax.set_title("turns per episode")
     plots.append(("turns per episode", _svg(fig)))
     plt.close(fig)
+    ledger = [(p, sec) for p, sec, share in ledger_view(trajs) if share is not None]
+    if ledger:
+        fig, ax = plt.subplots(figsize=(5, 3))
+        ax.barh([p for p, _ in ledger][::-1], [sec for _, sec in ledger][::-1])
+        ax.set_xlabel("seconds, summed over trajectories")
+        ax.set_title("where the rollout time went")
+        plots.append(("where the rollout time went", _svg(fig)))
+        plt.close(fig)
     errors: dict[int, list[float]] = defaultdict(list)
     for t in trajs:
         for turn in t.turns:
@@ -248,6 +271,7 @@ def build_report(
         groups=group_views,
         n=len(trajs),
         counts=dict(counts),
+        ledger=[(p, share) for p, _, share in ledger_view(trajs) if share is not None],
         plots=_plots(trajs, metrics or []) if trajs else [],
     )
 
