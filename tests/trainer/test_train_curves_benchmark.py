@@ -49,3 +49,40 @@ def test_train_curves_runs_end_to_end_on_cpu(tmp_path):
     assert config["model"]["gradient_checkpointing"] is True and config["credit"]["method"] == "igpo"
     assert config["credit"]["igpo"]["norm"] == "separate"  # the variant's option reached the run
     assert config["optim"]["warmup_steps"] == 2 and config["rollout"]["max_batch_size"] == 3
+
+
+def test_train_curves_runs_another_env_with_method_options(tmp_path):
+    """``--env``: the warm start, RL and eval on arith, G-RA with its gate always open (direct
+    accumulation) beside GRPO; no per-hop breakdown there."""
+    out = tmp_path / "curves"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "train_curves.py"), "--out", str(out)]
+    cmd += ["--env", "arith", "--env-kwargs", '{"depth": 1}', "--max-turns", "2", "--eval-breakdown", "none"]
+    cmd += [
+        "--hidden",
+        "64",
+        "--layers",
+        "1",
+        "--sft-tasks",
+        "8",
+        "--sft-steps",
+        "2",
+        "--sft-checkpoints",
+        "1",
+    ]
+    cmd += ["--sft-batch", "2", "--workers", "1", "--methods", "grpo", "gated:delta=-1e9", "--seeds", "0"]
+    cmd += ["--steps", "1", "--tasks", "1", "--group", "2", "--eval-tasks", "2", "--eval-every", "1"]
+    cmd += ["--max-tokens", "8", "--stagger-s", "0"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["methods"]) == {"grpo", "gated:delta=-1e9"}
+    config = json.loads((out / "gated.delta_-1e9-s0" / "config.json").read_text())
+    assert config["rollout"]["env"] == "arith" and config["rollout"]["env_kwargs"] == {
+        "depth": 1,
+        "max_turns": 2,
+    }
+    assert config["rollout"]["eval_env_kwargs"] == {} and config["rollout"]["eval_breakdown"] is None
+    assert config["credit"]["method"] == "gated" and config["credit"]["gated"]["delta"] == -1e9
+    rows = [json.loads(x) for x in (out / "gated.delta_-1e9-s0" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1] and "gated/gate_open_frac" in rows[1]
+    assert rows[1]["gated/gate_open_frac"] == 1.0  # direct accumulation: the gate never closes
