@@ -7,7 +7,8 @@
 # GGUF_SHA256 = sha256 of the whole file (set it in call 2's command); wheels as in gpu_results.md; .smol and .whl git-ignored.
 # The run lives in /root/smol (kept while the machine stays warm) and is launched with setsid, so it
 # goes on between calls; every call packs the curves so far into $OUT/curves.tgz.
-# TRAIN_ARGS overrides the benchmark's arguments; METHODS, LR, MAX_BATCH, GPU_FRACTION, GPUS, DEADLINE override single ones.
+# TRAIN_ARGS overrides the benchmark's arguments; METHODS, LR, MAX_BATCH, GPU_FRACTION, GPUS, DEADLINE override single ones;
+# EXTRA adds arguments (e.g. EXTRA="--set loss.kl_coef=0.05 --set optim.warmup_steps=5").
 set -uo pipefail
 ROOT=/root/smol
 RUN=$ROOT/run
@@ -69,7 +70,7 @@ start)
     --sft-checkpoints 200 --sft-batch 8 --sft-lr 5e-5 --start-f1 0 1 \
     --methods ${METHODS:-grpo igpo} --seeds 0 1 2 --tasks 16 --group 8 --lr ${LR:-5e-6} --steps 80 \
     --eval-tasks 128 --eval-every 3 --max-tokens 64 --micro-batch-tokens 8192 --max-batch ${MAX_BATCH:-24} --grad-ckpt \
-    --gpu-fraction ${GPU_FRACTION:-0.155} --gpus ${GPUS:-1} --deadline-s ${DEADLINE:-1560}"}
+    --gpu-fraction ${GPU_FRACTION:-0.155} --gpus ${GPUS:-1} --deadline-s ${DEADLINE:-1560} ${EXTRA:-}"}
   # shellcheck disable=SC2086
   setsid nohup python3 benchmarks/train_curves.py --out $RUN $ARGS > $ROOT/run.log 2>&1 < /dev/null &
   sleep 5

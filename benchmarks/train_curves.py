@@ -25,6 +25,7 @@ accumulation on travel-planner's per-check rewards, for example:
 
     python benchmarks/train_curves.py --model smollm2-135m --env travel-planner \
         --env-kwargs '{"level": "easy", "days": 3}' --eval-breakdown none --max-turns 30 \
+        --max-context 8192 \
         --methods gated:high_component=pass,delta=-1e9 gated:high_component=pass,delta=1.0 ...
 """
 
@@ -139,6 +140,7 @@ def child_cmd(args: argparse.Namespace, run_dir: Path, model: str, method: str, 
         "max_tokens",
         "micro_batch_tokens",
         "max_batch",
+        "max_context",
     ):
         cmd += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
     if args.grad_ckpt:
@@ -254,7 +256,7 @@ def child(args: argparse.Namespace) -> None:
         f"rollout.tasks_per_step={args.tasks}",
         f"rollout.group_size={args.group}",
         f"rollout.max_tokens={args.max_tokens}",
-        "rollout.max_context=2048",
+        f"rollout.max_context={args.max_context}",
         f"rollout.max_batch_size={args.max_batch}",
         f"model.gradient_checkpointing={str(args.grad_ckpt).lower()}",
         f"model.gpu_memory_fraction={args.gpu_fraction or 'null'}",
@@ -317,6 +319,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--workers", type=int, default=8, help="processes generating expert episodes")
     ap.add_argument("--model", help="pretrained name (turngym models) or folder; default: a tiny model")
     ap.add_argument("--max-tokens", type=int, default=64, help="tokens per turn")
+    ap.add_argument("--max-context", type=int, default=2048, help="tokens per episode (travel-planner: 8192)")
     ap.add_argument("--micro-batch-tokens", type=int, default=16384)
     ap.add_argument("--max-batch", type=int, default=256, help="sequences the HF backend generates at once")
     ap.add_argument(

@@ -71,7 +71,7 @@ def test_train_curves_runs_another_env_with_method_options(tmp_path):
     ]
     cmd += ["--sft-batch", "2", "--workers", "1", "--methods", "grpo", "gated:delta=-1e9", "--seeds", "0"]
     cmd += ["--steps", "1", "--tasks", "1", "--group", "2", "--eval-tasks", "2", "--eval-every", "1"]
-    cmd += ["--max-tokens", "8", "--stagger-s", "0"]
+    cmd += ["--max-tokens", "8", "--max-context", "1024", "--stagger-s", "0"]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
@@ -82,6 +82,7 @@ def test_train_curves_runs_another_env_with_method_options(tmp_path):
         "max_turns": 2,
     }
     assert config["rollout"]["eval_env_kwargs"] == {} and config["rollout"]["eval_breakdown"] is None
+    assert config["rollout"]["max_context"] == 1024
     assert config["credit"]["method"] == "gated" and config["credit"]["gated"]["delta"] == -1e9
     rows = [json.loads(x) for x in (out / "gated.delta_-1e9-s0" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1] and "gated/gate_open_frac" in rows[1]
