@@ -119,3 +119,50 @@ def test_hermes_round_trip(name, args):
     if "</tool_call>" in json.dumps(name) or "</tool_call>" in json.dumps(args):
         return
     assert r.valid_calls[0].name == name.strip() and r.valid_calls[0].arguments == args
+
+
+_name = st.from_regex(r"[a-z][a-z_]{0,11}", fullmatch=True)
+_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    name=_name, arguments=st.dictionaries(_name, st.one_of(_text, st.integers(), st.booleans()), max_size=4)
+)
+def test_hermes_format_call_parses_back_to_the_same_call(name, arguments):
+    call = ToolCall(name=name, arguments=arguments)
+    text = HermesParser().format_call(call)
+    (parsed,) = HermesParser().parse(text).calls
+    assert parsed.ok and parsed.call.name == name and parsed.call.arguments == arguments
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    value=_text.map(str.strip).filter(lambda v: "</" not in v and "<search>" not in v and "<answer>" not in v)
+)
+def test_tag_format_call_parses_back_to_the_same_call(value):
+    parser = TagParser()
+    for tool, arg in (("search", "query"), ("answer", "text")):
+        (parsed,) = parser.parse(parser.format_call(ToolCall(name=tool, arguments={arg: value}))).calls
+        assert parsed.ok and parsed.call.name == tool and parsed.call.arguments == {arg: value}
+
+
+def test_format_call_in_each_protocol_and_what_a_protocol_cannot_write():
+    import pytest
+
+    call = ToolCall(name="answer", arguments={"text": "Paris"})
+    assert (
+        HermesParser().format_call(call)
+        == '<tool_call>{"name": "answer", "arguments": {"text": "Paris"}}</tool_call>'
+    )
+    assert TagParser().format_call(call) == "<answer> Paris </answer>"
+    msg = OpenAIParser().format_call(call)
+    assert (
+        isinstance(msg, Message)
+        and msg.tool_calls == [call]
+        and OpenAIParser().parse(msg).valid_calls == [call]
+    )
+    with pytest.raises(ValueError, match="no tag calls the tool 'calc'"):
+        TagParser().format_call(ToolCall(name="calc", arguments={"a": 1}))
+    with pytest.raises(ValueError, match="one argument"):
+        TagParser().format_call(ToolCall(name="search", arguments={"query": "q", "k": 3}))

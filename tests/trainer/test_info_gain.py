@@ -204,3 +204,44 @@ def test_ig_diagnostics_measure_spread_per_turn_and_separation():
         "ig/turn0_mean": pytest.approx(0.15),
         "ig/separation_pairs": 0.0,
     }
+
+
+def test_the_answer_frame_comes_from_the_parser_and_the_chat_template(tiny):
+    from turngym.tools import HermesParser, OpenAIParser, TagParser
+    from turngym.trainer.credit.info_gain import DEFAULT_PREFIX, DEFAULT_SUFFIX, answer_frame, end_of_turn
+
+    _, tok = tiny  # a ChatML template: what the old hardcoded frame assumed
+    assert end_of_turn(tok) == "<|im_end|>"
+    assert answer_frame(HermesParser(), tok) == (DEFAULT_PREFIX, DEFAULT_SUFFIX)
+    assert answer_frame(TagParser(), tok) == ("<answer> ", " </answer><|im_end|>")  # Search-R1's protocol
+    assert answer_frame(TagParser(), None) == ("<answer> ", " </answer>")
+    assert answer_frame(OpenAIParser(), tok) is None  # structured calls: no text frame
+    assert answer_frame(TagParser({"search": ("search", "query")}), tok) is None  # no answer tag
+
+    class Llama3:  # another template's end of turn
+        def apply_chat_template(self, chat, tokenize=False):
+            return "".join(
+                f"<|start_header_id|>{m['role']}<|end_header_id|>\n\n{m['content']}<|eot_id|>" for m in chat
+            )
+
+    assert end_of_turn(Llama3()) == "<|eot_id|>"
+
+
+def test_igpo_scores_the_answer_in_the_envs_own_protocol(tiny):
+    from turngym.tools import TagParser
+    from turngym.trainer.config import load_config
+    from turngym.trainer.loop import build_credit
+
+    model, tok = tiny
+    cfg = load_config(
+        None, ["credit.method=igpo", "rollout.env=search-qa", "rollout.env_kwargs={parser: tags}"]
+    )
+    scorer = build_credit(cfg, model, tok).prepare
+    assert (scorer.prefix, scorer.suffix) == ("<answer> ", " </answer><|im_end|>")
+    hermes = build_credit(load_config(None, ["credit.method=igpo"]), model, tok).prepare
+    assert hermes.prefix.startswith('<tool_call>{"name": "answer"')
+    explicit = load_config(None, ["credit.method=igpo", "credit.igpo.prefix='ANSWER: '", "credit.igpo.suffix=''"])
+    assert build_credit(explicit, model, tok).prepare.prefix == "ANSWER: "  # settings win
+    assert TagParser().parse(scorer.prefix + "Paris" + " </answer>").valid_calls[0].arguments == {
+        "text": "Paris"
+    }

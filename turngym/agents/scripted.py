@@ -13,13 +13,13 @@ Both produce text-only trajectories (no token ids).
 from __future__ import annotations
 
 import inspect
-import json
 import random
 import string
 from typing import Any
 
 from turngym.agents.base import AgentStep, TextSession
 from turngym.core.types import Message, ToolCall, ToolSpec
+from turngym.tools.parsers import HermesParser
 
 
 class AgentError(RuntimeError):
@@ -84,15 +84,13 @@ class _RandomSession(TextSession):
 
 
 def _format_call(parser: Any, call: ToolCall) -> Message:
-    name = getattr(parser, "name", "hermes")
-    if name == "openai":
-        return Message(role="assistant", tool_calls=[call])
-    if name == "tags":
-        for tag, (tool_name, arg) in parser.tags.items():
-            if tool_name == call.name:
-                return Message(role="assistant", content=f"<{tag}>{call.arguments.get(arg, '')}</{tag}>")
-    body = json.dumps({"name": call.name, "arguments": call.arguments})
-    return Message(role="assistant", content=f"<tool_call>\n{body}\n</tool_call>")
+    """The call in the env's convention (``parser.format_call``); a parser without it gets Hermes text."""
+    fmt = getattr(parser, "format_call", None)
+    try:
+        action = fmt(call) if fmt is not None else HermesParser().format_call(call)
+    except ValueError:  # not writable in this protocol (a tag parser with no tag for the tool)
+        action = HermesParser().format_call(call)
+    return action if isinstance(action, Message) else Message(role="assistant", content=action)
 
 
 def random_value(schema: dict[str, Any], rng: random.Random, depth: int = 0) -> Any:

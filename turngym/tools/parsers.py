@@ -51,6 +51,8 @@ class ToolCallParser(Protocol):
 
     def format_error(self, error: str) -> Message: ...
 
+    def format_call(self, call: ToolCall) -> str | Message: ...
+
     def instructions(self, tools: list[Any]) -> str: ...
 
 
@@ -138,6 +140,11 @@ class HermesParser:
     def format_error(self, error: str) -> Message:
         return Message(role="tool", content=f"Error: {error}")
 
+    def format_call(self, call: ToolCall) -> str:
+        """The call as a model writes it in this convention (experts, scripted agents, IGPO's answer frame)."""
+        body = json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
+        return f"<tool_call>{body}</tool_call>"
+
     def instructions(self, tools: list[Any]) -> str:
         specs = "\n".join(json.dumps(t.to_openai(), ensure_ascii=False) for t in tools)
         return (
@@ -166,6 +173,9 @@ class OpenAIParser:
 
     format_result = HermesParser.format_result
     format_error = HermesParser.format_error
+
+    def format_call(self, call: ToolCall) -> Message:
+        return Message(role="assistant", tool_calls=[call])
 
     def instructions(self, tools: list[Any]) -> str:
         return ""  # the API passes tools natively
@@ -234,6 +244,19 @@ class TagParser:
 
     def format_error(self, error: str) -> Message:
         return Message(role="user", content=f"<{self.result_tag}>Error: {error}</{self.result_tag}>")
+
+    def format_call(self, call: ToolCall) -> str:
+        """``<tag> value </tag>`` for the tag that maps to the call's tool; a tool with no tag, or a
+        call with more than the tag's one argument, cannot be written in this protocol."""
+        for tag, (tool_name, arg) in self.tags.items():
+            if tool_name == call.name:
+                extra = set(call.arguments) - {arg}
+                if extra:
+                    raise ValueError(
+                        f"the tag protocol carries one argument of {call.name} ({arg}), not {extra}"
+                    )
+                return f"<{tag}> {call.arguments.get(arg, '')} </{tag}>"
+        raise ValueError(f"no tag calls the tool {call.name!r} (tags: {sorted(self.tags)})")
 
     def instructions(self, tools: list[Any]) -> str:
         parts = [f"<{tag}>…</{tag}> calls {tool}({arg}=…)" for tag, (tool, arg) in self.tags.items()]

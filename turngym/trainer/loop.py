@@ -41,8 +41,14 @@ def build_credit(
 ) -> CreditPipeline:
     """The credit pipeline of ``cfg.credit.method``, built by its registered builder
     (:mod:`turngym.trainer.credit.registry`); IGPO scores with ``model``/``tokenizer``, and a
-    ``judge`` given here wins over the arena's configured one."""
-    return build_credit_pipeline(cfg.credit, model=model, tokenizer=tokenizer, seed=cfg.seed, judge=judge)
+    ``judge`` given here wins over the arena's configured one. The env's tool-call parser
+    (``rollout.env_kwargs.parser``, default Hermes) tells IGPO how an answer is written."""
+    from turngym.tools.parsers import get_parser
+
+    parser = get_parser(cfg.rollout.env_kwargs.get("parser", "hermes"))
+    return build_credit_pipeline(
+        cfg.credit, model=model, tokenizer=tokenizer, seed=cfg.seed, judge=judge, parser=parser
+    )
 
 
 def _schedule(kind: str, warmup: int, total: int) -> Callable[[int], float]:

@@ -20,7 +20,6 @@ URL per process, so concurrent envs' searches travel together).
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Literal
 
@@ -35,6 +34,7 @@ from turngym.envs.search.retriever import Doc, Retriever, RetrieverError, shared
 from turngym.envs.search.server import shared_remote
 from turngym.envs.search.tasks import QATask
 from turngym.tools import ToolError, tool
+from turngym.tools.parsers import ToolCallParser, get_parser
 
 SEARCH_R1_PROMPT = (
     "Answer the given question. You must conduct reasoning inside <think> and </think> first every time "
@@ -255,19 +255,14 @@ class SearchQAEnv(Env):
         trace = list(zip(task.gold_trace, task.supporting_ids, strict=True)) or [(task.question, "")]
         for query, pid in trace:
             if (not pid or pid not in self._retrieved) and query not in self._queries:
-                return format_call(self.parser.name, "search", {"query": query})
-        return format_call(self.parser.name, "answer", {"text": task.answers[0]})
+                return format_call(self.parser, "search", {"query": query})
+        return format_call(self.parser, "answer", {"text": task.answers[0]})
 
     @property
     def last_answer(self) -> str | None:
         return self._answer
 
 
-def format_call(parser: str, name: str, arguments: dict[str, Any]) -> str | Message:
-    """One tool call as the model would write it for ``parser``: tags or Hermes text, or an OpenAI message."""
-    if parser == "tags":
-        (value,) = arguments.values()
-        return f"<{name}> {value} </{name}>"
-    if parser == "openai":
-        return Message(role="assistant", tool_calls=[ToolCall(name=name, arguments=arguments)])
-    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments}, ensure_ascii=False)}</tool_call>"
+def format_call(parser: str | ToolCallParser, name: str, arguments: dict[str, Any]) -> str | Message:
+    """One tool call as the model would write it for ``parser`` (its ``format_call``)."""
+    return get_parser(parser).format_call(ToolCall(name=name, arguments=arguments))

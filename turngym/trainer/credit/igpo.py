@@ -116,8 +116,12 @@ class IGPOSettings(MethodSettings):
     gamma: float = 1.0
     answer_key: str = "answer"
     missing_answer_reward: float = -2.0
-    prefix: str | None = None  # default: the Hermes answer-tool frame (credit.info_gain.DEFAULT_PREFIX)
+    # the text around the gold answer when it is scored; default: the env parser's way of calling
+    # answer_tool(answer_arg=...) plus the chat template's end of turn (credit.info_gain.answer_frame)
+    prefix: str | None = None
     suffix: str | None = None
+    answer_tool: str = "answer"
+    answer_arg: str = "text"
     batch_tokens: int = 32768
     share_prefix: bool = True  # a trajectory's contexts scored in one packed forward (prefix shared)
 
@@ -131,14 +135,21 @@ def build(settings: IGPOSettings, ctx: CreditContext) -> CreditPipeline:
     method = IGPO(s.gamma, s.norm, s.answer_key, outcome)
     scorer = None
     if ctx.model is not None:
-        from turngym.trainer.credit.info_gain import DEFAULT_PREFIX, DEFAULT_SUFFIX, InfoGainScorer
+        from turngym.trainer.credit.info_gain import (
+            DEFAULT_PREFIX,
+            DEFAULT_SUFFIX,
+            InfoGainScorer,
+            answer_frame,
+        )
 
+        frame = answer_frame(ctx.parser, ctx.tokenizer, s.answer_tool, s.answer_arg) if ctx.parser else None
+        prefix, suffix = frame or (DEFAULT_PREFIX, DEFAULT_SUFFIX)
         scorer = InfoGainScorer(
             ctx.model,
             ctx.tokenizer,
             ig_type=s.ig_type,
-            prefix=s.prefix if s.prefix is not None else DEFAULT_PREFIX,
-            suffix=s.suffix if s.suffix is not None else DEFAULT_SUFFIX,
+            prefix=s.prefix if s.prefix is not None else prefix,
+            suffix=s.suffix if s.suffix is not None else suffix,
             answer_key=s.answer_key,
             batch_tokens=s.batch_tokens,
             share_prefix=s.share_prefix,

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from turngym.core.types import Message, Trajectory
+from turngym.core.types import Message, ToolCall, Trajectory
 from turngym.trainer.credit.igpo import IG_KEY, gold_answer
 
 IGType = Literal["prob_diff", "log_prob_diff"]
@@ -36,6 +36,39 @@ Item = tuple[list[int], int, int]  # token ids, [start, end) of the answer span
 #: Default answer frame: search-qa's ``answer(text)`` tool in the Hermes convention, as its expert writes it.
 DEFAULT_PREFIX = '<tool_call>{"name": "answer", "arguments": {"text": "'
 DEFAULT_SUFFIX = '"}}</tool_call><|im_end|>'
+
+
+_MARK = "TURNGYM_ANSWER_MARK"
+
+
+def answer_frame(
+    parser: Any, tokenizer: Any = None, tool: str = "answer", arg: str = "text"
+) -> tuple[str, str] | None:
+    """``(prefix, suffix)`` around an answer as the policy writes it: the parser's way of calling
+    ``tool(arg=...)`` (``parser.format_call``), followed by the chat template's end of an assistant
+    turn when ``tokenizer`` is given. None when the parser writes calls as structured messages or
+    cannot write this tool (the caller then needs an explicit frame)."""
+    try:
+        action = parser.format_call(ToolCall(name=tool, arguments={arg: _MARK}))
+    except (AttributeError, ValueError):
+        return None
+    if not isinstance(action, str) or action.count(_MARK) != 1:
+        return None
+    prefix, suffix = action.split(_MARK)
+    return prefix, suffix + (end_of_turn(tokenizer) if tokenizer is not None else "")
+
+
+def end_of_turn(tokenizer: Any) -> str:
+    """What the chat template writes right after an assistant message's text (``<|im_end|>`` for
+    ChatML, ``<|eot_id|>`` for Llama 3); "" when it cannot be found."""
+    chat = [{"role": "user", "content": "q"}, {"role": "assistant", "content": _MARK}]
+    try:
+        text = tokenizer.apply_chat_template(chat, tokenize=False)
+    except Exception:  # noqa: BLE001 - a template that cannot render this: no end marker
+        return ""
+    if not isinstance(text, str) or _MARK not in text:
+        return ""
+    return text.split(_MARK, 1)[1].rstrip()
 
 
 def information_gain(values: list[float], ig_type: IGType = "prob_diff") -> list[float]:

@@ -67,7 +67,8 @@ class CreditContext:
     ``credit``: the whole ``credit`` section (its shared options: ``outcome_component``,
     ``norm_by_std``, ``leave_one_out``); ``outcome``: the outcome provider those options describe;
     ``model``/``tokenizer``: the model being trained (None outside the trainer); ``seed``: the run
-    seed; ``judge``: a judge passed to ``Trainer(config, judge=...)``, if any.
+    seed; ``judge``: a judge passed to ``Trainer(config, judge=...)``, if any; ``parser``: the env's
+    tool-call parser (how the policy writes a call: IGPO's answer frame), if known.
     """
 
     credit: Any = None
@@ -76,6 +77,7 @@ class CreditContext:
     seed: int = 0
     judge: Callable | None = None
     outcome: OutcomeReward = field(default_factory=OutcomeReward)
+    parser: Any = None  # the env's tool-call parser (how the policy writes calls), if known
 
 
 Builder = Callable[[Any, CreditContext], Any]
@@ -173,6 +175,7 @@ def build_credit_pipeline(
     tokenizer: Any = None,
     seed: int = 0,
     judge: Callable | None = None,
+    parser: Any = None,
 ) -> CreditPipeline:
     """The pipeline of ``credit.method`` (``credit``: a ``CreditSettings``), built by its builder."""
     from turngym.trainer.credit.pipeline import CreditPipeline
@@ -185,6 +188,7 @@ def build_credit_pipeline(
         seed=seed,
         judge=judge,
         outcome=OutcomeReward(component=credit.outcome_component),
+        parser=parser,
     )
     built = spec.build(credit.options(spec.name), ctx)
     pipeline = built if isinstance(built, CreditPipeline) else CreditPipeline(built)
