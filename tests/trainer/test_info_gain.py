@@ -240,7 +240,9 @@ def test_igpo_scores_the_answer_in_the_envs_own_protocol(tiny):
     assert (scorer.prefix, scorer.suffix) == ("<answer> ", " </answer><|im_end|>")
     hermes = build_credit(load_config(None, ["credit.method=igpo"]), model, tok).prepare
     assert hermes.prefix.startswith('<tool_call>{"name": "answer"')
-    explicit = load_config(None, ["credit.method=igpo", "credit.igpo.prefix='ANSWER: '", "credit.igpo.suffix=''"])
+    explicit = load_config(
+        None, ["credit.method=igpo", "credit.igpo.prefix='ANSWER: '", "credit.igpo.suffix=''"]
+    )
     assert build_credit(explicit, model, tok).prepare.prefix == "ANSWER: "  # settings win
     assert TagParser().parse(scorer.prefix + "Paris" + " </answer>").valid_calls[0].arguments == {
         "text": "Paris"
