@@ -14,28 +14,26 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_train_curves_runs_end_to_end_on_cpu(tmp_path):
-    out = tmp_path / "curves"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "train_curves.py"), "--out", str(out)]
-    cmd += ["--hidden", "64", "--layers", "1", "--n-passages", "300", "--n-tasks", "80", "--hops", "1"]
-    cmd += [
-        "--sft-tasks",
-        "8",
-        "--sft-steps",
-        "2",
-        "--sft-checkpoints",
-        "1",
-        "--sft-batch",
-        "2",
-        "--workers",
-        "1",
-    ]
-    cmd += ["--methods", "grpo", "igpo:norm=separate", "--seeds", "0", "--steps", "1", "--tasks", "1"]
-    cmd += ["--group", "2", "--max-batch", "3", "--set", "optim.warmup_steps=2"]
-    cmd += ["--eval-tasks", "2", "--eval-every", "1", "--max-tokens", "8", "--grad-ckpt", "--stagger-s", "0"]
+#: a tiny model, a two-step warm start on eight expert episodes, one RL step of one task x 2
+TINY = ["--hidden", "64", "--layers", "1", "--sft-tasks", "8", "--sft-steps", "2", "--sft-checkpoints", "1"]
+TINY += ["--sft-batch", "2", "--workers", "1", "--seeds", "0", "--steps", "1", "--tasks", "1", "--group", "2"]
+TINY += ["--eval-tasks", "2", "--eval-every", "1", "--max-tokens", "8", "--stagger-s", "0"]
+
+
+def run_curves(out: Path, *args: str) -> dict:
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "train_curves.py"), "--out", str(out), *TINY, *args]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    summary = json.loads((out / "summary.json").read_text())
+    return json.loads((out / "summary.json").read_text())
+
+
+def test_train_curves_runs_end_to_end_on_cpu(tmp_path):
+    out = tmp_path / "curves"
+    summary = run_curves(
+        out,
+        *["--n-passages", "300", "--n-tasks", "80", "--hops", "1", "--grad-ckpt"],
+        *["--methods", "grpo", "igpo:norm=separate", "--max-batch", "3", "--set", "optim.warmup_steps=2"],
+    )
     assert [c["step"] for c in summary["checkpoints"]] == [1, 2]
     assert all(c["eval_masked_frac"] == 0.0 for c in summary["checkpoints"])
     for method, run in (("grpo", "grpo-s0"), ("igpo:norm=separate", "igpo.norm_separate-s0")):
@@ -55,26 +53,11 @@ def test_train_curves_runs_another_env_with_method_options(tmp_path):
     """``--env``: the warm start, RL and eval on arith, G-RA with its gate always open (direct
     accumulation) beside GRPO; no per-hop breakdown there."""
     out = tmp_path / "curves"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "train_curves.py"), "--out", str(out)]
-    cmd += ["--env", "arith", "--env-kwargs", '{"depth": 1}', "--max-turns", "2", "--eval-breakdown", "none"]
-    cmd += [
-        "--hidden",
-        "64",
-        "--layers",
-        "1",
-        "--sft-tasks",
-        "8",
-        "--sft-steps",
-        "2",
-        "--sft-checkpoints",
-        "1",
-    ]
-    cmd += ["--sft-batch", "2", "--workers", "1", "--methods", "grpo", "gated:delta=-1e9", "--seeds", "0"]
-    cmd += ["--steps", "1", "--tasks", "1", "--group", "2", "--eval-tasks", "2", "--eval-every", "1"]
-    cmd += ["--max-tokens", "8", "--max-context", "1024", "--stagger-s", "0"]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    summary = json.loads((out / "summary.json").read_text())
+    summary = run_curves(
+        out,
+        *["--env", "arith", "--env-kwargs", '{"depth": 1}', "--max-turns", "2", "--eval-breakdown", "none"],
+        *["--methods", "grpo", "gated:delta=-1e9", "--max-context", "1024"],
+    )
     assert set(summary["methods"]) == {"grpo", "gated:delta=-1e9"}
     config = json.loads((out / "gated.delta_-1e9-s0" / "config.json").read_text())
     assert config["rollout"]["env"] == "arith" and config["rollout"]["env_kwargs"] == {
