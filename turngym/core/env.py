@@ -34,7 +34,7 @@ import gymnasium
 import numpy as np
 
 from turngym.core.spaces import ActionSpace, MessagesSpace
-from turngym.core.types import Message, ToolResult, ToolSpec
+from turngym.core.types import Message, ToolCall, ToolResult, ToolSpec
 from turngym.tools.parsers import ToolCallParser, get_parser
 from turngym.tools.toolbox import ToolBox
 
@@ -130,9 +130,15 @@ class Env(gymnasium.Env[list[Message], str]):
         they never replace the standard keys."""
         return {}
 
-    def expert_action(self) -> str | None:
-        """The next action of a scripted expert that may read privileged state; None if none."""
+    def expert_action(self) -> str | Message | None:
+        """The next action of a scripted expert that may read privileged state; None if none.
+        Write its calls with :meth:`format_call`, so they follow the env's parser."""
         return None
+
+    def format_call(self, name: str, arguments: dict[str, Any]) -> str | Message:
+        """``name(**arguments)`` as the policy should write it under this env's parser (Hermes text,
+        Search-R1 tags, or an OpenAI message); a ``ValueError`` if the protocol cannot carry it."""
+        return self.parser.format_call(ToolCall(name=name, arguments=arguments))
 
     # ------------------------------------------------------------ public API
     @property

@@ -154,11 +154,9 @@ class ArithEnv(Env):
             return None
         step = _next_step(self._work)
         if step is None:
-            return (
-                f'<tool_call>{{"name": "answer", "arguments": {{"value": {self._work.value}}}}}</tool_call>'
-            )
+            return self.format_call("answer", {"value": self._work.value})
         a, op, b = step
-        return f'<tool_call>{{"name": "calculate", "arguments": {{"a": {a}, "op": "{op}", "b": {b}}}}}</tool_call>'
+        return self.format_call("calculate", {"a": a, "op": op, "b": b})
 
 
 def _copy(node: _Node) -> _Node:

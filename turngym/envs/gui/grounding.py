@@ -150,4 +150,4 @@ class GroundingMiniWoBEnv(PixelObservation, MiniWoBEnvBase):
         if self._done or self.target is None:
             return None
         x, y = self.pixel_center(self.target)
-        return f'<tool_call>{{"name": "click", "arguments": {{"x": {x}, "y": {y}}}}}</tool_call>'
+        return self.format_call("click", {"x": x, "y": y})

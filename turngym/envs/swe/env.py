@@ -510,7 +510,7 @@ class SweDockerEnv(AsyncEnv):
         if self._swe is None:
             return None
         if not self._swe.expert_edits and self._swe.patch.strip() and not self._gold_tried:
-            return _call("bash", {"command": _apply_command(self._swe.patch)})
+            return self.format_call("bash", {"command": _apply_command(self._swe.patch)})
         for i, e in enumerate(self._swe.expert_edits):
             if i not in self._expert_done:
                 args = {
@@ -519,12 +519,8 @@ class SweDockerEnv(AsyncEnv):
                     "old_str": e["old_str"],
                     "new_str": e["new_str"],
                 }
-                return _call("file_editor", args)
-        return _call("submit", {})
-
-
-def _call(name: str, arguments: dict[str, Any]) -> str:
-    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+                return self.format_call("file_editor", args)
+        return self.format_call("submit", {})
 
 
 def _apply_command(patch: str) -> str:

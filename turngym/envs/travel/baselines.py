@@ -15,18 +15,19 @@ an agent would make (searches, then ``submit_plan``).
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from turngym.core.types import ToolCall
 from turngym.envs.travel.database import TravelDB
 from turngym.envs.travel.evaluate import HOUSE_RULE_TEXT, ROOM_TYPE_TEXT
 from turngym.envs.travel.models import DayPlan, Query
 from turngym.envs.travel.parsing import flight_text, road_text
 from turngym.envs.travel.queries import layout_plan
+from turngym.tools.parsers import HermesParser
 
 Planned = tuple[list[DayPlan] | None, list[tuple[str, dict[str, Any]]]]
 
@@ -216,4 +217,5 @@ def planner_actions(name: str, q: Query, db: TravelDB, rng: np.random.Generator)
     calls = [(n, a) for n, a in searches]
     if plan is not None:
         calls.append(("submit_plan", {"plan": [d.unit() for d in plan]}))
-    return ["<tool_call>" + json.dumps({"name": n, "arguments": a}) + "</tool_call>" for n, a in calls]
+    hermes = HermesParser()
+    return [hermes.format_call(ToolCall(name=n, arguments=a)) for n, a in calls]

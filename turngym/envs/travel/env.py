@@ -349,7 +349,7 @@ class TravelPlannerEnv(Env):
                     *self._sampled.searches,
                     ("submit_plan", {"plan": [d.unit() for d in self._sampled.plan]}),
                 ]
-                self._expert_script = [_call(n, a) for n, a in calls]
+                self._expert_script = [self.format_call(n, a) for n, a in calls]
             else:
                 from turngym.envs.travel.baselines import planner_actions
 
@@ -366,10 +366,6 @@ class TravelOpenEnv(TravelPlannerEnv):
     """travel-open: the same world with open-ended requests; judged pairwise (arena), outcome 0."""
 
     open_ended = True
-
-
-def _call(name: str, arguments: dict[str, Any]) -> str:
-    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
 
 
 def _hint(name: str, choices: list[str]) -> str:

@@ -8,14 +8,15 @@ and keyboard calls at the elements' boxes. ``EXPERT_TASKS`` lists the tasks it s
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
+from turngym.core.types import ToolCall
 from turngym.envs.web.dom import Node, Snapshot
+from turngym.tools.parsers import HermesParser
 
 
 @dataclass(frozen=True)
@@ -41,11 +42,8 @@ class Step:
 
 
 def call(name: str, **arguments: object) -> str:
-    return (
-        "<tool_call>"
-        + json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
-        + "</tool_call>"
-    )
+    """A call in the Hermes convention the web envs parse (one home: ``HermesParser.format_call``)."""
+    return HermesParser().format_call(ToolCall(name=name, arguments=dict(arguments)))
 
 
 Handler = Callable[[str, Snapshot, dict[str, str]], "list[Step] | None"]
