@@ -238,6 +238,8 @@ def test_igpo_scores_the_answer_in_the_envs_own_protocol(tiny):
     )
     scorer = build_credit(cfg, model, tok).prepare
     assert (scorer.prefix, scorer.suffix) == ("<answer> ", " </answer><|im_end|>")
+    registered = load_config(None, ["credit.method=igpo", "rollout.env=search-r1"])  # tags by default
+    assert build_credit(registered, model, tok).prepare.prefix == "<answer> "
     hermes = build_credit(load_config(None, ["credit.method=igpo"]), model, tok).prepare
     assert hermes.prefix.startswith('<tool_call>{"name": "answer"')
     explicit = load_config(

@@ -42,10 +42,16 @@ def build_credit(
     """The credit pipeline of ``cfg.credit.method``, built by its registered builder
     (:mod:`turngym.trainer.credit.registry`); IGPO scores with ``model``/``tokenizer``, and a
     ``judge`` given here wins over the arena's configured one. The env's tool-call parser
-    (``rollout.env_kwargs.parser``, default Hermes) tells IGPO how an answer is written."""
+    (``rollout.env_kwargs.parser`` over the registered env's defaults, else Hermes) tells IGPO how
+    an answer is written."""
+    from turngym.core.registry import spec
     from turngym.tools.parsers import get_parser
 
-    parser = get_parser(cfg.rollout.env_kwargs.get("parser", "hermes"))
+    try:
+        defaults = dict(spec(cfg.rollout.env).kwargs)
+    except Exception:  # noqa: BLE001 - an env the registry does not know: its kwargs alone
+        defaults = {}
+    parser = get_parser({**defaults, **cfg.rollout.env_kwargs}.get("parser", "hermes"))
     return build_credit_pipeline(
         cfg.credit, model=model, tokenizer=tokenizer, seed=cfg.seed, judge=judge, parser=parser
     )
