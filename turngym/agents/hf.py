@@ -252,7 +252,7 @@ class HFBackend:
 
         pairs = enumerate(zip(prompts, samplings, strict=True))
         waiting = [self._request(p, s, setter(i)) for i, (p, s) in pairs]
-        batch = _Batch()
+        batch = self._new_batch()
         while waiting or batch.rows:
             room = self.max_batch_size - len(batch.rows)
             joiners, waiting = waiting[:room], waiting[room:]
@@ -308,7 +308,7 @@ class HFBackend:
 
     def _serve(self) -> None:
         """The scheduler thread: admit arrivals between decode steps until told to stop."""
-        batch = _Batch()
+        batch = self._new_batch()
         while (joiners := self._arrivals(batch)) is not None:
             try:
                 self._iterate(batch, joiners)
@@ -318,7 +318,7 @@ class HFBackend:
                 for r in [*batch.rows, *joiners]:
                     if r.parked is None:
                         r.done(err)
-                batch = _Batch()
+                batch = self._new_batch()
                 _release_cuda_cache()
         err = BackendError("the HF backend was closed")
         for r in batch.rows:
@@ -331,6 +331,10 @@ class HFBackend:
                 break
             if item is not _STOP:
                 item.done(err)
+
+    def _new_batch(self) -> Any:
+        """The scheduler's empty running batch (a subclass may keep its rows differently)."""
+        return _Batch()
 
     def _arrivals(self, batch: _Batch) -> list[_Request] | None:
         """Requests to admit now (None: stop). With no active row, block for one (or until the oldest

@@ -10,8 +10,9 @@ templates, tokenizing), each re-take waits up to the interpreter's switch interv
 GPU idles whenever the loop is busy. Here the model has its own interpreter and GIL (as vLLM's
 engine core does); the caller's process only pickles requests and results through a pipe.
 
-Same constructor arguments as ``HFBackend`` (the model must be a path or hub id), and the same
-behaviour: continuous batching, per-request seeds, raw logprobs, prefix reuse per ``route``.
+Same constructor arguments as ``HFBackend`` (the model must be a path or hub id), plus ``engine``
+(``auto``, ``continuous`` or ``slots``: ``turngym.agents.hf_engines``) and ``max_context`` (the
+slots' size), and the same behaviour: continuous batching, per-request seeds, raw logprobs, prefix reuse per ``route``.
 ``update_weights(state_dict)`` sends the tensors through ``torch.multiprocessing`` (CUDA tensors
 as IPC handles, CPU tensors through shared memory). ``stats``, ``release``, ``reset_prefix_cache``,
 ``start_trace``/``take_trace`` are forwarded. A caller that gives up (cancelled, timed out) frees
@@ -221,12 +222,13 @@ def _deliver(loop: asyncio.AbstractEventLoop, fut: asyncio.Future, result: Any) 
 
 # ----------------------------------------------------------------------- worker
 def _worker(conn: Any, model: str, tokenizer: str | None, kwargs: dict) -> None:
-    """The worker process: an ``HFBackend`` fed from the pipe; results go back as they finish."""
+    """The worker process: an HF backend (``engine``, see ``turngym.agents.hf_engines``) fed from
+    the pipe; results go back as they finish."""
     try:
-        from turngym.agents.hf import HFBackend
+        from turngym.agents.hf_engines import make_hf_backend
         from turngym.agents.models import load_tokenizer
 
-        backend = HFBackend(model, load_tokenizer(tokenizer or model), **kwargs)
+        backend = make_hf_backend(model, load_tokenizer(tokenizer or model), **kwargs)
     except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
         conn.send(("error", traceback.format_exc()))
         return

@@ -70,6 +70,15 @@ WorkerOpt = Annotated[
     ),
 ]
 
+EngineOpt = Annotated[
+    str,
+    typer.Option(
+        "--hf-engine",
+        help="hf backend engine: auto (slots on CUDA, else continuous), continuous (growing KV cache, "
+        "eager passes) or slots (fixed KV slots, decode steps replayed as CUDA graphs).",
+    ),
+]
+
 
 def rollout(
     env: EnvArg,
@@ -90,6 +99,7 @@ def rollout(
     trajectory_timeout: TrajTOpt = 3600.0,
     dtype: DtypeOpt = "auto",
     hf_worker: WorkerOpt = None,
+    hf_engine: EngineOpt = "auto",
 ) -> None:
     """Generate trajectories and save them as JSONL and parquet."""
     stats, _ = _run(**locals())
@@ -114,6 +124,7 @@ def eval(  # noqa: A001 - the command is called eval
     trajectory_timeout: TrajTOpt = 3600.0,
     dtype: DtypeOpt = "auto",
     hf_worker: WorkerOpt = None,
+    hf_engine: EngineOpt = "auto",
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="Also save trajectories and eval.json.")
     ] = None,
@@ -245,12 +256,20 @@ async def _make_agent(a: dict[str, Any], stack: AsyncExitStack) -> Any:
     tokenizer = load_tokenizer(a["model"])
     sampling = SamplingParams(max_tokens=a["max_tokens"], temperature=a["temperature"])
     if kind == "hf":
-        from turngym.agents.hf import HFBackend
+        from turngym.agents.hf_engines import make_hf_backend, resolve_hf_engine
         from turngym.agents.hf_process import HFProcessBackend
 
         dtype = None if a["dtype"] == "auto" else a["dtype"]
-        cls = HFProcessBackend if use_hf_worker(a["hf_worker"]) else HFBackend
-        backend: Any = cls(a["model"], tokenizer, dtype=dtype, max_batch_size=a["concurrency"])
+        engine = resolve_hf_engine(a["hf_engine"])
+        make = HFProcessBackend if use_hf_worker(a["hf_worker"]) else make_hf_backend
+        backend: Any = make(
+            a["model"],
+            tokenizer,
+            engine=engine,
+            max_context=a["max_context"],
+            dtype=dtype,
+            max_batch_size=a["concurrency"],
+        )
     else:
         from turngym.agents.vllm import VLLMBackend, VLLMServer
 

@@ -51,6 +51,9 @@ class RolloutSettings(_Strict):
     max_turns: int | None = None
     max_concurrency: int = 64
     max_batch_size: int = 64  # the HF backend's generation batch
+    # the in-process HF backend's engine (turngym.agents.hf_engines): auto = slots (CUDA graphs) on
+    # CUDA, continuous elsewhere
+    hf_engine: Literal["auto", "continuous", "slots"] = "auto"
     turn_timeout: float = 600.0
     task_seed_offset: int = 0  # training tasks are seeds offset + k; eval uses eval_seed_offset + k
     eval_tasks: int = 0  # 0: no evaluation

@@ -137,6 +137,7 @@ class Trainer:
             else NullLogger()
         )
         self._env_pool = None
+        self._slot_backend: Any = None  # the slots engine's backend, made by the first rollout
         self.adapter: str | None = None
         self._setup_done = True
 
@@ -178,11 +179,27 @@ class Trainer:
             from turngym.agents.vllm import VLLMBackend
 
             return VLLMBackend(self.cfg.vllm_urls)
-        from turngym.agents.hf import HFBackend
+        from turngym.agents.hf_engines import make_hf_backend, resolve_hf_engine
 
         r = self.cfg.rollout
+        engine = resolve_hf_engine(r.hf_engine, model=self.model)
+        if engine == "slots":  # kept across rollouts: its KV slots and CUDA graphs read the live
+            # weights in place; parked rows (KV of the old weights) are dropped
+            if self._slot_backend is None:
+                self._slot_backend = make_hf_backend(
+                    self.model,
+                    self.tokenizer,
+                    engine=engine,
+                    max_context=r.max_context,
+                    max_batch_size=r.max_batch_size,
+                    max_wait_ms=50,
+                )
+            self._slot_backend.reset_prefix_cache()
+            return self._slot_backend
         # a long batching window keeps batch composition (and so sampling) reproducible
-        return HFBackend(self.model, self.tokenizer, max_batch_size=r.max_batch_size, max_wait_ms=50)
+        return make_hf_backend(
+            self.model, self.tokenizer, engine=engine, max_batch_size=r.max_batch_size, max_wait_ms=50
+        )
 
     # ---------------------------------------------------------------- rollout
     def rollout(
@@ -500,6 +517,7 @@ class Trainer:
         if self._env_pool is not None:
             self._env_pool.shutdown()
             self._env_pool = None
+        self._slot_backend = None  # its KV slots and graphs go back to the card
         self.logger.close()
         return {"run_dir": str(self.run_dir), "step": self.step, "resumed": resumed, "last": last}
 

@@ -1,0 +1,250 @@
+"""The slots engine (``HFSlotBackend``) on CPU, where its decode steps run eagerly: the same ids as
+the continuous engine (batched, staggered, multi-turn with prefix reuse), per-request seeds that do
+not depend on the batch, its seeded noise, its context limits, more requests than slots, weight
+updates, cancellation, models it refuses, and the engine registry. CUDA graphs: test_hf_cuda.py."""
+
+import asyncio
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from turngym.agents import BackendError, SamplingParams
+from turngym.agents.hf import HFBackend
+from turngym.agents.hf_engines import hf_backend_class, make_hf_backend, resolve_hf_engine
+from turngym.agents.hf_slots import HFSlotBackend, _mul32, race_noise
+
+GREEDY = SamplingParams(max_tokens=12, temperature=0.0, stop_token_ids=(-1,))
+
+
+def prompts(tokenizer):
+    texts = [
+        "Evaluate: (3 + 4)",
+        "hello world " * 5,
+        "<tool_call>",
+        "The number is 42 and the city is far " * 3,
+    ]
+    return [tokenizer.encode(t, add_special_tokens=False) for t in texts]
+
+
+@pytest.fixture(scope="module")
+def model(tiny_dir):
+    from turngym.agents.models import load_model
+
+    return load_model(tiny_dir)
+
+
+@pytest.fixture
+def slots(model, tokenizer):
+    return HFSlotBackend(model, tokenizer, max_batch_size=8, max_wait_ms=20, max_context=256)
+
+
+@pytest.fixture
+def continuous(model, tokenizer):
+    return HFBackend(model, tokenizer, max_batch_size=8, max_wait_ms=20)
+
+
+async def test_batched_greedy_equals_the_continuous_engine(slots, continuous, tokenizer):
+    ps = prompts(tokenizer)
+    samplings = [
+        GREEDY.replace(max_tokens=4 + 5 * i) for i in range(len(ps))
+    ]  # rows leave at different steps
+    ref = continuous.generate_batch(ps, samplings)
+    together = await asyncio.gather(*(slots.generate(p, s) for p, s in zip(ps, samplings, strict=True)))
+    alone = [slots.generate_batch([p], [s])[0] for p, s in zip(ps, samplings, strict=True)]
+    assert max(slots.stats["widths"]) > 1 and slots.stats["eager_decodes"] > 0
+    assert slots.stats["graph_replays"] == 0  # no graphs on CPU
+    for a, b, c in zip(ref, together, alone, strict=True):
+        assert a.token_ids == b.token_ids == c.token_ids
+        assert b.logprobs == pytest.approx(a.logprobs, abs=1e-4)
+        assert a.finish_reason == b.finish_reason == "length"
+        assert set(b.meta["timing"]) == {"queued", "prefill", "decode"}
+    await slots.aclose()
+
+
+async def test_staggered_joiners_do_not_disturb_running_rows(slots, tokenizer):
+    ps = prompts(tokenizer) * 2
+    samplings = [GREEDY.replace(max_tokens=40 - 4 * i) for i in range(len(ps))]
+    alone = [slots.generate_batch([p], [s])[0] for p, s in zip(ps, samplings, strict=True)]
+    steps0 = slots.stats["steps"]
+
+    async def staggered(i):  # request i arrives after i decode steps, while the first still runs
+        while slots.stats["steps"] < steps0 + i:
+            await asyncio.sleep(0.001)
+        return await slots.generate(ps[i], samplings[i])
+
+    together = await asyncio.gather(*(staggered(i) for i in range(len(ps))))
+    assert slots.stats["prefills"] > len(ps)  # joiners were prefilled while others decoded
+    for a, b in zip(alone, together, strict=True):
+        assert a.token_ids == b.token_ids
+        assert b.logprobs == pytest.approx(a.logprobs, abs=1e-4)
+    await slots.aclose()
+
+
+async def test_turns_resume_their_parked_slot_and_match_full_prefills(model, tokenizer, continuous):
+    reuse = HFSlotBackend(model, tokenizer, max_batch_size=4, max_context=512)
+    obs = tokenizer.encode(" observation: 17", add_special_tokens=False)
+
+    async def turns(backend, prompt, route):
+        out = []
+        for turn in range(3):
+            gen = await backend.generate(prompt, GREEDY.replace(max_tokens=6 + turn), route=route)
+            out.append(gen.token_ids)
+            prompt = prompt + gen.token_ids + obs
+        backend.release(route)
+        return out
+
+    ps = prompts(tokenizer)
+    got = await asyncio.gather(*(turns(reuse, p, f"r{i}") for i, p in enumerate(ps)))
+    ref = [await turns(continuous, p, f"r{i}") for i, p in enumerate(ps)]
+    assert got == ref
+    assert reuse.stats["reused_tokens"] > 0
+    # a prompt that diverges from the parked row reuses only the common prefix
+    first = await reuse.generate(ps[3], GREEDY, route="d")
+    fed0 = reuse.stats["prompt_tokens"]
+    diverged = ps[3][:5] + obs
+    second = await reuse.generate(diverged, GREEDY, route="d")
+    assert reuse.stats["prompt_tokens"] - fed0 == len(diverged) - 5
+    assert second.token_ids == continuous.generate_batch([diverged], [GREEDY])[0].token_ids
+    assert first.token_ids
+    await reuse.aclose()
+    await continuous.aclose()
+
+
+async def test_more_requests_than_slots_wait_for_a_slot(model, tokenizer, continuous):
+    two = HFSlotBackend(model, tokenizer, max_batch_size=2, max_context=128)
+    ps = prompts(tokenizer) * 2
+    gens = await asyncio.wait_for(
+        asyncio.gather(*(two.generate(p, GREEDY, route=f"r{i}") for i, p in enumerate(ps))), 60
+    )
+    assert max(two.stats["widths"]) == 2
+    assert [g.token_ids for g in gens] == [
+        g.token_ids for g in continuous.generate_batch(ps, [GREEDY] * len(ps))
+    ]
+    await two.aclose()
+
+
+def test_a_seed_gives_the_same_sample_whatever_the_batch(slots, tokenizer):
+    ps = prompts(tokenizer)
+    s = SamplingParams(max_tokens=10, temperature=1.0, top_p=0.95, top_k=50, seed=7)
+    alone = slots.generate_batch([ps[0]], [s])[0]
+    others = [s.replace(seed=1), s.replace(temperature=0.0), s.replace(seed=3, max_tokens=2)]
+    mixed = slots.generate_batch([ps[1], ps[2], ps[0], ps[3]], [others[0], others[1], s, others[2]])
+    assert mixed[2].token_ids == alone.token_ids
+    assert mixed[2].logprobs == pytest.approx(alone.logprobs, abs=1e-4)
+    again = slots.generate_batch([ps[0]], [s.replace(seed=8)])[0]
+    assert again.token_ids != alone.token_ids  # 10 tokens of a near-uniform tiny model
+
+
+def test_logprobs_are_raw_model_logprobs_of_sampled_tokens(slots, tokenizer):
+    p = prompts(tokenizer)[0]
+    gen = slots.generate_batch([p], [SamplingParams(max_tokens=8, temperature=1.7, top_k=20, seed=3)])[0]
+    with torch.no_grad():
+        logits = slots.model(torch.tensor([p + gen.token_ids])).logits[0].float()
+    ref = torch.log_softmax(logits, -1)
+    assert gen.logprobs == pytest.approx(
+        [ref[len(p) - 1 + i, t].item() for i, t in enumerate(gen.token_ids)], abs=1e-4
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(x=st.integers(0, 2**32 - 1), m=st.integers(0, 2**32 - 1))
+def test_mul32_is_multiplication_mod_2_32(x, m):
+    assert int(_mul32(torch.tensor([x]), m)[0]) == (x * m) % 2**32
+
+
+def test_race_noise_samples_the_distribution_and_depends_only_on_seed_and_index():
+    probs = torch.tensor([0.5, 0.25, 0.125, 0.0625, 0.0625, 0.0])
+    n = 20000
+    seeds = torch.arange(n, dtype=torch.long)
+    noise = race_noise(seeds, torch.zeros(n, dtype=torch.long), torch.zeros(n, dtype=torch.long), 6)
+    assert noise.shape == (n, 6) and bool((noise > 0).all())
+    assert noise.mean().item() == pytest.approx(1.0, abs=0.02)  # Exponential(1)
+    counts = torch.bincount((probs / noise).argmax(dim=1), minlength=6).double()
+    expected = probs.double() * n
+    assert counts[5] == 0  # a token of probability 0 is never drawn
+    chi2 = float((((counts - expected) ** 2) / expected.clamp(min=1e-9))[:5].sum())
+    assert chi2 < 20.5  # 4 degrees of freedom, p = 0.0004
+    # the noise of a row is a function of (seed, token index) alone
+    again = race_noise(
+        seeds[:3].flip(0), torch.zeros(3, dtype=torch.long), torch.zeros(3, dtype=torch.long), 6
+    )
+    assert torch.equal(again.flip(0), noise[:3])
+    later = race_noise(seeds[:3], torch.zeros(3, dtype=torch.long), torch.ones(3, dtype=torch.long), 6)
+    assert not torch.equal(later, noise[:3])
+
+
+async def test_context_limits(model, tokenizer):
+    small = HFSlotBackend(model, tokenizer, max_batch_size=2, max_context=32)
+    with pytest.raises(BackendError, match="does not fit the backend's context of 32"):
+        await small.generate(list(range(5, 38)), GREEDY)  # 33 tokens
+    gen = await small.generate(list(range(5, 25)), GREEDY.replace(max_tokens=50))  # 20 + 50 > 32
+    assert gen.finish_reason == "length" and len(gen.token_ids) == 32 - 20 + 1
+    # the pending last token needs no column: a prompt of exactly the context gets one token
+    full = await small.generate(list(range(5, 37)), GREEDY.replace(max_tokens=5))
+    assert len(full.token_ids) == 1 and full.finish_reason == "length"
+    assert (await small.generate([5, 6, 7], GREEDY)).token_ids  # still serving
+    await small.aclose()
+
+
+def test_update_weights_changes_generations_in_place(model, tokenizer):
+    import copy
+
+    own = copy.deepcopy(model)
+    backend = HFSlotBackend(own, tokenizer, max_batch_size=2, max_context=128)
+    p = prompts(tokenizer)[0]
+    before = backend.generate_batch([p], [GREEDY])[0]
+    buffer = backend._cache.keys[0]  # noqa: SLF001 - the slots survive the update
+    state = {k: v * 3.0 if k.endswith("mlp.down_proj.weight") else v for k, v in own.state_dict().items()}
+    backend.update_weights(state)
+    after = backend.generate_batch([p], [GREEDY])[0]
+    assert after.logprobs != before.logprobs and backend.weights_version == 1
+    assert backend._cache.keys[0] is buffer  # noqa: SLF001
+
+
+async def test_a_caller_that_gives_up_frees_its_slot(model, tokenizer):
+    one = HFSlotBackend(model, tokenizer, max_batch_size=1, max_context=512)
+    long = SamplingParams(max_tokens=400, temperature=0.0, stop_token_ids=(-1,))
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(one.generate([5, 6, 7], long), 0.3)
+    gen = await asyncio.wait_for(one.generate([5, 6, 7], GREEDY), 30)  # the only slot came free
+    assert len(gen.token_ids) == GREEDY.max_tokens
+    await one.aclose()
+
+
+def test_models_and_settings_it_refuses(model, tokenizer, tiny_dir):
+    import copy
+
+    sliding = copy.deepcopy(model)
+    sliding.config.layer_types = ["sliding_attention"] * sliding.config.num_hidden_layers
+    with pytest.raises(ValueError, match="full-attention decoder.*sliding_attention.*use HFBackend"):
+        HFSlotBackend(sliding, tokenizer)
+    limit = model.config.max_position_embeddings
+    with pytest.raises(ValueError, match=f"max_context must be in \\[1, {limit}\\]"):
+        HFSlotBackend(model, tokenizer, max_context=limit + 1)
+    with pytest.raises(ValueError, match="cuda_graphs needs the model on a CUDA device"):
+        HFSlotBackend(model, tokenizer, cuda_graphs=True)
+
+
+def test_the_engine_registry(model, tokenizer):
+    assert resolve_hf_engine("auto", device="cpu") == "continuous"
+    assert resolve_hf_engine("auto", device="cuda:0") == "slots"
+    assert resolve_hf_engine("auto", model=model) == "continuous"  # the model is on the CPU
+    assert hf_backend_class("slots") is HFSlotBackend and hf_backend_class("continuous") is HFBackend
+    with pytest.raises(ValueError, match="unknown HF engine 'paged'; choose from auto, continuous, slots"):
+        resolve_hf_engine("paged")
+    made = make_hf_backend(model, tokenizer, engine="slots", max_context=96, max_batch_size=3)
+    assert isinstance(made, HFSlotBackend) and made.max_context == 96 and made.max_batch_size == 3
+    plain = make_hf_backend(model, tokenizer, engine="auto", max_context=96)  # ignored by continuous
+    assert type(plain) is HFBackend
+
+
+def test_kv_memory_is_what_the_doc_says(model, tokenizer):
+    backend = HFSlotBackend(model, tokenizer, max_batch_size=4, max_context=100)
+    backend.generate_batch([[5, 6, 7]], [GREEDY.replace(max_tokens=2)])
+    cfg = model.config
+    keys = backend._cache.keys  # noqa: SLF001
+    assert len(keys) == cfg.num_hidden_layers
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    assert tuple(keys[0].shape) == (4, cfg.num_key_value_heads, 101, head_dim)

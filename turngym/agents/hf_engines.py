@@ -1,0 +1,64 @@
+"""The HF backend's engines, by name: which scheduler runs a transformers model in-process.
+
+* ``continuous`` (``HFBackend``): a growing, left-padded KV cache; every pass eager. Any model
+  transformers can cache, on CPU or GPU.
+* ``slots`` (``HFSlotBackend``): fixed KV slots, decode steps replayed as CUDA graphs on a GPU
+  (eager on CPU). Full-attention decoders.
+* ``auto``: ``slots`` when the model runs on CUDA, else ``continuous``.
+
+``hf_backend_class("auto", device)`` returns the class; ``register_hf_engine`` adds one
+(``"module:Class"``, imported on first use).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+HF_ENGINES: dict[str, str] = {
+    "continuous": "turngym.agents.hf:HFBackend",
+    "slots": "turngym.agents.hf_slots:HFSlotBackend",
+}
+ENGINE_CHOICES = ("auto", *HF_ENGINES)
+
+
+def register_hf_engine(name: str, target: str) -> None:
+    """Make ``name`` an HF engine; ``target`` is ``"module:Class"`` (an ``HFBackend`` subclass)."""
+    if name == "auto" or ":" not in target:
+        raise ValueError(
+            f"register_hf_engine({name!r}, {target!r}): use a name other than 'auto' and 'module:Class'"
+        )
+    HF_ENGINES[name] = target
+
+
+def resolve_hf_engine(engine: str, device: Any = None, model: Any = None) -> str:
+    """The engine ``auto`` stands for: ``slots`` on CUDA (``device``, else the model object's
+    device, else CUDA if present), ``continuous`` elsewhere. Unknown names raise ``ValueError``."""
+    if engine != "auto":
+        if engine not in HF_ENGINES:
+            raise ValueError(f"unknown HF engine {engine!r}; choose from {', '.join(ENGINE_CHOICES)}")
+        return engine
+    if device is None and model is not None and hasattr(model, "parameters"):
+        device = next(model.parameters()).device
+    if device is None:
+        from turngym.agents.models import default_device
+
+        device = default_device()
+    return "slots" if str(device).startswith("cuda") else "continuous"
+
+
+def hf_backend_class(engine: str = "auto", device: Any = None, model: Any = None) -> type:
+    """The backend class of an engine name (see ``resolve_hf_engine``)."""
+    module, _, cls = HF_ENGINES[resolve_hf_engine(engine, device, model)].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def make_hf_backend(
+    model: Any, tokenizer: Any = None, *, engine: str = "auto", max_context: int | None = None, **kwargs: Any
+) -> Any:
+    """An in-process HF backend of ``engine``; ``max_context`` sizes the KV slots of engines that
+    have them (``slots``) and is ignored by the others. Other arguments go to the constructor."""
+    cls = hf_backend_class(engine, kwargs.get("device"), model)
+    if max_context is not None and getattr(cls, "sized_context", False):
+        kwargs["max_context"] = max_context
+    return cls(model, tokenizer, **kwargs)

@@ -1,0 +1,593 @@
+"""``HFSlotBackend``: the HF backend on a static KV cache of fixed row slots, its decode steps
+captured as CUDA graphs.
+
+    backend = HFSlotBackend("smollm2-135m", device="cuda", max_batch_size=64, max_context=4096)
+
+Why: ``HFBackend`` runs every decode step eagerly from Python, and for a small model the GPU idles
+between kernel launches (about 35 ms a step for SmolLM2-135M's 30 layers at batch 1). Here the KV
+cache is one static buffer per layer, ``[slots, kv_heads, max_context + 1, head_dim]``; a request
+owns a slot and its tokens sit left-aligned in it (column = position), so a decode step has the same
+shapes whenever the same slots and context bucket are in use. The whole step (embedding, every
+layer, the last norm, the LM head) is captured once per (width, context) bucket as a CUDA graph and
+replayed.
+
+* **Widths and buckets.** A decode step runs slots ``0..w-1``, ``w`` the smallest power of two (or
+  ``max_batch_size``) past the highest live slot; a new request takes the lowest free slot.
+  Attention reads the first ``k`` columns, ``k`` the smallest bucket (64 * 2^i, or ``max_context``)
+  past every live row's position, each row masked to ``column <= its position``. A parked or empty
+  slot inside the window computes a throw-away token: its write lands at or past the end of its
+  cached ids, which the row's own later feed overwrites before anything reads it.
+* **Prefill stays eager**: joiners (fresh, or resuming their route's parked row) are fed together,
+  up to ``prefill_tokens`` (rows x longest feed) a pass, their tokens right-aligned in the window;
+  padded queries write to the scratch column past ``max_context``, which no one reads.
+* **Attention** (registered with transformers as ``"turngym_slots"``, switched on only during this
+  backend's passes): a decode step does grouped-query attention with two matmuls straight on the
+  cache buffers, with no ``repeat_kv`` copy of the whole cache per layer and step; prefill uses SDPA.
+* **Sampling on the device, one host sync a step**: per-request temperature/top-k/top-p, greedy rows
+  take the argmax; a sampled row races exponential noise drawn from a counter-based hash of (request
+  seed, token index, vocabulary id), so a seed gives the same sample whatever else is in the batch,
+  with no per-request RNG state to launch kernels for. Logprobs are the raw model log-probabilities.
+* The rest is ``HFBackend``'s: continuous batching (requests join and leave between decode steps),
+  per-request settings, prefix reuse across a trajectory's turns (a parked row keeps its slot and KV),
+  cancellation, ``update_weights`` (in place, between steps: the graphs read the same parameter
+  storage, so they see the new weights), the trace, the stats and the ledger's queued/prefill/decode
+  times. It runs in a worker process too (``HFProcessBackend(..., engine="slots")``).
+* **Limits**: a prompt longer than ``max_context`` fails with ``BackendError``; a generation that
+  reaches ``max_context`` ends with ``finish_reason="length"``. Full-attention decoders only (Llama,
+  Qwen2, SmolLM2, ...): sliding-window, soft-capped or recurrent attention raises at construction.
+  The slots take ``max_batch_size x (max_context + 1)`` tokens of KV up front (SmolLM2-135M in bf16:
+  23 KB a token, 1.5 GB for 16 x 4096).
+* **Fallback**: on CPU, or with ``cuda_graphs=False``, decode steps run the same code eagerly. A
+  capture that fails (out of memory, an op that cannot be captured) turns graphs off for this backend
+  with a warning, ``stats["graph_fallbacks"]`` counts it, and steps run eagerly.
+
+``stats`` adds ``graph_captures``, ``graph_replays``, ``eager_decodes``, ``graph_fallbacks`` and
+``capture_s`` to ``HFBackend``'s counters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from turngym.agents.backend import BackendError, SamplingParams
+from turngym.agents.hf import HFBackend, _backend_error, _common_prefix, _filtered_probs, _Request
+
+log = logging.getLogger(__name__)
+
+ATTENTION = "turngym_slots"  # the attention function's name in transformers' registry
+MIN_COLUMNS = 64  # the smallest context bucket
+
+
+@dataclass
+class _SlotBatch:
+    """The scheduler's view of the slots: each slot's request (None: free) and how many cache
+    columns it has written (= the position of its next token)."""
+
+    slots: list[_Request | None]
+    lengths: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.lengths = [0] * len(self.slots)
+
+    @property
+    def rows(self) -> list[_Request]:
+        return [r for r in self.slots if r is not None]
+
+    @property
+    def active(self) -> int:
+        return sum(r is not None and r.parked is None for r in self.slots)
+
+    def live(self) -> list[int]:
+        """Slots whose request is generating (not parked)."""
+        return [s for s, r in enumerate(self.slots) if r is not None and r.parked is None]
+
+    def free(self, s: int) -> None:
+        self.slots[s], self.lengths[s] = None, 0
+
+
+class _SlotCache:
+    """What transformers' attention layers see as ``past_key_values``: ``update`` writes a pass's
+    new keys and values where the pass's plan says (``index``: flat row of each new key) and returns
+    the columns the pass attends to: slots ``0..width-1`` as a view, or the slots in ``rows``."""
+
+    def __init__(self, keys: list[Any], values: list[Any]):
+        self.keys, self.values = keys, values
+        self.index: Any = None
+        self.rows: Any = None
+        self.width = 0
+        self.columns = 0
+
+    def update(self, key_states: Any, value_states: Any, layer_idx: int, *args: Any, **kwargs: Any):
+        k, v = self.keys[layer_idx], self.values[layer_idx]
+        d = k.shape[-1]
+        flat = self.index.reshape(-1)
+        k.view(-1, d).index_copy_(0, flat, key_states.reshape(-1, d))
+        v.view(-1, d).index_copy_(0, flat, value_states.reshape(-1, d))
+        if self.rows is None:
+            return k[: self.width, :, : self.columns], v[: self.width, :, : self.columns]
+        return k[self.rows, :, : self.columns], v[self.rows, :, : self.columns]
+
+
+class HFSlotBackend(HFBackend):
+    """``HFBackend`` on fixed KV slots with CUDA-graph decode steps (see the module doc).
+
+    ``max_context``: cache columns per slot (default: the model's limit, at most 4096);
+    ``cuda_graphs``: capture decode steps (default: on CUDA); ``prefill_tokens``: rows x longest
+    feed per prefill pass. Other arguments as ``HFBackend`` (``fuse_tokens`` and
+    ``cudnn_attention`` do not apply)."""
+
+    sized_context = True  # ``make_hf_backend`` passes ``max_context`` on
+
+    def __init__(
+        self,
+        model: str | Path | Any,
+        tokenizer: Any = None,
+        *,
+        max_context: int | None = None,
+        cuda_graphs: bool | None = None,
+        prefill_tokens: int = 16384,
+        **kwargs: Any,
+    ):
+        super().__init__(model, tokenizer, **kwargs)
+        config = self.model.config
+        problem = _attention_problem(config)
+        if problem:
+            raise ValueError(f"HFSlotBackend needs a full-attention decoder: {problem}; use HFBackend")
+        limit = getattr(config, "max_position_embeddings", None) or 4096
+        max_context = int(max_context or min(limit, 4096))
+        if not 1 <= max_context <= limit:
+            raise ValueError(f"max_context must be in [1, {limit}] (the model's limit), got {max_context}")
+        if prefill_tokens < 1:
+            raise ValueError(f"prefill_tokens must be >= 1, got {prefill_tokens}")
+        on_cuda = self.device.type == "cuda"
+        if cuda_graphs and not on_cuda:
+            raise ValueError("cuda_graphs needs the model on a CUDA device")
+        self.max_context = max_context
+        self.cuda_graphs = on_cuda if cuda_graphs is None else bool(cuda_graphs)
+        self.prefill_tokens = prefill_tokens
+        self._cache: _SlotCache | None = None  # allocated on the first pass
+        self._graphs: dict[tuple[int, int], Any] = {}
+        self._pool: Any = None
+        self.stats.update(
+            graph_captures=0, graph_replays=0, eager_decodes=0, graph_fallbacks=0, capture_s=0.0
+        )
+        _register_attention()
+
+    # ------------------------------------------------------------- requests
+    def _request(
+        self, prompt_ids: list[int], sampling: SamplingParams, done: Any, gave_up: Any = lambda: False
+    ):
+        if len(prompt_ids) > self.max_context:
+            raise BackendError(
+                f"a prompt of {len(prompt_ids)} tokens does not fit the backend's context of {self.max_context}"
+            )
+        return super()._request(prompt_ids, sampling, done, gave_up)
+
+    def _new_batch(self) -> _SlotBatch:
+        return _SlotBatch([None] * self.max_batch_size)
+
+    # ------------------------------------------------------------- scheduler
+    def _iterate(self, batch: _SlotBatch, joiners: list[_Request]) -> None:  # type: ignore[override]
+        """Place the joiners in slots and prefill them, then one decode step for every live row;
+        finished rows are delivered after each."""
+        joiners = [r for r in joiners if not r.gave_up()]
+        placed = self._place(batch, joiners)
+        if placed:
+            self._prefill(batch, placed)
+            self._retire(batch)
+        live = batch.live()
+        if not live:
+            return
+        try:
+            self._decode(batch, live)
+        except Exception as e:  # noqa: BLE001 - every live row gets the error, the thread survives
+            err = _backend_error(e)
+            for s in live:
+                batch.slots[s].done(err)  # type: ignore[union-attr]
+                batch.free(s)
+            return
+        self._retire(batch)
+
+    def _place(self, batch: _SlotBatch, joiners: list[_Request]) -> list[tuple[int, _Request]]:
+        """A slot for each joiner: its route's parked row when the prompt extends what that row holds
+        (it then feeds only the prompt after the reused prefix), else the lowest free slot, evicting
+        the oldest parked row when none is free. Parked rows that expired, were released, hold KV of
+        older weights or an older prefix-cache epoch, or lost their route's reuse, are freed."""
+        now = time.perf_counter()
+        released, self._released = self._released, set()
+        parked: dict[str | None, int] = {}
+        for s, r in enumerate(batch.slots):
+            if r is None or r.parked is None:
+                continue
+            stale = r.epoch != self._epoch or r.versions[-1] != self.weights_version
+            if stale or r.route in released or not self.reuse_prefix or now - r.parked > self.park_s:
+                batch.free(s)
+                self.stats["parked_dropped"] += 1
+            else:
+                parked[r.route] = s
+        placed: list[tuple[int, _Request]] = []
+        fresh: list[_Request] = []
+        for r in joiners:
+            s = parked.pop(r.route, None) if r.route is not None else None
+            if s is not None:
+                held = batch.slots[s].cached_ids  # type: ignore[union-attr]
+                r.reuse = min(_common_prefix(held, r.prompt_ids), len(r.prompt_ids) - 1)
+                if r.reuse > 0:
+                    batch.slots[s] = r
+                    placed.append((s, r))
+                    continue
+                batch.free(s)
+                self.stats["parked_dropped"] += 1
+            fresh.append(r)
+        unclaimed = sorted((batch.slots[s].parked, s) for s in parked.values())  # type: ignore[union-attr]
+        for r in fresh:
+            s = next((i for i, x in enumerate(batch.slots) if x is None), None)
+            if s is None:
+                if not unclaimed:  # the arrivals never exceed the slots; a failsafe
+                    r.done(BackendError("no free KV slot"))
+                    continue
+                _, s = unclaimed.pop(0)
+                batch.free(s)
+                self.stats["parked_dropped"] += 1
+            r.reuse = 0
+            batch.slots[s] = r
+            placed.append((s, r))
+        return placed
+
+    def _prefill(self, batch: _SlotBatch, placed: list[tuple[int, _Request]]) -> None:
+        """Feed the placed rows in passes of at most ``prefill_tokens`` (rows x longest feed); a
+        failing pass is retried row by row, so only the culprit fails."""
+        group: list[tuple[int, _Request]] = []
+        longest = 0
+        for s, r in sorted(placed, key=lambda p: len(p[1].prompt_ids) - p[1].reuse):
+            n = len(r.prompt_ids) - r.reuse
+            if group and (len(group) + 1) * max(longest, n) > self.prefill_tokens:
+                self._prefill_group(batch, group)
+                group, longest = [], 0
+            group.append((s, r))
+            longest = max(longest, n)
+        if group:
+            self._prefill_group(batch, group)
+
+    def _prefill_group(self, batch: _SlotBatch, group: list[tuple[int, _Request]]) -> None:
+        try:
+            self._prefill_pass(batch, group)
+        except Exception as e:  # noqa: BLE001
+            if len(group) > 1:
+                for one in group:
+                    self._prefill_group(batch, [one])
+                return
+            s, r = group[0]
+            r.done(_backend_error(e))
+            batch.free(s)
+
+    def _prefill_pass(self, batch: _SlotBatch, group: list[tuple[int, _Request]]) -> None:
+        """One eager pass: every row's feed right-aligned in one window, written at its columns
+        ``start..``; padded queries write to the scratch column and attend to column 0 only."""
+        import torch
+
+        cache = self._buffers()
+        dev, scratch = self.device, self.max_context
+        feeds = [(s, r.prompt_ids[r.reuse :], r.reuse) for s, r in group]
+        width = max(len(f) for _, f, _ in feeds)
+        ids = torch.full((len(feeds), width), self.pad_id, dtype=torch.long)
+        cols = torch.full((len(feeds), width), scratch, dtype=torch.long)
+        for j, (_, f, start) in enumerate(feeds):
+            ids[j, width - len(f) :] = torch.tensor(f, dtype=torch.long)
+            cols[j, width - len(f) :] = torch.arange(start, start + len(f))
+        span = max(start + len(f) for _, f, start in feeds)
+        slots = torch.tensor([s for s, _, _ in feeds], dtype=torch.long, device=dev)
+        ids, cols = ids.to(dev), cols.to(dev)
+        real = cols < scratch
+        pos = torch.where(real, cols, 0)
+        keys = torch.arange(span, device=dev)
+        mask = torch.where(real[:, :, None], keys <= cols[:, :, None], keys == 0)[:, None]
+        cache.index = self._row_base[slots][:, :, None] + cols[:, None, :]
+        cache.rows, cache.columns = slots, span
+        t0, c0 = time.perf_counter(), time.thread_time()
+        with self._lock, torch.inference_mode(), _slot_attention(self.model):
+            out = self.model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=pos,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            version = self.weights_version
+        t_fwd = time.perf_counter()
+        rows = [r for _, r in group]
+        tokens = self._sample_rows(rows, out.logits[:, -1].float(), version)
+        self._ids[slots] = tokens
+        for s, f, start in feeds:
+            batch.lengths[s] = start + len(f)
+            batch.slots[s].admitted = t0  # type: ignore[union-attr]
+        self.stats["prefills"] += 1
+        self.stats["prompt_tokens"] += sum(len(f) for _, f, _ in feeds)
+        self.stats["reused_tokens"] += sum(r.reuse for r in rows)
+        if self.trace is not None:
+            shape = (batch.active, len(group), width, span)
+            cpu = time.thread_time() - c0
+            self.trace.append(("pass", t0, time.perf_counter(), "prefill", *shape, cpu, t_fwd - t0))
+
+    def _decode(self, batch: _SlotBatch, live: list[int]) -> None:
+        """One decode step for every live row: slots ``0..w-1``, the first ``k`` columns (buckets),
+        replayed from a CUDA graph when graphs are on."""
+        import torch
+
+        self._buffers()
+        w = _bucket(max(live) + 1, 1, self.max_batch_size)
+        k = _bucket(max(batch.lengths[s] for s in live) + 1, MIN_COLUMNS, self.max_context)
+        self._pos[:w].copy_(torch.tensor(batch.lengths[:w], dtype=torch.long))
+        t0, c0 = time.perf_counter(), time.thread_time()
+        with self._lock, torch.inference_mode(), _slot_attention(self.model):
+            graph = self._graph(w, k) if self.cuda_graphs else None
+            if graph is not None:
+                graph.replay()
+                self.stats["graph_replays"] += 1
+            else:
+                self._decode_body(w, k)
+                self.stats["eager_decodes"] += 1
+            version = self.weights_version
+        t_fwd = time.perf_counter()
+        idx = torch.tensor(live, dtype=torch.long, device=self.device)
+        rows = [batch.slots[s] for s in live]
+        tokens = self._sample_rows(rows, self._logits[idx], version)  # type: ignore[arg-type]
+        self._ids[idx] = tokens
+        for s in live:
+            batch.lengths[s] += 1
+        self.stats["steps"] += 1
+        self.stats["widths"][len(live)] += 1
+        if self.trace is not None:
+            cpu = time.thread_time() - c0
+            self.trace.append(
+                ("pass", t0, time.perf_counter(), "decode", len(live), 0, w, k, cpu, t_fwd - t0)
+            )
+
+    def _decode_body(self, w: int, k: int) -> None:
+        """The decode step of slots ``0..w-1`` over ``k`` columns, from the static inputs
+        (``_ids``, ``_pos``) to the static logits; what a graph captures."""
+        cache = self._cache
+        assert cache is not None
+        ids, pos = self._ids[:w, None], self._pos[:w, None]
+        cache.index = (self._row_base[:w] + pos)[:, :, None]
+        cache.rows, cache.width, cache.columns = None, w, k
+        mask = (self._columns[None, :k] <= pos)[:, None, None, :]
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=pos,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        self._logits[:w].copy_(out.logits[:, -1])
+
+    def _graph(self, w: int, k: int) -> Any:
+        """The captured decode step for (w, k), captured on first use; None (and graphs off, with a
+        warning) when a capture fails."""
+        graph = self._graphs.get((w, k))
+        if graph is not None:
+            return graph
+        import torch
+
+        t0 = time.perf_counter()
+        try:
+            if self._pool is None:
+                self._pool = torch.cuda.graph_pool_handle()
+            side = torch.cuda.Stream(device=self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(
+                side
+            ):  # warm-up: the same inputs as the step, so its writes are the step's own
+                self._decode_body(w, k)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+                self._decode_body(w, k)
+        except Exception as e:  # noqa: BLE001 - out of memory or an op that cannot be captured
+            self.cuda_graphs = False
+            self._graphs.clear()
+            self.stats["graph_fallbacks"] += 1
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()
+            log.warning(
+                "CUDA graph capture failed (%s: %s); decoding eagerly from now on", type(e).__name__, e
+            )
+            return None
+        self._graphs[(w, k)] = graph
+        self.stats["graph_captures"] += 1
+        self.stats["capture_s"] += time.perf_counter() - t0
+        return graph
+
+    def _sample_rows(self, rows: list[_Request], logits: Any, version: int) -> Any:
+        """One token per row (logits ``[rows, vocab]``, float): greedy rows the argmax, sampled rows
+        an exponential race of their filtered probabilities against seeded noise; records tokens,
+        raw logprobs and weight versions on the requests."""
+        import torch
+
+        with torch.inference_mode():
+            raw = torch.log_softmax(logits, dim=-1)
+            tokens = raw.argmax(dim=-1)
+            hot = [j for j, r in enumerate(rows) if not r.sampling.greedy]
+            if hot:
+                idx = torch.tensor(hot, device=logits.device)
+                probs = _filtered_probs(logits[idx], [rows[j].sampling for j in hot])
+                keys = torch.tensor(
+                    [
+                        [rows[j].seed & 0xFFFFFFFF, (rows[j].seed >> 32) & 0xFFFFFFFF, len(rows[j].tokens)]
+                        for j in hot
+                    ],
+                    dtype=torch.long,
+                    device=logits.device,
+                )
+                noise = race_noise(keys[:, 0], keys[:, 1], keys[:, 2], logits.shape[-1])
+                tokens[idx] = (probs / noise).argmax(dim=-1)
+            lps = raw.gather(1, tokens[:, None]).squeeze(1)
+            host = torch.stack([tokens.double(), lps.double()]).tolist()
+        now = time.perf_counter()
+        for r, t, lp in zip(rows, host[0], host[1], strict=True):
+            if not r.tokens:
+                r.first_token = now
+            r.tokens.append(int(t))
+            r.logprobs.append(lp)
+            r.versions.append(version)
+        return tokens
+
+    def _retire(self, batch: _SlotBatch) -> None:  # type: ignore[override]
+        """Deliver finished rows (done, out of tokens, or at the end of the context), parking those
+        with a route in their slot; free the slots of rows whose caller gave up."""
+        park = self.reuse_prefix and self.park_s > 0
+        for s, r in enumerate(batch.slots):
+            if r is None or r.parked is not None:
+                continue
+            if r.finished or batch.lengths[s] >= self.max_context:
+                if self.trace is not None:
+                    t = time.perf_counter()
+                    self.trace.append(
+                        ("req", r.route, r.submitted, r.admitted, t, len(r.prompt_ids), len(r.tokens))
+                    )
+                r.done(self._result(r))
+                if park and r.route is not None:
+                    r.parked, r.epoch, r.generator = time.perf_counter(), self._epoch, None
+                else:
+                    batch.free(s)
+            elif r.gave_up():
+                batch.free(s)
+
+    # ------------------------------------------------------------- buffers
+    def _buffers(self) -> _SlotCache:
+        """The slots' KV buffers and the graphs' static inputs and outputs, made on first use."""
+        if self._cache is not None:
+            return self._cache
+        import torch
+
+        config = self.model.config
+        heads = config.num_attention_heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        dtype = next(self.model.parameters()).dtype
+        slots, columns, dev = self.max_batch_size, self.max_context + 1, self.device
+        shape = (slots, kv_heads, columns, head_dim)
+        n = config.num_hidden_layers
+        keys = [torch.zeros(shape, dtype=dtype, device=dev) for _ in range(n)]
+        values = [torch.zeros(shape, dtype=dtype, device=dev) for _ in range(n)]
+        # the flat row of (slot, head, column 0) in a layer's buffer viewed as [-1, head_dim]
+        base = torch.arange(slots * kv_heads, device=dev).view(slots, kv_heads) * columns
+        self._row_base = base
+        self._columns = torch.arange(columns, device=dev)
+        self._ids = torch.full((slots,), self.pad_id, dtype=torch.long, device=dev)
+        self._pos = torch.zeros(slots, dtype=torch.long, device=dev)
+        self._logits = torch.zeros((slots, self.vocab_size), dtype=torch.float32, device=dev)
+        self._cache = _SlotCache(keys, values)
+        return self._cache
+
+
+def _bucket(n: int, smallest: int, cap: int) -> int:
+    """The smallest ``smallest * 2^i`` at or above ``n``, at most ``cap``."""
+    b = smallest
+    while b < n:
+        b *= 2
+    return min(b, cap)
+
+
+def _attention_problem(config: Any) -> str | None:
+    """Why a model's attention cannot run on the slots (None: it can)."""
+    kinds = set(getattr(config, "layer_types", None) or [])
+    if kinds - {"full_attention"}:
+        return f"its layers include {sorted(kinds - {'full_attention'})}"
+    if getattr(config, "use_sliding_window", False) and getattr(config, "sliding_window", None):
+        return "it uses sliding-window attention"
+    if getattr(config, "attn_logit_softcapping", None):
+        return "it soft-caps attention logits"
+    if not hasattr(config, "num_hidden_layers") or not hasattr(config, "num_attention_heads"):
+        return "its config has no num_hidden_layers/num_attention_heads"
+    return None
+
+
+@functools.cache
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ATTENTION, slot_attention)
+
+
+@contextlib.contextmanager
+def _slot_attention(model: Any) -> Iterator[None]:
+    """The model's attention is ``slot_attention`` for the pass (the caller holds the model lock)."""
+    config = model.config
+    saved = config._attn_implementation
+    config._attn_implementation = ATTENTION
+    try:
+        yield
+    finally:
+        config._attn_implementation = saved
+
+
+def slot_attention(
+    module: Any,
+    query: Any,
+    key: Any,
+    value: Any,
+    attention_mask: Any,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[Any, None]:
+    """Attention over slot-cache columns with a boolean ``[rows, 1, queries, columns]`` mask.
+    One query (a decode step): query heads grouped by their key/value head, two matmuls on the
+    cache's own strides. Several (prefill): SDPA on repeated key/value heads."""
+    import torch
+
+    b, h, n, d = query.shape
+    kv = key.shape[1]
+    if scaling is None:
+        scaling = d**-0.5
+    if n > 1:
+        from torch.nn.functional import scaled_dot_product_attention
+
+        if h != kv:
+            key, value = key.repeat_interleave(h // kv, dim=1), value.repeat_interleave(h // kv, dim=1)
+        out = scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, scale=scaling)
+        return out.transpose(1, 2).contiguous(), None
+    q = query.reshape(b, kv, h // kv, d)
+    scores = torch.matmul(q, key.transpose(-1, -2)).float() * scaling
+    scores = scores.masked_fill(~attention_mask, float("-inf"))
+    probs = torch.softmax(scores, dim=-1).to(value.dtype)
+    return torch.matmul(probs, value).reshape(b, 1, h, d), None
+
+
+_M1, _M2, _LOW = 0x7FEB352D, 0x846CA68B, 0xFFFFFFFF
+
+
+def _mul32(x: Any, m: int) -> Any:
+    """``x * m mod 2^32`` for int64 tensors holding 32-bit values, without int64 overflow."""
+    return ((x & 0xFFFF) * m + ((((x >> 16) * m) & 0xFFFF) << 16)) & _LOW
+
+
+def _mix32(x: Any) -> Any:
+    """A 32-bit integer hash (lowbias32) of int64 tensors holding 32-bit values."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, _M1)
+    x = x ^ (x >> 15)
+    x = _mul32(x, _M2)
+    return x ^ (x >> 16)
+
+
+def race_noise(seed_lo: Any, seed_hi: Any, index: Any, vocab: int) -> Any:
+    """Exponential(1) noise ``[rows, vocab]``, a pure function of each row's (seed, token index)
+    and the vocabulary id: ``argmax(probs / noise)`` samples from ``probs``."""
+    import torch
+
+    row = _mix32(_mix32(seed_lo ^ _mix32(seed_hi ^ 0x9E3779B9)) ^ _mix32((index + 0x632BE5AB) & _LOW))
+    ids = torch.arange(vocab, device=row.device, dtype=torch.long)
+    x = _mix32((row[:, None] ^ _mul32(ids, 0x9E3779B1)[None, :]) & _LOW)
+    u = ((x >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))
+    return -torch.log(u)
