@@ -101,7 +101,8 @@ class RecordTrajectory(AsyncWrapper):
     def __init__(self, env: gymnasium.Env, path: str | Path | None = None, env_id: str = ""):
         super().__init__(env)
         self.path = Path(path) if path is not None else None
-        self.env_id = env_id or (env.spec.id if env.spec is not None else type(env.unwrapped).__name__)
+        spec = env.unwrapped.spec  # the env's own (a wrapper's ``spec`` deep-copies it)
+        self.env_id = env_id or (spec.id if spec is not None else type(env.unwrapped).__name__)
         self.trajectory: Trajectory | None = None
         self.finished: list[Trajectory] = []
         self._seed: int | None = None
