@@ -54,6 +54,22 @@ def test_turn_limit_truncates_and_penalises_missing_answer():
         env.step("more")
 
 
+def test_limit_turns_tightens_the_one_turn_limit_and_never_loosens_it():
+    env = turngym.make("arith", max_turns=5)
+    assert env.spec.kwargs["max_turns"] == 5 and env.max_turns == 5  # from the spec's kwargs
+    env.limit_turns(8)  # looser: the env's own limit stays
+    assert env.max_turns == 5
+    env.limit_turns(2)
+    assert env.max_turns == 2
+    env.reset(seed=0)
+    assert env.step("x")[3] is False
+    _, r, term, trunc, info = env.step("x")
+    assert (term, trunc) == (False, True) and info["reward_components"]["format"] == -0.1
+    with pytest.raises(ValueError, match=">= 1"):
+        env.limit_turns(0)
+    assert turngym.make("arith").max_turns == type(env).default_max_turns
+
+
 def test_wrong_answer_and_several_calls_in_one_turn():
     env = turngym.make("arith", depth=1)
     _, info = env.reset(seed=1)

@@ -16,6 +16,11 @@ the event loop. ``sync_hooks_in_thread`` picks the hooks: the default ``("_reset
 hook per step costs more than a cheap hook does; ``False`` keeps every hook on the loop's thread. The base class parses actions,
 dispatches tools through a ``ToolBox`` (every failure becomes an error observation), counts turns,
 truncates at the turn limit, and fills the standard ``info`` keys.
+
+The turn limit has one home, ``Env.max_turns`` (the constructor's ``max_turns``, which ``make``
+fills from the spec's defaults and the overrides; else ``default_max_turns``). A cap from outside
+(``RolloutConfig.max_turns``, the ``TurnLimit`` wrapper) calls ``limit_turns(n)``, which tightens
+that limit and never loosens it, so the env itself truncates and pays its end-of-episode reward.
 """
 
 from __future__ import annotations
@@ -141,6 +146,16 @@ class Env(gymnasium.Env[list[Message], str]):
         return self.parser.format_call(ToolCall(name=name, arguments=arguments))
 
     # ------------------------------------------------------------ public API
+    def limit_turns(self, max_turns: int) -> None:
+        """Cap the episode at ``max_turns`` turns: ``self.max_turns = min(self.max_turns, max_turns)``.
+
+        The one way a caller (the rollout engine's ``RolloutConfig.max_turns``, the ``TurnLimit``
+        wrapper) limits an episode: the env truncates at the tighter limit; a looser cap changes nothing.
+        """
+        if int(max_turns) < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        self.max_turns = min(self.max_turns, int(max_turns))
+
     @property
     def tools(self) -> list[ToolSpec]:
         return self.toolbox.specs
