@@ -1,9 +1,10 @@
 import asyncio
+import warnings
 
 import pytest
 
 import turngym
-from turngym.core.env import AsyncEnv, Task
+from turngym.core.env import AsyncEnv, Env, Task
 from turngym.core.types import Message
 from turngym.tools import tool
 
@@ -115,8 +116,8 @@ def test_tag_parser_option():
     assert info["invalid_action"] and "unknown tool 'search'" in obs[0].content
 
 
-class EchoEnv(AsyncEnv):
-    """An async env: async hook and async tool."""
+class EchoEnv(Env):
+    """An env with an async hook and an async tool."""
 
     default_max_turns = 3
 
@@ -147,6 +148,42 @@ async def test_async_path_inside_running_loop():
     assert obs[0].content == "say hi"
     await env.aclose()
     await env.aclose()
+
+
+def test_async_env_is_a_deprecated_alias_of_env():
+    with pytest.warns(DeprecationWarning, match="subclass Env"):
+
+        class Legacy(AsyncEnv):
+            default_max_turns = 2
+
+            @tool(terminal=True)
+            async def say(self, text: str) -> str:
+                """Say something."""
+                return text
+
+            async def _reset(self, rng, options):
+                return Task([Message(role="user", content="hi")], task_id="legacy")
+
+    assert issubclass(Legacy, Env) and isinstance(Legacy(), AsyncEnv)
+    env = Legacy()
+    env.reset(seed=0)
+    assert env.step('<tool_call>{"name": "say", "arguments": {"text": "x"}}</tool_call>')[2] is True
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+
+        class Grandchild(Legacy):  # only direct subclasses warn
+            pass
+
+        class Plain(Env):
+            pass
+
+
+def test_in_repo_envs_subclass_env_not_the_alias():
+    from turngym.envs.swe.env import SweDockerEnv
+    from turngym.envs.web.base import MiniWoBEnvBase
+
+    for cls in (SweDockerEnv, MiniWoBEnvBase):
+        assert not issubclass(cls, AsyncEnv) and issubclass(cls, Env)
 
 
 def test_sync_wrappers_on_async_env_and_conformance():

@@ -1,4 +1,4 @@
-"""``Env`` and ``AsyncEnv``: Gymnasium environments that speak chat and tools.
+"""``Env``: Gymnasium environments that speak chat and tools, with a sync and an async path.
 
 A subclass writes:
   * tools: methods decorated with ``@tool`` (sync or async); ``@tool(terminal=True)``
@@ -31,6 +31,7 @@ import hashlib
 import inspect
 import json
 import threading
+import warnings
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -355,11 +356,23 @@ class Env(gymnasium.Env[list[Message], str]):
 
 
 class AsyncEnv(Env):
-    """An ``Env`` whose hooks and tools are coroutines (I/O-bound families: Docker, browsers).
+    """Deprecated alias of :class:`Env`, kept for compatibility; subclass ``Env`` instead.
 
-    The rollout engine calls ``areset``/``astep``/``aclose`` on the caller's event loop;
-    ``reset``/``step``/``close`` are thin sync wrappers that run them on the env's own loop.
+    Every ``Env`` has the async path: its hooks and tools may be coroutines (I/O-bound families:
+    Docker, browsers), the rollout engine calls ``areset``/``astep``/``aclose`` on the caller's event
+    loop, and ``reset``/``step``/``close`` run them on the env's own loop. ``AsyncEnv`` adds nothing;
+    a class that subclasses it directly gets a ``DeprecationWarning`` and otherwise behaves as an ``Env``.
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if AsyncEnv in cls.__bases__:
+            warnings.warn(
+                f"{cls.__qualname__} subclasses turngym.AsyncEnv, a deprecated alias of turngym.Env "
+                "(every Env has the async path): subclass Env",
+                DeprecationWarning,
+                stacklevel=2,
+            )
 
 
 def _as_message(action: str | Message) -> Message:
