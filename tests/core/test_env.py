@@ -1,9 +1,10 @@
 import asyncio
+import warnings
 
 import pytest
 
 import turngym
-from turngym.core.env import AsyncEnv, Task
+from turngym.core.env import AsyncEnv, Env, Task
 from turngym.core.types import Message
 from turngym.tools import tool
 
@@ -54,6 +55,22 @@ def test_turn_limit_truncates_and_penalises_missing_answer():
         env.step("more")
 
 
+def test_limit_turns_tightens_the_one_turn_limit_and_never_loosens_it():
+    env = turngym.make("arith", max_turns=5)
+    assert env.spec.kwargs["max_turns"] == 5 and env.max_turns == 5  # from the spec's kwargs
+    env.limit_turns(8)  # looser: the env's own limit stays
+    assert env.max_turns == 5
+    env.limit_turns(2)
+    assert env.max_turns == 2
+    env.reset(seed=0)
+    assert env.step("x")[3] is False
+    _, r, term, trunc, info = env.step("x")
+    assert (term, trunc) == (False, True) and info["reward_components"]["format"] == -0.1
+    with pytest.raises(ValueError, match=">= 1"):
+        env.limit_turns(0)
+    assert turngym.make("arith").max_turns == type(env).default_max_turns
+
+
 def test_wrong_answer_and_several_calls_in_one_turn():
     env = turngym.make("arith", depth=1)
     _, info = env.reset(seed=1)
@@ -99,8 +116,8 @@ def test_tag_parser_option():
     assert info["invalid_action"] and "unknown tool 'search'" in obs[0].content
 
 
-class EchoEnv(AsyncEnv):
-    """An async env: async hook and async tool."""
+class EchoEnv(Env):
+    """An env with an async hook and an async tool."""
 
     default_max_turns = 3
 
@@ -131,6 +148,42 @@ async def test_async_path_inside_running_loop():
     assert obs[0].content == "say hi"
     await env.aclose()
     await env.aclose()
+
+
+def test_async_env_is_a_deprecated_alias_of_env():
+    with pytest.warns(DeprecationWarning, match="subclass Env"):
+
+        class Legacy(AsyncEnv):
+            default_max_turns = 2
+
+            @tool(terminal=True)
+            async def say(self, text: str) -> str:
+                """Say something."""
+                return text
+
+            async def _reset(self, rng, options):
+                return Task([Message(role="user", content="hi")], task_id="legacy")
+
+    assert issubclass(Legacy, Env) and isinstance(Legacy(), AsyncEnv)
+    env = Legacy()
+    env.reset(seed=0)
+    assert env.step('<tool_call>{"name": "say", "arguments": {"text": "x"}}</tool_call>')[2] is True
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+
+        class Grandchild(Legacy):  # only direct subclasses warn
+            pass
+
+        class Plain(Env):
+            pass
+
+
+def test_in_repo_envs_subclass_env_not_the_alias():
+    from turngym.envs.swe.env import SweDockerEnv
+    from turngym.envs.web.base import MiniWoBEnvBase
+
+    for cls in (SweDockerEnv, MiniWoBEnvBase):
+        assert not issubclass(cls, AsyncEnv) and issubclass(cls, Env)
 
 
 def test_sync_wrappers_on_async_env_and_conformance():

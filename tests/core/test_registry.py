@@ -102,3 +102,36 @@ def test_builtin_registry_contents():
     assert "arith-v0" in ids
     assert "arith-v0" in turngym.registry
     assert 42 not in turngym.registry
+
+
+def test_make_sets_spec_like_gymnasium():
+    env = turngym.make("arith", depth=3)
+    assert isinstance(env.spec, gymnasium.envs.registration.EnvSpec)
+    assert env.spec.id == "arith-v0" and (env.spec.name, env.spec.version) == ("arith", 0)
+    assert env.spec.kwargs == {**turngym.spec("arith").kwargs, "depth": 3}
+    assert env.spec.family == "arith"
+    assert "depth" not in turngym.spec("arith").kwargs  # the registry's spec is not touched
+    assert turngym.make("turngym/arith-v0").spec.id == "arith-v0"
+    assert turngym.make("arith-v0").spec.id == "arith-v0"
+
+
+def test_make_sets_spec_of_a_versioned_id():
+    reg = Registry()
+    reg.register("toy-v0", "turngym.envs.arith.env:ArithEnv", depth=1)
+    reg.register("toy-v2", "turngym.envs.arith.env:ArithEnv", depth=2)
+    assert reg.make("toy").spec.id == "toy-v2"
+    env = reg.make("toy-v0", max_turns=4)
+    assert env.spec.id == "toy-v0" and env.spec.kwargs == {"depth": 1, "max_turns": 4}
+    assert type(env)(depth=1).spec is None  # constructed directly: no spec, as in Gymnasium
+
+
+def test_spec_through_wrappers_and_gymnasium_make():
+    from turngym.core.wrappers import RecordTrajectory, TurnLimit
+
+    wrapped = RecordTrajectory(TurnLimit(turngym.make("arith"), 3))
+    assert wrapped.spec.id == "arith-v0"
+    assert [w.name for w in wrapped.spec.additional_wrappers] == ["TurnLimit", "RecordTrajectory"]
+    assert wrapped.env_id == "arith-v0"
+    gym_env = gymnasium.make("turngym/arith-v0", depth=2)
+    assert gym_env.spec.id == "turngym/arith-v0" and gym_env.spec.kwargs["depth"] == 2
+    assert gym_env.unwrapped.depth == 2

@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 import turngym
 from turngym.core.types import Trajectory
 from turngym.core.wrappers import RecordRewardComponents, RecordTrajectory, TurnLimit
@@ -10,6 +12,52 @@ def test_turn_limit_wrapper():
     env.reset(seed=0)
     assert env.step("x")[3] is False
     assert env.step("x")[3] is True
+
+
+def test_turn_limit_tighter_than_the_env_tightens_the_env_itself():
+    inner = turngym.make("arith", max_turns=10)
+    env = TurnLimit(inner, max_turns=2)
+    assert env.cap == 2 and env.max_turns == 2 and inner.max_turns == 2
+    env.reset(seed=0)
+    env.step("x")
+    _, reward, term, trunc, info = env.step("x")
+    # the env truncates, so it pays its own end-of-episode components and refuses a third step
+    assert (term, trunc, info["turn"]) == (False, True, 2)
+    assert info["reward_components"] == {"correct": 0.0, "format": -0.1} and reward == pytest.approx(-0.1)
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step("x")
+
+
+def test_turn_limit_looser_than_the_env_leaves_the_env_limit():
+    env = TurnLimit(turngym.make("arith", max_turns=2), max_turns=5)
+    assert env.cap == 5 and env.max_turns == 2
+    env.reset(seed=0)
+    assert env.step("x")[3] is False
+    assert env.step("x")[3] is True
+
+
+def test_turn_limit_is_reapplied_at_reset_and_forwarded_through_wrappers():
+    inner = turngym.make("arith", max_turns=6)
+    env = TurnLimit(RecordRewardComponents(inner), max_turns=3)
+    env.reset(seed=0)
+    inner.max_turns = 9  # something loosened the env between episodes
+    env.reset(seed=1)
+    assert inner.max_turns == 3 and env.env.max_turns == 3
+    turns = 0
+    trunc = False
+    while not trunc:
+        _, _, _, trunc, info = env.step("x")
+        turns += 1
+    assert turns == 3 and info["episode"]["l"] == 3
+
+
+def test_turn_limit_needs_an_env_with_its_own_limit():
+    import gymnasium
+
+    with pytest.raises(TypeError, match="TimeLimit"):
+        TurnLimit(gymnasium.make("CartPole-v1"), max_turns=2)
+    with pytest.raises(ValueError):
+        TurnLimit(turngym.make("arith"), max_turns=0)
 
 
 def test_reward_components_and_trajectory_recording(tmp_path):

@@ -94,6 +94,46 @@ async def test_max_turns_cap_truncates():
     eng = engine(max_turns=2, env_kwargs={"turns_needed": 10})
     (t,) = await eng.run(1)
     assert t.truncated and not t.terminated and t.num_turns == 2 and not t.masked
+    assert t.turns[-1].truncated and not t.turns[0].truncated
+
+
+async def test_max_turns_looser_than_the_env_leaves_the_env_limit():
+    eng = engine(max_turns=5, env_kwargs={"turns_needed": 10, "max_turns": 3})
+    (t,) = await eng.run(1)
+    assert t.truncated and not t.terminated and t.num_turns == 3 and t.turns[-1].truncated
+
+
+async def test_max_turns_cap_is_the_env_truncating():
+    """The cap tightens the env's own limit: the env ends the episode and pays its truncation reward."""
+    (t,) = await RolloutEngine(
+        "arith", ScriptedAgent(), RolloutConfig(max_turns=1), env_kwargs={"depth": 3}
+    ).run(1)
+    assert t.truncated and not t.terminated and t.num_turns == 1 and not t.masked
+    turn = t.turns[0]
+    assert turn.truncated and turn.tool_results[0].name == "calculate"
+    assert turn.reward_components == {"correct": 0.0, "format": -0.1}
+    assert t.total_reward == pytest.approx(-0.1)
+
+
+def test_max_turns_must_be_positive():
+    with pytest.raises(ValueError, match="max_turns"):
+        RolloutConfig(max_turns=0)
+
+
+async def test_max_turns_needs_an_env_that_can_be_limited():
+    class NoLimit:
+        def __init__(self, **kw):
+            self.inner = FaultyEnv(**kw)
+
+        async def areset(self, **kw):
+            return await self.inner.areset(**kw)
+
+        async def aclose(self):
+            await self.inner.aclose()
+
+    eng = RolloutEngine(NoLimit, ScriptedAgent(), RolloutConfig(max_turns=2), env_id="nolimit")
+    (t,) = await eng.run(1)
+    assert t.masked and t.mask_reason == "env_error" and "limit_turns" in t.metadata["error"]
 
 
 async def test_random_agent_never_breaks_an_env():

@@ -108,6 +108,28 @@ async def test_calls_before_reset_and_after_close_are_clear_errors(pool):
     assert issubclass(EnvActorLost, RuntimeError) and EnvActorLost.mask_reason == "env_lost"
 
 
+async def test_max_turns_tightens_the_remote_env_limit(pool):
+    capped = await RolloutEngine(pool, ScriptedAgent(), RolloutConfig(max_turns=1), env_id="search-qa").run(2)
+    assert [(t.masked, t.truncated, t.terminated, t.num_turns) for t in capped] == [
+        (False, True, False, 1)
+    ] * 2
+    # the env itself truncated, so it paid its missing-answer penalty
+    assert all(t.turns[-1].reward_components.get("format", 0.0) < 0 for t in capped)
+    env = pool()
+    env.limit_turns(3)
+    env.limit_turns(4)  # looser: no effect
+    await env.areset(seed=0)
+    assert env.max_turns == 3
+    env.limit_turns(2)  # on an open env: applied at the next reset
+    await env.areset(seed=1)
+    assert env.max_turns == 2
+    truncated = False
+    for _ in range(2):
+        *_, truncated, _ = await env.astep("no call")
+    assert truncated
+    await env.aclose()
+
+
 def test_trainer_rolls_out_in_env_actors_from_the_cluster_section(cluster, tmp_path):
     from turngym.trainer.config import load_config
     from turngym.trainer.loop import Trainer

@@ -1,4 +1,4 @@
-"""``Env`` and ``AsyncEnv``: Gymnasium environments that speak chat and tools.
+"""``Env``: Gymnasium environments that speak chat and tools, with a sync and an async path.
 
 A subclass writes:
   * tools: methods decorated with ``@tool`` (sync or async); ``@tool(terminal=True)``
@@ -16,6 +16,11 @@ the event loop. ``sync_hooks_in_thread`` picks the hooks: the default ``("_reset
 hook per step costs more than a cheap hook does; ``False`` keeps every hook on the loop's thread. The base class parses actions,
 dispatches tools through a ``ToolBox`` (every failure becomes an error observation), counts turns,
 truncates at the turn limit, and fills the standard ``info`` keys.
+
+The turn limit has one home, ``Env.max_turns`` (the constructor's ``max_turns``, which ``make``
+fills from the spec's defaults and the overrides; else ``default_max_turns``). A cap from outside
+(``RolloutConfig.max_turns``, the ``TurnLimit`` wrapper) calls ``limit_turns(n)``, which tightens
+that limit and never loosens it, so the env itself truncates and pays its end-of-episode reward.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import hashlib
 import inspect
 import json
 import threading
+import warnings
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -141,6 +147,16 @@ class Env(gymnasium.Env[list[Message], str]):
         return self.parser.format_call(ToolCall(name=name, arguments=arguments))
 
     # ------------------------------------------------------------ public API
+    def limit_turns(self, max_turns: int) -> None:
+        """Cap the episode at ``max_turns`` turns: ``self.max_turns = min(self.max_turns, max_turns)``.
+
+        The one way a caller (the rollout engine's ``RolloutConfig.max_turns``, the ``TurnLimit``
+        wrapper) limits an episode: the env truncates at the tighter limit; a looser cap changes nothing.
+        """
+        if int(max_turns) < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        self.max_turns = min(self.max_turns, int(max_turns))
+
     @property
     def tools(self) -> list[ToolSpec]:
         return self.toolbox.specs
@@ -340,11 +356,23 @@ class Env(gymnasium.Env[list[Message], str]):
 
 
 class AsyncEnv(Env):
-    """An ``Env`` whose hooks and tools are coroutines (I/O-bound families: Docker, browsers).
+    """Deprecated alias of :class:`Env`, kept for compatibility; subclass ``Env`` instead.
 
-    The rollout engine calls ``areset``/``astep``/``aclose`` on the caller's event loop;
-    ``reset``/``step``/``close`` are thin sync wrappers that run them on the env's own loop.
+    Every ``Env`` has the async path: its hooks and tools may be coroutines (I/O-bound families:
+    Docker, browsers), the rollout engine calls ``areset``/``astep``/``aclose`` on the caller's event
+    loop, and ``reset``/``step``/``close`` run them on the env's own loop. ``AsyncEnv`` adds nothing;
+    a class that subclasses it directly gets a ``DeprecationWarning`` and otherwise behaves as an ``Env``.
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if AsyncEnv in cls.__bases__:
+            warnings.warn(
+                f"{cls.__qualname__} subclasses turngym.AsyncEnv, a deprecated alias of turngym.Env "
+                "(every Env has the async path): subclass Env",
+                DeprecationWarning,
+                stacklevel=2,
+            )
 
 
 def _as_message(action: str | Message) -> Message:

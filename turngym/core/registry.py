@@ -5,6 +5,10 @@ spec without importing anything; ``make("search-qa")`` picks the latest version,
 defaults with overrides and imports the class only then. Third-party packages register
 through the entry-point group ``turngym.envs`` (a callable that registers, or a module
 whose import registers). Every env is also registered in Gymnasium as ``turngym/<id>``.
+
+``make`` sets ``env.spec`` as ``gymnasium.make`` does: the env's ``EnvSpec`` (a
+``gymnasium.envs.registration.EnvSpec``) with ``kwargs`` holding the defaults merged with the
+overrides it was made with, so ``env.spec.id`` names the env (``"search-qa-v0"``).
 """
 
 from __future__ import annotations
@@ -14,8 +18,10 @@ import importlib
 import re
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
+
+from gymnasium.envs.registration import EnvSpec as GymEnvSpec
 
 from turngym.core.plugins import load_entry_points
 
@@ -31,13 +37,18 @@ class UnknownEnvError(KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-@dataclass(frozen=True)
-class EnvSpec:
-    id: str  # "name-vN"
-    name: str
-    version: int
-    entry_point: str | Callable[..., Any]
-    kwargs: dict[str, Any] = field(default_factory=dict)
+@dataclass
+class EnvSpec(GymEnvSpec):
+    """A registered env: a Gymnasium ``EnvSpec`` (``id`` ``"name-vN"``, ``entry_point``, ``kwargs``
+    = constructor defaults; ``name``/``version`` derived from the id) plus turngym's catalogue fields.
+
+    The registry's specs are shared: treat them as read-only. ``make`` gives each env its own copy
+    as ``env.spec`` (``kwargs`` = defaults merged with the overrides).
+    """
+
+    # turngym envs keep their own order checks and run no Gymnasium env checker when made
+    order_enforce: bool = False
+    disable_env_checker: bool = True
     description: str = ""
     family: str = ""
     requires: tuple[str, ...] = ()  # extras needed, e.g. ("docker",)
@@ -64,7 +75,20 @@ class EnvSpec:
         return obj
 
     def make(self, **overrides: Any) -> Any:
-        return self.load()(**{**self.kwargs, **overrides})
+        """Construct the env with the defaults merged with ``overrides``; sets ``env.spec``."""
+        kwargs = {**self.kwargs, **overrides}
+        env = self.load()(**kwargs)
+        _attach_spec(env, replace(self, kwargs=kwargs))
+        return env
+
+
+def _attach_spec(env: Any, spec: EnvSpec) -> None:
+    """``env.unwrapped.spec = spec`` as ``gymnasium.make`` does (a wrapper's ``spec`` is derived from it);
+    an entry point that returns something that takes no attributes is left alone."""
+    try:
+        getattr(env, "unwrapped", env).spec = spec
+    except (AttributeError, TypeError):
+        pass
 
 
 def parse_id(env_id: str) -> tuple[str, int | None]:
@@ -128,8 +152,6 @@ class Registry(Mapping[str, EnvSpec]):
                 raise ValueError(f"env {full!r} is already registered (pass override=True to replace it)")
             spec = EnvSpec(
                 id=full,
-                name=name,
-                version=version,
                 entry_point=entry_point,
                 kwargs=dict(kwargs),
                 description=description,

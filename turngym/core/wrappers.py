@@ -1,4 +1,5 @@
-"""Wrappers that keep the async path: turn limit, reward-component totals, trajectory recording."""
+"""Wrappers that keep the async path: turn limit (tightening ``Env.max_turns``), reward-component totals,
+trajectory recording."""
 
 from __future__ import annotations
 
@@ -43,26 +44,48 @@ class AsyncWrapper(gymnasium.Wrapper):
     def tools(self):
         return self.env.get_wrapper_attr("tools")
 
+    @property
+    def max_turns(self) -> int:
+        """The turn limit in force: the wrapped env's own (``Env.max_turns``)."""
+        return _turngym_env(self).max_turns
+
+    def limit_turns(self, max_turns: int) -> None:
+        """Tighten the wrapped env's own turn limit (``Env.limit_turns``)."""
+        _turngym_env(self).limit_turns(max_turns)
+
+
+def _turngym_env(wrapper: gymnasium.Wrapper) -> Any:
+    base = wrapper.env.unwrapped
+    if not callable(getattr(base, "limit_turns", None)):
+        raise TypeError(
+            f"{type(base).__name__} has no turn limit of its own: turngym's turn limit is Env.max_turns "
+            "(use gymnasium.wrappers.TimeLimit to cap another Gymnasium env)"
+        )
+    return base
+
 
 class TurnLimit(AsyncWrapper):
-    """Truncate after ``max_turns`` turns (on top of the env's own limit)."""
+    """Cap episodes at ``cap`` turns by tightening the env's own limit (``Env.limit_turns``).
+
+    The env truncates at ``min(env.max_turns, cap)`` (a looser cap leaves the env's limit in force),
+    so ``truncated``, the turn-limit rewards and ``max_turns`` all come from the env. The cap is set at
+    construction and again at every reset.
+    """
 
     def __init__(self, env: gymnasium.Env, max_turns: int):
         super().__init__(env)
         if max_turns < 1:
             raise ValueError("max_turns must be >= 1")
-        self.max_turns = max_turns
-        self._turns = 0
+        self.cap = int(max_turns)
+        self.limit_turns(self.cap)
 
-    def _on_reset(self, obs, info):
-        self._turns = 0
-        return obs, info
+    async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        self.limit_turns(self.cap)
+        return await super().areset(seed=seed, options=options)
 
-    def _on_step(self, action, obs, reward, terminated, truncated, info):
-        self._turns += 1
-        if not terminated and self._turns >= self.max_turns:
-            truncated = True
-        return obs, reward, terminated, truncated, info
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        self.limit_turns(self.cap)
+        return super().reset(seed=seed, options=options)
 
 
 class RecordRewardComponents(AsyncWrapper):
@@ -101,7 +124,8 @@ class RecordTrajectory(AsyncWrapper):
     def __init__(self, env: gymnasium.Env, path: str | Path | None = None, env_id: str = ""):
         super().__init__(env)
         self.path = Path(path) if path is not None else None
-        self.env_id = env_id or (env.spec.id if env.spec is not None else type(env.unwrapped).__name__)
+        spec = env.unwrapped.spec  # the env's own (a wrapper's ``spec`` deep-copies it)
+        self.env_id = env_id or (spec.id if spec is not None else type(env.unwrapped).__name__)
         self.trajectory: Trajectory | None = None
         self.finished: list[Trajectory] = []
         self._seed: int | None = None

@@ -10,6 +10,9 @@
   through ``areset``/``astep``/``aclose`` (a sync ``_reset``/``_close`` runs in a worker thread
   too, see ``Env.sync_hooks_in_thread``). Samples of one task share the seed (same task) and the
   group id ``"<env_id>/<seed>"``; ``sample`` is 0..G-1.
+* ``max_turns`` caps episodes through the env's own limit: ``env.limit_turns(max_turns)`` before the
+  reset (``Env.limit_turns``; wrappers and ``RayEnv`` forward it), so the env truncates at
+  ``min(env.max_turns, max_turns)`` and pays its end-of-episode reward.
 * ``max_concurrency`` bounds live trajectories (and so live envs); backends batch the
   concurrent generations.
 * Timeouts: ``turn_timeout`` covers reset and each turn (generation + env step);
@@ -62,11 +65,13 @@ class RolloutConfig:
     turn_timeout: float | None = 300.0
     trajectory_timeout: float | None = 3600.0
     close_timeout: float = 30.0
-    max_turns: int | None = None  # a cap on top of the env's own turn limit
+    max_turns: int | None = None  # tightens each env's own turn limit (``env.limit_turns``), never loosens it
 
     def __post_init__(self) -> None:
         if self.group_size < 1 or self.max_concurrency < 1:
             raise ValueError("group_size and max_concurrency must be >= 1")
+        if self.max_turns is not None and self.max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1 (or None: the env's own limit), got {self.max_turns}")
 
 
 @dataclass
@@ -250,6 +255,8 @@ class RolloutEngine:
         async with _turn_timeout(cfg.turn_timeout, "reset"):
             t_reset = time.monotonic()
             try:
+                if cfg.max_turns is not None:  # the env truncates at the cap itself (one turn limit)
+                    env.limit_turns(cfg.max_turns)
                 obs, info = await env.areset(seed=seed)
             except Exception as e:  # noqa: BLE001
                 raise _Fault(_reason(e, "env_error"), e) from e
@@ -264,11 +271,6 @@ class RolloutEngine:
             raise _Fault("agent_error", e) from e
         sessions.append(session)
         while True:
-            if cfg.max_turns is not None and len(traj.turns) >= cfg.max_turns:
-                traj.truncated = True
-                if traj.turns:
-                    traj.turns[-1].truncated = True
-                break
             async with _turn_timeout(cfg.turn_timeout, f"turn {len(traj.turns)}"):
                 t_act = time.monotonic()
                 try:

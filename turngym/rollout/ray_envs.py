@@ -10,7 +10,8 @@
   factory) concurrently on its event loop (``max_envs_per_actor`` calls in flight). Calling the pool returns a :class:`RayEnv` proxy bound to the
   least-loaded live actor; the proxy speaks the env interface the engine and the agents use
   (``areset``/``astep``/``aclose``, ``tools``, ``tool_instructions()``, ``tools_in_prompt``,
-  ``parser``, ``expert_action()``), so the engine needs no special case.
+  ``parser``, ``expert_action()``, ``max_turns``, ``limit_turns()``), so the engine needs no special
+  case. ``limit_turns(n)`` is recorded and applied to the remote env at the next ``areset``.
 * Actor death (node loss, OOM kill, ``ray.kill``) surfaces as :class:`EnvActorLost`, whose
   ``mask_reason`` is ``"env_lost"``: the engine masks the trajectories that lived on that actor, and
   the pool starts a replacement actor in the dead one's slot for the trajectories that follow.
@@ -46,12 +47,14 @@ class _EnvHost:
         self.env, self.env_kwargs = env, env_kwargs
         self.envs: dict[int, Any] = {}
 
-    async def open(self, key: int, kwargs: dict[str, Any]) -> dict[str, Any]:
+    async def open(self, key: int, kwargs: dict[str, Any], max_turns: int | None = None) -> dict[str, Any]:
         from turngym.core.registry import make
 
         merged = {**self.env_kwargs, **kwargs}
         env = make(self.env, **merged) if isinstance(self.env, str) else self.env(**merged)
         self.envs[key] = env
+        if max_turns is not None:
+            env.limit_turns(max_turns)
         base = getattr(env, "unwrapped", env)
         return {
             "tools": list(base.tools),
@@ -182,6 +185,8 @@ class RayEnv:
         self._meta: dict[str, Any] | None = None
         self._generation = -1
         self._closed = False
+        self._turn_cap: int | None = None  # from limit_turns, applied to the remote env at areset
+        self._cap_pending = False
 
     # ------------------------------------------------------- env interface
     @property
@@ -204,12 +209,24 @@ class RayEnv:
     def max_turns(self) -> int | None:
         return self._require_meta()["max_turns"]
 
+    def limit_turns(self, max_turns: int) -> None:
+        """Tighten the remote env's own turn limit (``Env.limit_turns``), at the next ``areset``."""
+        if int(max_turns) < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        cap = int(max_turns)
+        self._turn_cap = cap if self._turn_cap is None else min(self._turn_cap, cap)
+        self._cap_pending = True
+
     def tool_instructions(self) -> str:
         return self._require_meta()["instructions"]
 
     async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         if self._meta is None:
             await self._open()
+        elif self._cap_pending:
+            await self._call("limit_turns", self._turn_cap)
+            self._meta["max_turns"] = min(self._meta["max_turns"], self._turn_cap)
+        self._cap_pending = False
         return await self._call("areset", seed=seed, options=options)
 
     async def astep(self, action: Any):
@@ -244,7 +261,9 @@ class RayEnv:
         self.slot = self.pool._acquire()
         self._generation = self.pool._generation[self.slot]
         self.pool.stats.opened += 1
-        self._meta = await self._await(self.actor.open.remote(self.key, self.kwargs), self.slot)
+        self._meta = await self._await(
+            self.actor.open.remote(self.key, self.kwargs, self._turn_cap), self.slot
+        )
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if self.slot is None or self._closed:

@@ -15,7 +15,7 @@ def _torchrun(nproc: int, config: Path | None, overrides: list[str]) -> int:
     import sys
 
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
-    cmd += ["-m", "turngym.trainer.distributed", *([str(config)] if config else []), *overrides]
+    cmd += ["-m", "turngym.trainer.torchrun_entry", *([str(config)] if config else []), *overrides]
     return subprocess.call(cmd)
 
 

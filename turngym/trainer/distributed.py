@@ -2,7 +2,10 @@
 
 Launch with torchrun (or ``turngym train --nproc N``, which runs torchrun for you):
 
-    torchrun --standalone --nproc-per-node 2 -m turngym.trainer.distributed config.yaml key=value ...
+    torchrun --standalone --nproc-per-node 2 -m turngym.trainer.torchrun_entry config.yaml key=value ...
+
+(The entry point lives in ``turngym.trainer.torchrun_entry``, above the loop that imports this
+module; ``-m turngym.trainer.distributed`` still runs it.)
 
 How a step is split (see ``Trainer.train_step`` / ``Trainer.update``):
 
@@ -182,24 +185,16 @@ def main_first(ctx: DistContext) -> Iterator[bool]:
         yield False
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point for torchrun: ``-m turngym.trainer.distributed [CONFIG] [key=value ...]``."""
-    import sys
-
-    from turngym.trainer.config import load_config
-    from turngym.trainer.loop import Trainer
-
-    args = list(sys.argv[1:] if argv is None else argv)
-    config = args.pop(0) if args and "=" not in args[0] else None
-    trainer = Trainer(load_config(config, args))
-    summary = trainer.train()
-    if trainer.dist.is_main:
-        print(f"done at step {summary['step']}: {summary['run_dir']}")
-    if trainer.dist.enabled:
-        import torch.distributed as dist
-
-        dist.destroy_process_group()
+def __getattr__(name: str) -> Any:
+    if name == "main":  # moved, so that this module imports nothing that imports it back
+        raise AttributeError(
+            "turngym.trainer.distributed.main moved to turngym.trainer.torchrun_entry.main "
+            "(torchrun ... -m turngym.trainer.torchrun_entry)"
+        )
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # the launch path of earlier releases: run the entry point module
+    import runpy
+
+    runpy.run_module("turngym.trainer.torchrun_entry", run_name="__main__", alter_sys=True)

@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from turngym.core.env import AsyncEnv, Task
+from turngym.core.env import Env, Task
 from turngym.core.types import Message, ToolResult
 from turngym.envs.swe import editor
 from turngym.envs.swe.packages import REPO_DIR
@@ -64,7 +64,7 @@ Make the minimal changes to non-test files in {repo_dir} so that the issue is re
 Run the tests with `python3 -m pytest -q <path>`; when you are done, call submit."""
 
 
-class SweDockerEnv(AsyncEnv):
+class SweDockerEnv(Env):
     """One task per episode, one container per episode (from a warm pool), graded in a fresh one."""
 
     default_max_turns = 40

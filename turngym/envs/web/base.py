@@ -20,7 +20,7 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
-from turngym.core.env import AsyncEnv, Task
+from turngym.core.env import Env, Task
 from turngym.core.types import Message, ToolResult
 from turngym.envs.web import page as wp
 from turngym.envs.web.dom import Snapshot
@@ -33,7 +33,7 @@ T = TypeVar("T")
 RewardMode = Literal["raw", "binary", "timed"]
 
 
-class MiniWoBEnvBase(AsyncEnv):
+class MiniWoBEnvBase(Env):
     """Shared machinery of ``web-miniwob`` and ``gui-miniwob`` (not registered itself).
 
     Args:
