@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from turngym.agents import BackendError, SamplingParams
 from turngym.agents.hf import HFBackend
 from turngym.agents.hf_engines import hf_backend_class, make_hf_backend, resolve_hf_engine
-from turngym.agents.hf_slots import HFSlotBackend, _mul32, race_noise
+from turngym.agents.hf_slots import HFSlotBackend, pick, seeded_uniform
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0, stop_token_ids=(-1,))
 
@@ -149,30 +149,38 @@ def test_logprobs_are_raw_model_logprobs_of_sampled_tokens(slots, tokenizer):
 
 
 @settings(max_examples=200, deadline=None)
-@given(x=st.integers(0, 2**32 - 1), m=st.integers(0, 2**32 - 1))
-def test_mul32_is_multiplication_mod_2_32(x, m):
-    assert int(_mul32(torch.tensor([x]), m)[0]) == (x * m) % 2**32
+@given(seed=st.integers(-(2**63), 2**63 - 1), index=st.integers(0, 10**6))
+def test_seeded_uniform_is_a_pure_function_inside_the_unit_interval(seed, index):
+    u = seeded_uniform(seed, index)
+    assert 0 < u < 1 and u == seeded_uniform(seed, index)
 
 
-def test_race_noise_samples_the_distribution_and_depends_only_on_seed_and_index():
+@pytest.mark.parametrize("filtered", [False, True])
+def test_pick_samples_the_distribution_from_seeded_draws(filtered):
     probs = torch.tensor([0.5, 0.25, 0.125, 0.0625, 0.0625, 0.0])
     n = 20000
-    seeds = torch.arange(n, dtype=torch.long)
-    noise = race_noise(seeds, torch.zeros(n, dtype=torch.long), torch.zeros(n, dtype=torch.long), 6)
-    assert noise.shape == (n, 6) and bool((noise > 0).all())
-    assert noise.mean().item() == pytest.approx(1.0, abs=0.02)  # Exponential(1)
-    counts = torch.bincount((probs / noise).argmax(dim=1), minlength=6).double()
-    expected = probs.double() * n
+    logits = probs.clamp(min=1e-30).log().expand(n, 6).contiguous()
+    logits[:, 5] = float("-inf")
+    u = torch.tensor([seeded_uniform(s, 0) for s in range(n)])
+    ones, no = torch.ones(n), torch.zeros(n, dtype=torch.bool)
+    top_k = torch.full((n,), 6 if filtered else 0, dtype=torch.long)
+    tok, lp = pick(logits, ones, no, top_k, ones, u, filtered)
+    counts = torch.bincount(tok, minlength=6).double()
     assert counts[5] == 0  # a token of probability 0 is never drawn
+    expected = probs.double() * n
     chi2 = float((((counts - expected) ** 2) / expected.clamp(min=1e-9))[:5].sum())
     assert chi2 < 20.5  # 4 degrees of freedom, p = 0.0004
-    # the noise of a row is a function of (seed, token index) alone
-    again = race_noise(
-        seeds[:3].flip(0), torch.zeros(3, dtype=torch.long), torch.zeros(3, dtype=torch.long), 6
-    )
-    assert torch.equal(again.flip(0), noise[:3])
-    later = race_noise(seeds[:3], torch.zeros(3, dtype=torch.long), torch.ones(3, dtype=torch.long), 6)
-    assert not torch.equal(later, noise[:3])
+    assert torch.allclose(lp, probs.log()[tok], atol=1e-5)  # raw logprobs of the drawn tokens
+    # greedy rows take the argmax; temperature sharpens; top-k 1 and a tiny top-p leave the top token
+    tok, _ = pick(logits[:4], ones[:4], torch.ones(4, dtype=torch.bool), top_k[:4], ones[:4], u[:4], filtered)
+    assert tok.tolist() == [0] * 4
+    cold, _ = pick(logits, ones * 0.05, no, top_k, ones, u, filtered)
+    assert (cold == 0).float().mean() > 0.99
+    one = torch.ones(n, dtype=torch.long)
+    assert pick(logits, ones, no, one, ones, u, True)[0].eq(0).all()
+    assert pick(logits, ones, no, top_k * 0, ones * 0.01, u, True)[0].eq(0).all()
+    top2 = pick(logits, ones, no, one * 2, ones, u, True)[0]
+    assert set(top2.tolist()) == {0, 1} and abs(float(top2.eq(0).double().mean()) - 2 / 3) < 0.02
 
 
 async def test_context_limits(model, tokenizer):

@@ -23,10 +23,11 @@ replayed.
 * **Attention** (registered with transformers as ``"turngym_slots"``, switched on only during this
   backend's passes): a decode step does grouped-query attention with two matmuls straight on the
   cache buffers, with no ``repeat_kv`` copy of the whole cache per layer and step; prefill uses SDPA.
-* **Sampling on the device, one host sync a step**: per-request temperature/top-k/top-p, greedy rows
-  take the argmax; a sampled row races exponential noise drawn from a counter-based hash of (request
-  seed, token index, vocabulary id), so a seed gives the same sample whatever else is in the batch,
-  with no per-request RNG state to launch kernels for. Logprobs are the raw model log-probabilities.
+* **Sampling inside the graph, one host round trip a step**: per-request temperature/top-k/top-p
+  (slot buffers set at admission), greedy rows take the argmax, sampled rows take the inverse CDF
+  at a uniform draw that is a hash of (request seed, token index), so a seed gives the same sample
+  whatever else is in the batch, with no per-request RNG state. The host sends one small tensor a
+  step (positions, draws) and reads one back (tokens, raw model logprobs).
 * The rest is ``HFBackend``'s: continuous batching (requests join and leave between decode steps),
   per-request settings, prefix reuse across a trajectory's turns (a parked row keeps its slot and KV),
   cancellation, ``update_weights`` (in place, between steps: the graphs read the same parameter
@@ -57,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from turngym.agents.backend import BackendError, SamplingParams
-from turngym.agents.hf import HFBackend, _backend_error, _common_prefix, _filtered_probs, _Request
+from turngym.agents.hf import HFBackend, _backend_error, _common_prefix, _Request
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +154,7 @@ class HFSlotBackend(HFBackend):
         self.cuda_graphs = on_cuda if cuda_graphs is None else bool(cuda_graphs)
         self.prefill_tokens = prefill_tokens
         self._cache: _SlotCache | None = None  # allocated on the first pass
-        self._graphs: dict[tuple[int, int], Any] = {}
+        self._graphs: dict[tuple[int, int, bool], Any] = {}
         self._pool: Any = None
         self.stats.update(
             graph_captures=0, graph_replays=0, eager_decodes=0, graph_fallbacks=0, capture_s=0.0
@@ -304,8 +305,21 @@ class HFSlotBackend(HFBackend):
             version = self.weights_version
         t_fwd = time.perf_counter()
         rows = [r for _, r in group]
-        tokens = self._sample_rows(rows, out.logits[:, -1].float(), version)
-        self._ids[slots] = tokens
+        self._settings(slots, rows)
+        filtered = any(_filtered(r) for r in rows)
+        u = torch.tensor([seeded_uniform(r.seed, 0) for r in rows], dtype=torch.float32).to(dev)
+        logits = out.logits[:, -1].float()
+        tok, lp = pick(
+            logits,
+            self._temp[slots],
+            self._greedy[slots],
+            self._top_k[slots],
+            self._top_p[slots],
+            u,
+            filtered,
+        )
+        self._ids[slots] = tok
+        self._record(rows, torch.stack([tok.double(), lp.double()]).tolist(), version)
         for s, f, start in feeds:
             batch.lengths[s] = start + len(f)
             batch.slots[s].admitted = t0  # type: ignore[union-attr]
@@ -319,28 +333,32 @@ class HFSlotBackend(HFBackend):
 
     def _decode(self, batch: _SlotBatch, live: list[int]) -> None:
         """One decode step for every live row: slots ``0..w-1``, the first ``k`` columns (buckets),
-        replayed from a CUDA graph when graphs are on."""
+        sampling included, replayed from a CUDA graph when graphs are on. The host sends one small
+        tensor (positions, each row's uniform draw) and reads one back (tokens, logprobs)."""
         import torch
 
         self._buffers()
         w = _bucket(max(live) + 1, 1, self.max_batch_size)
         k = _bucket(max(batch.lengths[s] for s in live) + 1, MIN_COLUMNS, self.max_context)
-        self._pos[:w].copy_(torch.tensor(batch.lengths[:w], dtype=torch.long))
+        rows = [batch.slots[s] for s in live]
+        filtered = any(_filtered(r) for r in rows)  # type: ignore[arg-type]
+        draws = [0.5] * w
+        for s, r in zip(live, rows, strict=True):
+            draws[s] = seeded_uniform(r.seed, len(r.tokens))  # type: ignore[union-attr]
+        self._step_in[:, :w].copy_(torch.tensor([batch.lengths[:w], draws], dtype=torch.float64))
         t0, c0 = time.perf_counter(), time.thread_time()
         with self._lock, torch.inference_mode(), _slot_attention(self.model):
-            graph = self._graph(w, k) if self.cuda_graphs else None
+            graph = self._graph(w, k, filtered) if self.cuda_graphs else None
             if graph is not None:
                 graph.replay()
                 self.stats["graph_replays"] += 1
             else:
-                self._decode_body(w, k)
+                self._decode_body(w, k, filtered)
                 self.stats["eager_decodes"] += 1
             version = self.weights_version
         t_fwd = time.perf_counter()
-        idx = torch.tensor(live, dtype=torch.long, device=self.device)
-        rows = [batch.slots[s] for s in live]
-        tokens = self._sample_rows(rows, self._logits[idx], version)  # type: ignore[arg-type]
-        self._ids[idx] = tokens
+        out = self._step_out[:, :w].tolist()  # the step's only wait for the device
+        self._record(rows, [[out[0][s] for s in live], [out[1][s] for s in live]], version)  # type: ignore[arg-type]
         for s in live:
             batch.lengths[s] += 1
         self.stats["steps"] += 1
@@ -351,12 +369,14 @@ class HFSlotBackend(HFBackend):
                 ("pass", t0, time.perf_counter(), "decode", len(live), 0, w, k, cpu, t_fwd - t0)
             )
 
-    def _decode_body(self, w: int, k: int) -> None:
-        """The decode step of slots ``0..w-1`` over ``k`` columns, from the static inputs
-        (``_ids``, ``_pos``) to the static logits; what a graph captures."""
+    def _decode_body(self, w: int, k: int, filtered: bool) -> None:
+        """The decode step of slots ``0..w-1`` over ``k`` columns, from the static inputs (``_ids``,
+        ``_step_in``: positions and uniform draws; the slots' sampling settings) to the static
+        outputs (``_step_out``: tokens and raw logprobs; ``_ids``: the next step's inputs); what a
+        graph captures."""
         cache = self._cache
         assert cache is not None
-        ids, pos = self._ids[:w, None], self._pos[:w, None]
+        ids, pos = self._ids[:w, None], self._step_in[0, :w].long()[:, None]
         cache.index = (self._row_base[:w] + pos)[:, :, None]
         cache.rows, cache.width, cache.columns = None, w, k
         mask = (self._columns[None, :k] <= pos)[:, None, None, :]
@@ -368,12 +388,19 @@ class HFSlotBackend(HFBackend):
             use_cache=True,
             logits_to_keep=1,
         )
-        self._logits[:w].copy_(out.logits[:, -1])
+        u = self._step_in[1, :w].float()
+        logits = out.logits[:, -1].float()
+        tok, lp = pick(
+            logits, self._temp[:w], self._greedy[:w], self._top_k[:w], self._top_p[:w], u, filtered
+        )
+        self._ids[:w].copy_(tok)
+        self._step_out[0, :w].copy_(tok)
+        self._step_out[1, :w].copy_(lp)
 
-    def _graph(self, w: int, k: int) -> Any:
-        """The captured decode step for (w, k), captured on first use; None (and graphs off, with a
-        warning) when a capture fails."""
-        graph = self._graphs.get((w, k))
+    def _graph(self, w: int, k: int, filtered: bool) -> Any:
+        """The captured decode step for (w, k, top-k/top-p filtering or not), captured on first use;
+        None (and graphs off, with a warning) when a capture fails."""
+        graph = self._graphs.get((w, k, filtered))
         if graph is not None:
             return graph
         import torch
@@ -387,11 +414,11 @@ class HFSlotBackend(HFBackend):
             with torch.cuda.stream(
                 side
             ):  # warm-up: the same inputs as the step, so its writes are the step's own
-                self._decode_body(w, k)
+                self._decode_body(w, k, filtered)
             torch.cuda.current_stream(self.device).wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-                self._decode_body(w, k)
+                self._decode_body(w, k, filtered)
         except Exception as e:  # noqa: BLE001 - out of memory or an op that cannot be captured
             self.cuda_graphs = False
             self._graphs.clear()
@@ -402,36 +429,24 @@ class HFSlotBackend(HFBackend):
                 "CUDA graph capture failed (%s: %s); decoding eagerly from now on", type(e).__name__, e
             )
             return None
-        self._graphs[(w, k)] = graph
+        self._graphs[(w, k, filtered)] = graph
         self.stats["graph_captures"] += 1
         self.stats["capture_s"] += time.perf_counter() - t0
         return graph
 
-    def _sample_rows(self, rows: list[_Request], logits: Any, version: int) -> Any:
-        """One token per row (logits ``[rows, vocab]``, float): greedy rows the argmax, sampled rows
-        an exponential race of their filtered probabilities against seeded noise; records tokens,
-        raw logprobs and weight versions on the requests."""
+    def _settings(self, slots: Any, rows: list[_Request]) -> None:
+        """The joiners' sampling settings into their slots' static buffers."""
         import torch
 
-        with torch.inference_mode():
-            raw = torch.log_softmax(logits, dim=-1)
-            tokens = raw.argmax(dim=-1)
-            hot = [j for j, r in enumerate(rows) if not r.sampling.greedy]
-            if hot:
-                idx = torch.tensor(hot, device=logits.device)
-                probs = _filtered_probs(logits[idx], [rows[j].sampling for j in hot])
-                keys = torch.tensor(
-                    [
-                        [rows[j].seed & 0xFFFFFFFF, (rows[j].seed >> 32) & 0xFFFFFFFF, len(rows[j].tokens)]
-                        for j in hot
-                    ],
-                    dtype=torch.long,
-                    device=logits.device,
-                )
-                noise = race_noise(keys[:, 0], keys[:, 1], keys[:, 2], logits.shape[-1])
-                tokens[idx] = (probs / noise).argmax(dim=-1)
-            lps = raw.gather(1, tokens[:, None]).squeeze(1)
-            host = torch.stack([tokens.double(), lps.double()]).tolist()
+        vals = [[1.0 if r.sampling.greedy else r.sampling.temperature for r in rows]]
+        vals += [[float(r.sampling.greedy) for r in rows], [float(r.sampling.top_k) for r in rows]]
+        vals += [[r.sampling.top_p for r in rows]]
+        t = torch.tensor(vals, dtype=torch.float32).to(self.device)
+        self._temp[slots], self._greedy[slots] = t[0], t[1].bool()
+        self._top_k[slots], self._top_p[slots] = t[2].long(), t[3]
+
+    def _record(self, rows: list[_Request], host: list[list[float]], version: int) -> None:
+        """Append each row's token and raw logprob (``host``: [tokens, logprobs])."""
         now = time.perf_counter()
         for r, t, lp in zip(rows, host[0], host[1], strict=True):
             if not r.tokens:
@@ -439,7 +454,6 @@ class HFSlotBackend(HFBackend):
             r.tokens.append(int(t))
             r.logprobs.append(lp)
             r.versions.append(version)
-        return tokens
 
     def _retire(self, batch: _SlotBatch) -> None:  # type: ignore[override]
         """Deliver finished rows (done, out of tokens, or at the end of the context), parking those
@@ -484,8 +498,12 @@ class HFSlotBackend(HFBackend):
         self._row_base = base
         self._columns = torch.arange(columns, device=dev)
         self._ids = torch.full((slots,), self.pad_id, dtype=torch.long, device=dev)
-        self._pos = torch.zeros(slots, dtype=torch.long, device=dev)
-        self._logits = torch.zeros((slots, self.vocab_size), dtype=torch.float32, device=dev)
+        self._step_in = torch.zeros((2, slots), dtype=torch.float64, device=dev)  # positions, draws
+        self._step_out = torch.zeros((2, slots), dtype=torch.float64, device=dev)  # tokens, logprobs
+        self._temp = torch.ones(slots, device=dev)
+        self._greedy = torch.ones(slots, dtype=torch.bool, device=dev)
+        self._top_k = torch.zeros(slots, dtype=torch.long, device=dev)
+        self._top_p = torch.ones(slots, device=dev)
         self._cache = _SlotCache(keys, values)
         return self._cache
 
@@ -567,27 +585,49 @@ def slot_attention(
 _M1, _M2, _LOW = 0x7FEB352D, 0x846CA68B, 0xFFFFFFFF
 
 
-def _mul32(x: Any, m: int) -> Any:
-    """``x * m mod 2^32`` for int64 tensors holding 32-bit values, without int64 overflow."""
-    return ((x & 0xFFFF) * m + ((((x >> 16) * m) & 0xFFFF) << 16)) & _LOW
-
-
-def _mix32(x: Any) -> Any:
-    """A 32-bit integer hash (lowbias32) of int64 tensors holding 32-bit values."""
-    x = x ^ (x >> 16)
-    x = _mul32(x, _M1)
-    x = x ^ (x >> 15)
-    x = _mul32(x, _M2)
+def _mix32(x: int) -> int:
+    """A 32-bit integer hash (lowbias32)."""
+    x ^= x >> 16
+    x = (x * _M1) & _LOW
+    x ^= x >> 15
+    x = (x * _M2) & _LOW
     return x ^ (x >> 16)
 
 
-def race_noise(seed_lo: Any, seed_hi: Any, index: Any, vocab: int) -> Any:
-    """Exponential(1) noise ``[rows, vocab]``, a pure function of each row's (seed, token index)
-    and the vocabulary id: ``argmax(probs / noise)`` samples from ``probs``."""
+def seeded_uniform(seed: int, index: int) -> float:
+    """A uniform draw in (0, 1), a pure function of a request's seed and the index of the token it
+    samples: the same seed gives the same draws whatever else is in the batch."""
+    lo, hi = seed & _LOW, (seed >> 32) & _LOW
+    x = _mix32(_mix32(lo ^ _mix32(hi ^ 0x9E3779B9)) ^ _mix32((index + 0x632BE5AB) & _LOW))
+    return ((x >> 8) + 0.5) / (1 << 24)
+
+
+def _filtered(r: _Request) -> bool:
+    return r.sampling.top_k > 0 or r.sampling.top_p < 1
+
+
+def pick(
+    logits: Any, temp: Any, greedy: Any, top_k: Any, top_p: Any, u: Any, filtered: bool
+) -> tuple[Any, Any]:
+    """One token per row of ``logits`` ``[rows, vocab]`` (float) and its raw logprob: greedy rows
+    the argmax; the others by inverse CDF at their uniform draw ``u`` over the tempered (and, when
+    ``filtered``, top-k/top-p filtered) distribution. Per-row settings are tensors; no host sync, so
+    a CUDA graph can hold it."""
     import torch
 
-    row = _mix32(_mix32(seed_lo ^ _mix32(seed_hi ^ 0x9E3779B9)) ^ _mix32((index + 0x632BE5AB) & _LOW))
-    ids = torch.arange(vocab, device=row.device, dtype=torch.long)
-    x = _mix32((row[:, None] ^ _mul32(ids, 0x9E3779B1)[None, :]) & _LOW)
-    u = ((x >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))
-    return -torch.log(u)
+    best = logits.argmax(dim=-1)
+    z = logits / temp[:, None]
+    if filtered:
+        vocab = z.shape[-1]
+        k = torch.where(top_k > 0, top_k, vocab).clamp(max=vocab)
+        ordered, order = z.sort(dim=-1, descending=True)
+        ranks = torch.arange(vocab, device=z.device)
+        ordered = ordered.masked_fill(ranks[None, :] >= k[:, None], float("-inf"))
+        probs = torch.softmax(ordered, dim=-1)
+        ordered = ordered.masked_fill((probs.cumsum(dim=-1) - probs) > top_p[:, None], float("-inf"))
+        z = torch.full_like(z, float("-inf")).scatter(-1, order, ordered)  # the top token always stays
+    cdf = torch.exp(z - z.max(dim=-1, keepdim=True).values).cumsum(dim=-1)
+    drawn = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)[:, 0].clamp(max=z.shape[-1] - 1)
+    tok = torch.where(greedy, best, drawn)
+    lp = logits.gather(1, tok[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
+    return tok, lp
