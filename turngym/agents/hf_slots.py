@@ -409,13 +409,15 @@ class HFSlotBackend(HFBackend):
         try:
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
+            # warm-up: the step's own inputs, so its KV writes are the step's own; it samples into
+            # _ids, which get the step's inputs back after
+            pending = self._ids.clone()
             side = torch.cuda.Stream(device=self.device)
             side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(
-                side
-            ):  # warm-up: the same inputs as the step, so its writes are the step's own
+            with torch.cuda.stream(side):
                 self._decode_body(w, k, filtered)
             torch.cuda.current_stream(self.device).wait_stream(side)
+            self._ids.copy_(pending)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
                 self._decode_body(w, k, filtered)
