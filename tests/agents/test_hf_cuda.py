@@ -59,3 +59,46 @@ async def test_batched_and_resumed_greedy_equal_alone_on_cuda(tiny_dir, tokenize
             assert a.logprobs == pytest.approx(b.logprobs, abs=1e-3)
     await on.aclose()
     await off.aclose()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+async def test_slot_graphs_give_the_eager_ids_and_seeded_samples(tiny_dir, tokenizer, dtype):
+    """The slots engine's CUDA-graph decode steps (captured per width and context bucket, sampling
+    inside) give the ids of its eager steps, greedy and seeded, across turns that resume parked
+    rows; under fp32 also the continuous engine's greedy ids."""
+    import torch
+
+    from turngym.agents.hf_slots import HFSlotBackend
+    from turngym.agents.models import load_model
+
+    model = load_model(tiny_dir, device="cuda", dtype=getattr(torch, dtype))
+    graphs = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=512)
+    eager = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=512, cuda_graphs=False)
+    obs = tokenizer.encode(" observation: 17", add_special_tokens=False)
+    seeded = SamplingParams(max_tokens=12, temperature=1.0, top_p=0.9, seed=5, stop_token_ids=(-1,))
+
+    async def turns(backend, prompt, route, sampling):
+        out = []
+        for _ in range(3):
+            gen = await backend.generate(prompt, sampling, route=route)
+            out.append(gen.token_ids)
+            prompt = prompt + gen.token_ids + obs
+        return out
+
+    for sampling in (GREEDY, seeded):
+        ps = prompts(tokenizer)
+        a = await asyncio.gather(*(turns(graphs, p, f"g{i}", sampling) for i, p in enumerate(ps)))
+        b = await asyncio.gather(*(turns(eager, p, f"e{i}", sampling) for i, p in enumerate(ps)))
+        assert a == b
+    assert graphs.stats["graph_captures"] > 1 and graphs.stats["graph_replays"] > 0
+    assert graphs.stats["graph_fallbacks"] == 0 and graphs.stats["reused_tokens"] > 0
+    if dtype == "float32":
+        cont = HFBackend(model, tokenizer, max_batch_size=8)
+        c = await asyncio.gather(*(turns(cont, p, f"c{i}", GREEDY) for i, p in enumerate(prompts(tokenizer))))
+        g = await asyncio.gather(
+            *(turns(graphs, p, f"h{i}", GREEDY) for i, p in enumerate(prompts(tokenizer)))
+        )
+        assert c == g
+        await cont.aclose()
+    await graphs.aclose()
+    await eager.aclose()

@@ -256,3 +256,16 @@ def test_kv_memory_is_what_the_doc_says(model, tokenizer):
     assert len(keys) == cfg.num_hidden_layers
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     assert tuple(keys[0].shape) == (4, cfg.num_key_value_heads, 101, head_dim)
+
+
+async def test_free_buffers_between_rollouts(model, tokenizer):
+    backend = HFSlotBackend(model, tokenizer, max_batch_size=2, max_context=64)
+    first = await backend.generate([5, 6, 7], GREEDY)
+    with pytest.raises(RuntimeError, match="aclose\\(\\) it first"):
+        backend.free_buffers()
+    await backend.aclose()
+    backend.free_buffers()
+    assert backend._cache is None  # noqa: SLF001
+    again = await backend.generate([5, 6, 7], GREEDY)  # made again on the next pass
+    assert again.token_ids == first.token_ids and backend._cache is not None  # noqa: SLF001
+    await backend.aclose()

@@ -113,3 +113,22 @@ def test_sft_warm_start_learns_the_expert_format(tmp_path):
     info = json.loads((tmp_path / "sft" / "sft_done.json").read_text())
     assert info["sft/loss_last"] < 0.5 * info["sft/loss_first"]
     assert expert_sequences  # the public helper exists for the CLI
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_the_slots_engine_serves_the_rollouts_and_frees_its_slots_for_the_update(tmp_path, monkeypatch, lora):
+    from turngym.agents.hf_slots import HFSlotBackend
+
+    freed = []
+    free = HFSlotBackend.free_buffers
+    monkeypatch.setattr(HFSlotBackend, "free_buffers", lambda self: (freed.append(self), free(self)))
+    extra = ["model.lora={r: 4, alpha: 8}"] if lora else []
+    Trainer(
+        config(tmp_path, "slots", "steps=2", "rollout.hf_engine=slots", "rollout.max_context=2048", *extra)
+    ).train()
+    rows = read_metrics(tmp_path / "slots")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert len(freed) == 2 and all(b._cache is None and b.stats["eager_decodes"] > 0 for b in freed)  # noqa: SLF001
+    for r in rows:  # the slots engine's raw logprobs are the ones the update recomputes
+        assert abs(r["update/ratio_mean"] - 1.0) < 1e-3
+        assert r["rollout/time/generate/decode"] > 0

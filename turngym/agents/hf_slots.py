@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from turngym.agents.backend import BackendError, SamplingParams
-from turngym.agents.hf import HFBackend, _backend_error, _common_prefix, _Request
+from turngym.agents.hf import HFBackend, _backend_error, _common_prefix, _release_cuda_cache, _Request
 
 log = logging.getLogger(__name__)
 
@@ -479,6 +479,16 @@ class HFSlotBackend(HFBackend):
                 batch.free(s)
 
     # ------------------------------------------------------------- buffers
+    def free_buffers(self) -> None:
+        """Give the KV slots and the captured graphs back to the device (the trainer calls this
+        after each rollout, so its update has the room); the next pass makes them again. Only while
+        the scheduler is stopped (after ``aclose``, which also ends every parked row)."""
+        if self._thread is not None and self._thread.is_alive():
+            raise RuntimeError("free_buffers() while the backend is serving: aclose() it first")
+        self._cache, self._pool = None, None
+        self._graphs.clear()
+        _release_cuda_cache()
+
     def _buffers(self) -> _SlotCache:
         """The slots' KV buffers and the graphs' static inputs and outputs, made on first use."""
         if self._cache is not None:

@@ -137,7 +137,6 @@ class Trainer:
             else NullLogger()
         )
         self._env_pool = None
-        self._slot_backend: Any = None  # the slots engine's backend, made by the first rollout
         self.adapter: str | None = None
         self._setup_done = True
 
@@ -183,22 +182,14 @@ class Trainer:
 
         r = self.cfg.rollout
         engine = resolve_hf_engine(r.hf_engine, model=self.model)
-        if engine == "slots":  # kept across rollouts: its KV slots and CUDA graphs read the live
-            # weights in place; parked rows (KV of the old weights) are dropped
-            if self._slot_backend is None:
-                self._slot_backend = make_hf_backend(
-                    self.model,
-                    self.tokenizer,
-                    engine=engine,
-                    max_context=r.max_context,
-                    max_batch_size=r.max_batch_size,
-                    max_wait_ms=50,
-                )
-            self._slot_backend.reset_prefix_cache()
-            return self._slot_backend
         # a long batching window keeps batch composition (and so sampling) reproducible
         return make_hf_backend(
-            self.model, self.tokenizer, engine=engine, max_batch_size=r.max_batch_size, max_wait_ms=50
+            self.model,
+            self.tokenizer,
+            engine=engine,
+            max_context=r.max_context,  # the slots engine's KV slots
+            max_batch_size=r.max_batch_size,
+            max_wait_ms=50,
         )
 
     # ---------------------------------------------------------------- rollout
@@ -236,6 +227,10 @@ class Trainer:
                 return await engine.run(seeds)
             finally:
                 await backend.aclose()
+                if hasattr(
+                    backend, "free_buffers"
+                ):  # the slots engine's KV and graphs: the update needs the room
+                    backend.free_buffers()
 
         trajs = asyncio.run(run())
         masked = [t for t in trajs if t.masked]
@@ -517,7 +512,6 @@ class Trainer:
         if self._env_pool is not None:
             self._env_pool.shutdown()
             self._env_pool = None
-        self._slot_backend = None  # its KV slots and graphs go back to the card
         self.logger.close()
         return {"run_dir": str(self.run_dir), "step": self.step, "resumed": resumed, "last": last}
 
