@@ -192,6 +192,7 @@ def model_path(device: str):
 REUSE_PREFIX = True  # HFBackend prefix reuse (``--no-reuse`` turns it off, for comparison)
 CUDNN_ATTENTION = False  # HFBackend may use cuDNN's attention kernel (``--cudnn-attention``)
 HF_PROCESS = False  # the model in a worker process (HFProcessBackend), ``--hf-process``
+HF_ENGINE = "continuous"  # the HF engine (``--hf-engine``: continuous, slots or auto)
 
 
 def make_backend(kind: str, device: str = "cpu", fuse_tokens: int | None = None):
@@ -199,14 +200,16 @@ def make_backend(kind: str, device: str = "cpu", fuse_tokens: int | None = None)
     from turngym.agents.models import load_tokenizer
 
     if kind == "hf":
-        from turngym.agents.hf import HFBackend
+        from turngym.agents.hf_engines import make_hf_backend
         from turngym.agents.hf_process import HFProcessBackend
 
         path = model_path(device)
         tok = load_tokenizer(path)
-        backend = (HFProcessBackend if HF_PROCESS else HFBackend)(
+        backend = (HFProcessBackend if HF_PROCESS else make_hf_backend)(
             path,
             tok,
+            engine=HF_ENGINE,
+            max_context=4096,
             device=device,
             max_batch_size=64,
             max_wait_ms=2,
@@ -1008,6 +1011,12 @@ def main() -> None:
         help="gpu: which parts to run (overhead in the worker process / in-process / varied turns)",
     )
     ap.add_argument("--model", default="smollm2-135m", help="gpu engines: the model (a name, path or hub id)")
+    ap.add_argument(
+        "--hf-engine",
+        default="continuous",
+        choices=["auto", "continuous", "slots"],
+        help="HF backend engine for the overhead/async/process parts (turngym.agents.hf_engines)",
+    )
     ap.add_argument("--no-reuse", action="store_true", help="HF backend: no prefix reuse across turns")
     ap.add_argument(
         "--cudnn-attention", action="store_true", help="HF backend on CUDA: allow cuDNN's SDPA kernel"
@@ -1029,8 +1038,8 @@ def main() -> None:
         "against other jobs: a tiny-model pass measured 38 ms with 2 threads, 1.2 ms with 1); 0 = torch's default",
     )
     args = ap.parse_args()
-    global REUSE_PREFIX, HF_PROCESS, CUDNN_ATTENTION
-    REUSE_PREFIX, HF_PROCESS = not args.no_reuse, args.hf_process
+    global REUSE_PREFIX, HF_PROCESS, CUDNN_ATTENTION, HF_ENGINE
+    REUSE_PREFIX, HF_PROCESS, HF_ENGINE = not args.no_reuse, args.hf_process, args.hf_engine
     CUDNN_ATTENTION = args.cudnn_attention
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)

@@ -26,8 +26,11 @@ def prompts(tokenizer):
     return [tokenizer.encode(t, add_special_tokens=False) for t in texts]
 
 
-async def test_same_generations_as_in_process_with_prefix_reuse(tiny_dir, tokenizer, inproc):
-    backend = HFProcessBackend(tiny_dir, tokenizer, max_batch_size=8, max_wait_ms=5)
+@pytest.mark.parametrize("engine", ["continuous", "slots"])
+async def test_same_generations_as_in_process_with_prefix_reuse(tiny_dir, tokenizer, inproc, engine):
+    backend = HFProcessBackend(
+        tiny_dir, tokenizer, max_batch_size=8, max_wait_ms=5, engine=engine, max_context=1024
+    )
     try:
         ps = prompts(tokenizer)
         first = await asyncio.gather(*(backend.generate(p, GREEDY, route=f"t{i}") for i, p in enumerate(ps)))
@@ -43,6 +46,7 @@ async def test_same_generations_as_in_process_with_prefix_reuse(tiny_dir, tokeni
         assert [g.token_ids for g in second] == [g.token_ids for g in ref2]
         stats = backend.stats
         assert stats["reused_tokens"] == sum(len(p) + 11 for p in ps)  # prompt + 11 of the 12 generated
+        assert ("eager_decodes" in stats) == (engine == "slots")  # the worker runs the engine asked for
         assert backend.device == "cpu" and backend.vocab_size == inproc.vocab_size
     finally:
         await backend.aclose()
