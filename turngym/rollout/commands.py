@@ -237,54 +237,36 @@ async def _run_async(a: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
     return stats, trajectories
 
 
-async def _make_agent(a: dict[str, Any], stack: AsyncExitStack) -> Any:
-    from turngym.agents import LLMAgent, RandomAgent, SamplingParams, ScriptedAgent
+def agent_spec(a: dict[str, Any]) -> Any:
+    """The command line's ``AgentSpec`` (``turngym.agents.factory``): ``--backend hf`` is the
+    ``hf_worker`` kind under ``--hf-worker`` (by default when CUDA is available)."""
+    from turngym.agents.factory import AgentSpec
 
     kind = a["backend"]
-    if kind == "scripted":
-        return ScriptedAgent()
-    if kind == "random":
-        return RandomAgent(seed=a["seed"])
-    if kind == "openai":
-        from turngym.agents.openai_chat import OpenAIChatAgent
+    if kind == "hf" and use_hf_worker(a["hf_worker"]):
+        kind = "hf_worker"
+    return AgentSpec(
+        kind=kind,
+        model=a["model"],
+        urls=a["url"] or [],
+        base_url=a["base_url"],
+        dtype=a["dtype"],
+        hf_engine=a["hf_engine"],
+        max_batch_size=a["concurrency"],
+        max_context=a["max_context"],
+        max_tokens=a["max_tokens"],
+        temperature=a["temperature"],
+        seed=a["seed"],
+    )
 
-        return OpenAIChatAgent(
-            a["model"], base_url=a["base_url"], temperature=a["temperature"], max_tokens=a["max_tokens"]
-        )
-    from turngym.agents.models import load_tokenizer
 
-    tokenizer = load_tokenizer(a["model"])
-    sampling = SamplingParams(max_tokens=a["max_tokens"], temperature=a["temperature"])
-    if kind == "hf":
-        from turngym.agents.hf_engines import make_hf_backend, resolve_hf_engine
-        from turngym.agents.hf_process import HFProcessBackend
+async def _make_agent(a: dict[str, Any], stack: AsyncExitStack) -> Any:
+    from turngym.agents.factory import make_agent
 
-        dtype = None if a["dtype"] == "auto" else a["dtype"]
-        engine = resolve_hf_engine(a["hf_engine"])
-        make = HFProcessBackend if use_hf_worker(a["hf_worker"]) else make_hf_backend
-        backend: Any = make(
-            a["model"],
-            tokenizer,
-            engine=engine,
-            max_context=a["max_context"],
-            dtype=dtype,
-            max_batch_size=a["concurrency"],
-        )
-    else:
-        from turngym.agents.vllm import VLLMBackend, VLLMServer
-
-        urls = a["url"]
-        if not urls:
-            server = VLLMServer(
-                a["model"], max_model_len=a["max_context"], dtype=a["dtype"], enable_lora=False
-            )
-            typer.echo(f"starting a vLLM server for {a['model']} (log: {server.log_path}) ...", err=True)
-            await asyncio.to_thread(server.start)
-            stack.callback(server.stop)
-            urls = [server.url]
-        backend = VLLMBackend(urls)
-    stack.push_async_callback(backend.aclose)
-    return LLMAgent(backend, tokenizer, sampling, max_context=a["max_context"])
+    spec = agent_spec(a)
+    if spec.kind == "vllm" and not spec.urls:
+        typer.echo(f"starting a vLLM server for {spec.model} ...", err=True)
+    return await make_agent(spec, stack)
 
 
 async def _with_progress(engine: Any, seeds: range) -> list[Any]:

@@ -174,23 +174,24 @@ class Trainer:
         self.adapter = self.dist.broadcast(adapter)
 
     def _backend(self):
-        if self.cfg.weight_sync != "in_process":
-            from turngym.agents.vllm import VLLMBackend
-
-            return VLLMBackend(self.cfg.vllm_urls)
-        from turngym.agents.hf_engines import make_hf_backend, resolve_hf_engine
+        """The rollout's token backend (``turngym.agents.factory``): vLLM servers when weights sync
+        to them, else the policy itself served in-process (``rollout.hf_engine``)."""
+        from turngym.agents.factory import AgentSpec, make_token_backend
 
         r = self.cfg.rollout
-        engine = resolve_hf_engine(r.hf_engine, model=self.model)
-        # a long batching window keeps batch composition (and so sampling) reproducible
-        return make_hf_backend(
-            self.model,
-            self.tokenizer,
-            engine=engine,
-            max_context=r.max_context,  # the slots engine's KV slots
+        if self.cfg.weight_sync != "in_process":
+            return make_token_backend(
+                AgentSpec(kind="vllm", model=self.cfg.model.path, urls=self.cfg.vllm_urls)
+            )
+        spec = AgentSpec(
+            kind="hf",
+            model=self.cfg.model.path,
+            hf_engine=r.hf_engine,
             max_batch_size=r.max_batch_size,
-            max_wait_ms=50,
+            max_context=r.max_context,  # the slots engine's KV slots
         )
+        # a long batching window keeps batch composition (and so sampling) reproducible
+        return make_token_backend(spec, model=self.model, tokenizer=self.tokenizer, max_wait_ms=50)
 
     # ---------------------------------------------------------------- rollout
     def rollout(
