@@ -517,14 +517,7 @@ class HFBackend:
         mask = torch.cat([old_mask, fed.to(old_mask.dtype)], dim=1)
         t0, c0 = time.perf_counter(), time.thread_time()
         with self._lock, torch.inference_mode(), self._kernels():
-            out = self.model(
-                input_ids=ids,
-                attention_mask=mask,
-                position_ids=pos,
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=1,
-            )
+            out = last_logits_pass(self.model, ids, mask, pos, cache)
             version = self.weights_version
         t_fwd = time.perf_counter()
         if batch.cache is None:
@@ -613,18 +606,23 @@ class HFBackend:
             if r.parked is not None:
                 keep.append(i)
             elif r.finished:
-                if self.trace is not None:
-                    t = time.perf_counter()
-                    self.trace.append(
-                        ("req", r.route, r.submitted, r.admitted, t, len(r.prompt_ids), len(r.tokens))
-                    )
-                r.done(self._result(r))
-                if park and r.route is not None:
-                    r.parked, r.epoch, r.generator = time.perf_counter(), self._epoch, None
+                if self._deliver(r, park):
                     keep.append(i)
             elif not r.gave_up():
                 keep.append(i)
         self._keep(batch, keep)
+
+    def _deliver(self, r: _Request, park: bool) -> bool:
+        """Answer a finished request (and trace it); park its row when it has a route (True: the
+        row stays, its KV kept for the route's next turn)."""
+        if self.trace is not None:
+            t = time.perf_counter()
+            self.trace.append(("req", r.route, r.submitted, r.admitted, t, len(r.prompt_ids), len(r.tokens)))
+        r.done(self._result(r))
+        if park and r.route is not None:
+            r.parked, r.epoch, r.generator = time.perf_counter(), self._epoch, None
+            return True
+        return False
 
     def _keep(self, batch: _Batch, keep: list[int]) -> None:
         """Keep only these rows, and trim the leading cache columns none of them uses."""
@@ -685,6 +683,18 @@ class HFBackend:
                 },
             },
         )
+
+
+def last_logits_pass(model: Any, ids: Any, mask: Any, pos: Any, cache: Any) -> Any:
+    """One forward pass over a KV cache that keeps only the last position's logits."""
+    return model(
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=pos,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
 
 
 def _attention_kernels(device: Any, cudnn: bool) -> Callable[[], Any]:

@@ -58,7 +58,14 @@ from pathlib import Path
 from typing import Any
 
 from turngym.agents.backend import BackendError, SamplingParams
-from turngym.agents.hf import HFBackend, _backend_error, _common_prefix, _release_cuda_cache, _Request
+from turngym.agents.hf import (
+    HFBackend,
+    _backend_error,
+    _common_prefix,
+    _release_cuda_cache,
+    _Request,
+    last_logits_pass,
+)
 
 log = logging.getLogger(__name__)
 
@@ -294,14 +301,7 @@ class HFSlotBackend(HFBackend):
         cache.rows, cache.columns = slots, span
         t0, c0 = time.perf_counter(), time.thread_time()
         with self._lock, torch.inference_mode(), _slot_attention(self.model):
-            out = self.model(
-                input_ids=ids,
-                attention_mask=mask,
-                position_ids=pos,
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=1,
-            )
+            out = last_logits_pass(self.model, ids, mask, pos, cache)
             version = self.weights_version
         t_fwd = time.perf_counter()
         rows = [r for _, r in group]
@@ -380,14 +380,7 @@ class HFSlotBackend(HFBackend):
         cache.index = (self._row_base[:w] + pos)[:, :, None]
         cache.rows, cache.width, cache.columns = None, w, k
         mask = (self._columns[None, :k] <= pos)[:, None, None, :]
-        out = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=pos,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        out = last_logits_pass(self.model, ids, mask, pos, cache)
         u = self._step_in[1, :w].float()
         logits = out.logits[:, -1].float()
         tok, lp = pick(
@@ -465,15 +458,7 @@ class HFSlotBackend(HFBackend):
             if r is None or r.parked is not None:
                 continue
             if r.finished or batch.lengths[s] >= self.max_context:
-                if self.trace is not None:
-                    t = time.perf_counter()
-                    self.trace.append(
-                        ("req", r.route, r.submitted, r.admitted, t, len(r.prompt_ids), len(r.tokens))
-                    )
-                r.done(self._result(r))
-                if park and r.route is not None:
-                    r.parked, r.epoch, r.generator = time.perf_counter(), self._epoch, None
-                else:
+                if not self._deliver(r, park):
                     batch.free(s)
             elif r.gave_up():
                 batch.free(s)
