@@ -98,10 +98,10 @@ def _close_process_pools() -> None:
         from turngym.envs.webarena.server import _stop_all
 
         _stop_all()
-    if "turngym.sandboxes.browser" in sys.modules:
-        from turngym.sandboxes.browser import _close_shared_pool
+    if "turngym.sandboxes.reaping" in sys.modules:  # the shared browser pool, open sandboxes, owned processes
+        from turngym.sandboxes.reaping import cleanup
 
-        _close_shared_pool()
+        cleanup()
 
 
 def leftovers(tmp_root: Path, baseline: dict[str, list] | None = None) -> dict[str, list]:

@@ -112,3 +112,59 @@ def test_llm_judge_through_a_real_backend_counts_parse_failures():
     judge = LLMJudge(backend_complete(backend, tok, max_tokens=8), retries=0)
     assert judge(make_traj([1.0]), make_traj([0.0])) == (10.0, 10.0)
     assert judge.metrics["judge/parse_failures"] == 2
+
+
+def test_env_rubrics_come_from_the_env_and_errors_name_the_options():
+    from turngym.core.judging import env_judge
+
+    travel = env_judge("travel-open")
+    assert RUBRICS["travel"] is travel.rubric and RUBRICS["travel-open"] is travel.rubric
+    assert len(travel.rubric.answer) == 4  # ArenaRL's four answer dimensions, not a trainer copy
+    with pytest.raises(KeyError, match="research.*publishes a judge"):
+        RUBRICS["nonsense"]
+    with pytest.raises(KeyError, match="research"):
+        LLMJudge(lambda p: "", "nonsense")
+
+
+def test_llm_judge_with_an_env_rubric_sends_the_env_prompt_and_parses_its_reply():
+    from turngym.envs.travel import judge as travel
+
+    def arena(ap, aa, bp, ba):
+        return json.dumps(
+            {
+                "path_scores": {
+                    "Agent_A": dict(zip(travel.PROCESS_DIMENSIONS, ap, strict=True)),
+                    "Agent_B": dict(zip(travel.PROCESS_DIMENSIONS, bp, strict=True)),
+                },
+                "answer_scores": {
+                    "Agent_A": dict(zip(travel.ANSWER_DIMENSIONS, aa, strict=True)),
+                    "Agent_B": dict(zip(travel.ANSWER_DIMENSIONS, ba, strict=True)),
+                },
+            }
+        )
+
+    seen = []
+
+    def complete(messages):
+        seen.append(messages)
+        return arena([9] * 3, [9] * 4, [1] * 3, [1] * 4)
+
+    judge = LLMJudge(complete, "travel", retries=0)
+    assert judge(make_traj([1.0]), make_traj([0.0])) == pytest.approx((9 + 1, 1 + 9))
+    assert seen[0][0] == {"role": "system", "content": travel.RUBRIC_PROMPT}
+    assert judge.metrics == {"judge/matches": 1, "judge/ties": 1}
+
+
+def test_arena_judges_default_to_what_the_env_publishes():
+    from turngym.envs.travel.judge import pairwise_scores
+    from turngym.trainer.credit.arena import ArenaSettings, build_judge
+
+    prog = build_judge(ArenaSettings(), "travel-open")
+    assert isinstance(prog, ProgrammaticJudge) and prog.fn is pairwise_scores
+    good, bad = make_traj([1.0]), make_traj([0.0])
+    assert build_judge(ArenaSettings(), "arith")(good, bad) == (2.0, 0.0)  # outcome comparison
+    assert build_judge(ArenaSettings(), None)(good, bad) == (2.0, 0.0)
+    llm = {"judge": "llm", "judge_base_url": "http://localhost:1/v1", "judge_model": "m"}
+    assert len(build_judge(ArenaSettings(**llm), "travel-open").rubric.answer) == 4
+    assert build_judge(ArenaSettings(**llm), "arith").rubric is RUBRICS["research"]
+    assert build_judge(ArenaSettings(**llm, rubric="research"), "travel-open").rubric is RUBRICS["research"]

@@ -53,6 +53,8 @@ class EnvSpec(GymEnvSpec):
     family: str = ""
     requires: tuple[str, ...] = ()  # extras needed, e.g. ("docker",)
     source: str = "turngym"  # the package that registered it
+    # "module:attr" of the env's published judge (a turngym.core.judging.EnvJudge), if any
+    judge: str | None = None
 
     def load(self) -> Callable[..., Any]:
         if callable(self.entry_point):
@@ -70,6 +72,18 @@ class EnvSpec(GymEnvSpec):
             )
             raise ImportError(f"cannot load env {self.id!r}: {e}{hint}") from e
         obj: Any = mod
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+    def load_judge(self) -> Any:
+        """The ``EnvJudge`` this env publishes (``judge="module:attr"`` at registration), or None."""
+        if not self.judge:
+            return None
+        module, _, attr = self.judge.partition(":")
+        if not attr:
+            raise ValueError(f"judge {self.judge!r} of {self.id!r} must be 'module:attr'")
+        obj: Any = importlib.import_module(module)
         for part in attr.split("."):
             obj = getattr(obj, part)
         return obj
@@ -141,6 +155,7 @@ class Registry(Mapping[str, EnvSpec]):
         family: str = "",
         requires: tuple[str, ...] | list[str] = (),
         source: str = "turngym",
+        judge: str | None = None,
         override: bool = False,
         **kwargs: Any,
     ) -> EnvSpec:
@@ -158,6 +173,7 @@ class Registry(Mapping[str, EnvSpec]):
                 family=family or name,
                 requires=tuple(requires),
                 source=source,
+                judge=judge,
             )
             self._specs[full] = spec
         _register_in_gymnasium(spec)

@@ -34,6 +34,7 @@ register(
     "turngym.envs.travel.env:TravelPlannerEnv",
     family="travel",
     requires=("travel",),
+    judge="turngym.envs.travel.judge:JUDGE",
     description="TravelPlanner: plan a multi-day trip with search tools over a seeded sandbox database; "
     "8 commonsense + 5 hard checks.",
 )
@@ -42,6 +43,7 @@ register(
     "turngym.envs.travel.env:TravelOpenEnv",
     family="travel",
     requires=("travel",),
+    judge="turngym.envs.travel.judge:JUDGE",
     description="Open-ended travel requests in the travel-planner world; no checkable answer, judged pairwise (arena).",
 )
 

@@ -13,9 +13,13 @@ pool's thread.
 * crash-aware: a browser that disconnects (killed, crashed) fails its leases with
   :class:`BrowserCrashed` and is relaunched on the next lease;
 * always closed: leases close their context on exit (also on exceptions), the pool closes
-  its browsers and playwright on :meth:`BrowserPool.close`, at interpreter exit, and
-  browsers left behind by a dead process can be reaped by label (:func:`reap_orphan_browsers`);
-  a browser that was killed leaves no temp files (its singleton dir is removed, :func:`singleton_dir`).
+  its browsers and playwright on :meth:`BrowserPool.close`; at interpreter exit the shared pool
+  is closed and any browser a pool launched and did not close is killed; browsers left behind by
+  a dead process can be reaped by label (:func:`reap_orphan_browsers`; the label names the owner
+  by pid and start time, so a reused pid is not taken for the owner); a browser that was killed
+  leaves no temp files (its singleton dir is removed, :func:`singleton_dir`). Ownership, the exit
+  cleanup and the process helpers are :mod:`turngym.sandboxes.reaping`'s, shared with the Docker
+  sandboxes.
 
 The browser is the Debian ``chromium`` package (``/usr/bin/chromium``), never a
 playwright-downloaded build.
@@ -24,13 +28,11 @@ playwright-downloaded build.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import concurrent.futures
 import contextlib
 import itertools
 import os
 import shutil
-import signal
 import threading
 import time
 import uuid
@@ -38,6 +40,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from turngym.sandboxes import reaping
+from turngym.sandboxes.reaping import Owner, process_tree
+from turngym.sandboxes.reaping import all_pids as _all_pids
+from turngym.sandboxes.reaping import cmdline as _cmdline
+from turngym.sandboxes.reaping import kill_tree as _kill_tree
+from turngym.sandboxes.reaping import parent_pid as _ppid
+from turngym.sandboxes.reaping import pid_running as _running
 
 if TYPE_CHECKING:
     from playwright.async_api import Browser, BrowserContext, Page, Playwright
@@ -58,7 +68,8 @@ CHROMIUM_ARGS: tuple[str, ...] = (
     "--hide-scrollbars",
     "--mute-audio",
 )
-#: Every browser we launch carries this flag (``=<owner pid>:<pool id>``), so it can be found and reaped.
+#: Every browser we launch carries this flag (``=<owner pid>@<owner start>:<pool id>:<slot>:<launch>``,
+#: the owner as :meth:`Owner.token`), so it can be found and reaped.
 LABEL_FLAG = "--turngym-browser"
 #: JavaScript errors kept per page (a page that throws in a loop must not grow memory).
 MAX_PAGE_ERRORS = 200
@@ -104,26 +115,6 @@ def chromium_available() -> bool:
 
 
 # --------------------------------------------------------------------------- process helpers
-def _cmdline(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
-
-
-def _ppid(pid: int) -> int:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return -1
-    return int(stat.rsplit(")", 1)[1].split()[1])
-
-
-def _all_pids() -> list[int]:
-    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
-
-
 def labelled_browser_pids(label: str | None = None) -> dict[int, str]:
     """Main Chromium processes we launched (pid -> label value), optionally only one label."""
     out = {}
@@ -136,19 +127,6 @@ def labelled_browser_pids(label: str | None = None) -> dict[int, str]:
                 break
     # keep the top of each tree: children may inherit the flag on some builds
     return {pid: v for pid, v in out.items() if _ppid(pid) not in out}
-
-
-def process_tree(pid: int) -> list[int]:
-    """``pid`` and all its descendants."""
-    children: dict[int, list[int]] = {}
-    for p in _all_pids():
-        children.setdefault(_ppid(p), []).append(p)
-    tree, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        tree.append(p)
-        todo.extend(children.get(p, []))
-    return tree
 
 
 def tree_memory_bytes(pid: int) -> int:
@@ -198,40 +176,13 @@ def remove_singleton_dir(path: Path) -> bool:
     return True
 
 
-def _kill_tree(pid: int) -> None:
-    for p in reversed(process_tree(pid)):
-        try:
-            os.kill(p, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _running(pid: int) -> bool:
-    """``pid`` exists and is not a zombie (a killed child its parent has not reaped yet)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
 def reap_orphan_browsers() -> list[int]:
     """Kill labelled browsers whose owning Python process is gone (and remove their singleton temp
     directories); returns the killed pids."""
     killed = []
     for pid, value in labelled_browser_pids().items():
-        owner = int(value.split(":", 1)[0]) if value.split(":", 1)[0].isdigit() else -1
-        if owner > 0 and not _alive(owner):
+        owner = Owner.from_token(value.split(":", 1)[0])
+        if owner.pid > 0 and not owner.alive():
             leftover = singleton_dir(pid)
             _kill_tree(pid)
             if leftover is not None:
@@ -347,7 +298,7 @@ class BrowserPool:
         self.launch_timeout = launch_timeout
         self.open_timeout = open_timeout
         self.prewarm = prewarm
-        self.id = f"{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.id = f"{Owner.current().token()}:{uuid.uuid4().hex[:8]}"
         self.stats = PoolStats()
         self._slots = [_Slot(i) for i in range(size)]
         self._lt: _LoopThread | None = None
@@ -426,6 +377,8 @@ class BrowserPool:
         """Remember the live browser's singleton dir (read from its user-data dir while it exists)."""
         if slot.pid is None:
             slot.pid = next(iter(labelled_browser_pids(slot.label)), None)
+            if slot.pid is not None:
+                reaping.own_process(slot.pid)  # killed at exit if the pool never closes it
         if slot.tempdir is None and slot.pid is not None:
             slot.tempdir = singleton_dir(slot.pid)
 
@@ -464,7 +417,9 @@ class BrowserPool:
     @staticmethod
     def _remove_tempdir(slot: _Slot) -> None:
         """After the browser is gone: its singleton dir (a clean exit removed it, a killed browser did not)."""
-        tempdir, slot.tempdir, slot.pid = slot.tempdir, None, None
+        tempdir, slot.tempdir, pid, slot.pid = slot.tempdir, None, slot.pid, None
+        if pid is not None:
+            reaping.disown(pid)
         if tempdir is not None:
             remove_singleton_dir(tempdir)
 
@@ -653,6 +608,7 @@ class BrowserPool:
         """Close every lease, browser and the playwright driver (idempotent)."""
         if self._closed:
             return
+        reaping.disown(self)
         lt = self._lt
         if lt is not None:
             try:
@@ -666,6 +622,7 @@ class BrowserPool:
         """Synchronous :meth:`aclose` (safe from any thread that is not the pool's)."""
         if self._closed:
             return
+        reaping.disown(self)
         lt = self._lt
         self._closed = True
         if lt is None:
@@ -724,14 +681,8 @@ class BrowserPool:
                     size=int(os.environ.get("TURNGYM_BROWSERS", "1")),
                     contexts_per_browser=int(os.environ.get("TURNGYM_CONTEXTS_PER_BROWSER", "8")),
                 )
+                reaping.own(cls._shared)  # closed at interpreter exit
             return cls._shared
-
-
-@atexit.register
-def _close_shared_pool() -> None:
-    pool = BrowserPool._shared
-    if pool is not None:
-        pool.close()
 
 
 class PageLease:

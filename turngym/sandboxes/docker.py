@@ -13,15 +13,15 @@ a fallback, every process but PID 1) while the container lives on; output is cap
 Every container carries labels naming its owner process (host, pid, process start time) and run
 id; :func:`reap_orphans` removes the containers of processes that no longer exist. The first
 sandbox a process creates starts one reaper pass in the background, so a driver killed with
-SIGKILL leaves nothing behind after the next driver starts (or ``turngym sandbox prune``).
+SIGKILL leaves nothing behind after the next driver starts (or ``turngym sandbox prune``). Open
+sandboxes are closed at interpreter exit. Ownership, the exit cleanup and the background pass are
+:mod:`turngym.sandboxes.reaping`'s, shared with the browser pool.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import io
-import os
 import socket
 import tarfile
 import threading
@@ -32,6 +32,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
+
+from turngym.sandboxes import reaping
+from turngym.sandboxes.reaping import Owner, process_start_time  # noqa: F401 - re-exported (public name)
 
 T = TypeVar("T")
 
@@ -78,9 +81,6 @@ class _FastPathLost(Exception):
 
 _EXECUTOR: ThreadPoolExecutor | None = None
 _EXECUTOR_LOCK = threading.Lock()
-_REAPER_STARTED = False
-_LIVE: set[DockerSandbox] = set()
-_LIVE_LOCK = threading.Lock()
 
 
 class SandboxError(RuntimeError):
@@ -197,38 +197,23 @@ def docker_available() -> bool:
     return True
 
 
-def process_start_time(pid: int) -> str | None:
-    """The start time of a process in clock ticks since boot (``/proc/PID/stat`` field 22); None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode(errors="replace")
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
 def owner_labels(run_id: str | None = None) -> dict[str, str]:
     """Labels that tie a container to this process (and a run id) for reaping."""
-    pid = os.getpid()
+    owner = Owner.current()
     return {
         LABEL_MANAGED: "1",
-        LABEL_HOST: socket.gethostname(),
-        LABEL_PID: str(pid),
-        LABEL_START: process_start_time(pid) or "",
+        LABEL_HOST: owner.host,
+        LABEL_PID: str(owner.pid),
+        LABEL_START: owner.start,
         LABEL_RUN_ID: run_id or "",
     }
 
 
 def owner_alive(labels: Mapping[str, str]) -> bool:
     """Whether the process named in a container's labels still runs (unknown hosts count as alive)."""
-    if labels.get(LABEL_HOST) != socket.gethostname():
-        return True
-    try:
-        pid = int(labels.get(LABEL_PID, ""))
-    except ValueError:
-        return False
-    start = process_start_time(pid)
-    return start is not None and start == labels.get(LABEL_START, start)
+    pid = labels.get(LABEL_PID, "")
+    owner = Owner(labels.get(LABEL_HOST, ""), int(pid) if pid.isdigit() else -1, labels.get(LABEL_START, ""))
+    return owner.alive()
 
 
 def managed_containers(client: Any = None, run_id: str | None = None) -> list[Any]:
@@ -262,30 +247,7 @@ def reap_orphans(client: Any = None, *, run_id: str | None = None, everything: b
 
 
 def _start_reaper_once(client: Any) -> None:
-    global _REAPER_STARTED
-    with _LIVE_LOCK:
-        if _REAPER_STARTED:
-            return
-        _REAPER_STARTED = True
-
-    def run() -> None:
-        try:
-            reap_orphans(client)
-        except Exception:  # noqa: BLE001 - best effort; `turngym sandbox prune` reports errors
-            pass
-
-    threading.Thread(target=run, name="turngym-reaper", daemon=True).start()
-
-
-@atexit.register
-def _close_live_sandboxes() -> None:
-    with _LIVE_LOCK:
-        live = list(_LIVE)
-    for sb in live:
-        try:
-            sb.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown: do what we can
-            pass
+    reaping.start_once("docker-reaper", lambda: reap_orphans(client))
 
 
 def tar_of(files: Mapping[str, bytes | str], mode: int = 0o644) -> bytes:
@@ -320,8 +282,7 @@ class DockerSandbox:
         self.name: str = container.name
         self.created_at = time.time()
         self._closed = False
-        with _LIVE_LOCK:
-            _LIVE.add(self)
+        reaping.own(self)  # closed at interpreter exit unless closed before
 
     # ------------------------------------------------------------ lifecycle
     @classmethod
@@ -388,8 +349,7 @@ class DockerSandbox:
         if self._closed:
             return
         self._closed = True
-        with _LIVE_LOCK:
-            _LIVE.discard(self)
+        reaping.disown(self)
         self._drop_attach()
         try:
             self.client.api.remove_container(self.id, force=True)

@@ -4,20 +4,43 @@ A judge is called as ``judge(traj_a, traj_b) -> (score_a, score_b)`` and always 
 orders (a,b) and (b,a) and adds them, which cancels position bias. Judges count their matches,
 ties and failures in ``judge.metrics``; the counters are thread-safe because tournament rounds run
 their matches concurrently.
+
+Rubrics and reply parsing have one home, :mod:`turngym.core.judging` (``Rubric``,
+``JudgeParseError``, ``parse_judge_reply``; re-exported here, ``parse_scores`` is the old name of
+the parser). Env-specific rubrics live with their env, which publishes them as an ``EnvJudge``
+(``register(..., judge="module:attr")``); :func:`get_judge_rubric` and ``RUBRICS`` find them by env
+id or family (``"travel"`` is the travel env's). Only the generic ``"research"`` rubric lives here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import json
-import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from turngym.core.judging import EnvJudge, JudgeParseError, Rubric, env_judge, parse_judge_reply
 from turngym.core.types import Trajectory
+
+__all__ = [
+    "PROMPT",
+    "RUBRICS",
+    "EnvJudge",
+    "JudgeParseError",
+    "LLMJudge",
+    "ProgrammaticJudge",
+    "Rubric",
+    "backend_complete",
+    "get_judge_rubric",
+    "openai_complete",
+    "outcome_judge",
+    "parse_judge_reply",
+    "parse_scores",
+    "render_attempt",
+    "render_task",
+]
 
 PairFn = Callable[[Trajectory, Trajectory], tuple[float, float]]
 
@@ -68,31 +91,7 @@ def outcome_judge() -> ProgrammaticJudge:
 
 
 # ----------------------------------------------------------------------------- LLM judge
-@dataclass(frozen=True)
-class Rubric:
-    """Dimensions scored 0-10, averaged per part, combined with the part weights."""
-
-    process: tuple[str, ...]
-    answer: tuple[str, ...]
-    process_weight: float
-    answer_weight: float
-
-
-RUBRICS = {
-    "travel": Rubric(
-        process=(
-            "tool use is correct and purposeful",
-            "information gathered covers the plan",
-            "no wasted or repeated calls",
-        ),
-        answer=(
-            "itinerary meets every user constraint",
-            "plan is feasible (times, budget, places)",
-            "plan is complete and clear",
-        ),
-        process_weight=0.6,
-        answer_weight=0.4,
-    ),
+GENERIC_RUBRICS = {
     "research": Rubric(
         process=(
             "searches are relevant and well targeted",
@@ -104,6 +103,37 @@ RUBRICS = {
         answer_weight=0.5,
     ),
 }
+
+
+def get_judge_rubric(name: str) -> Rubric | EnvJudge:
+    """A generic rubric (``"research"``) or the ``EnvJudge`` an env publishes, by env id or family
+    (``"travel"``, ``"travel-open"``). Raises ``KeyError`` naming the known ones otherwise."""
+    if name in GENERIC_RUBRICS:
+        return GENERIC_RUBRICS[name]
+    published = env_judge(name)
+    if published is None:
+        raise KeyError(
+            f"no rubric {name!r}: use {', '.join(sorted(GENERIC_RUBRICS))}, or an env id or family "
+            "whose env publishes a judge (register(..., judge='module:attr'))"
+        )
+    return published
+
+
+class _Rubrics(Mapping):
+    """``RUBRICS[name]``: the generic rubrics, and the rubric of any env that publishes a judge."""
+
+    def __getitem__(self, name: str) -> Rubric:
+        found = get_judge_rubric(name)
+        return found.rubric if isinstance(found, EnvJudge) else found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(GENERIC_RUBRICS)
+
+    def __len__(self) -> int:
+        return len(GENERIC_RUBRICS)
+
+
+RUBRICS: Mapping[str, Rubric] = _Rubrics()
 
 PROMPT = """You are judging two attempts (A and B) at the same task by an AI agent that uses tools.
 
@@ -139,56 +169,31 @@ def render_task(traj: Trajectory) -> str:
     return "\n".join(m.content for m in traj.prompt if m.role == "user") or "(no task text)"
 
 
-class JudgeParseError(ValueError):
-    pass
-
-
 def parse_scores(text: str, rubric: Rubric) -> tuple[float, float]:
-    """Combined scores of A and B from the judge's JSON reply (the first JSON object in the text)."""
-    match = re.search(r"\{.*\}", text, flags=re.S)
-    if match is None:
-        raise JudgeParseError("no JSON object in the reply")
-    try:
-        data = json.loads(match.group(0))
-    except json.JSONDecodeError as e:
-        raise JudgeParseError(f"invalid JSON: {e}") from e
-
-    def combined(side: str) -> float:
-        part = data.get(side) if isinstance(data, dict) else None
-        if not isinstance(part, dict):
-            raise JudgeParseError(f"missing {side!r}")
-        total = 0.0
-        for name, dims, weight in (
-            ("process", rubric.process, rubric.process_weight),
-            ("answer", rubric.answer, rubric.answer_weight),
-        ):
-            vals = part.get(name)
-            if isinstance(vals, (int, float)):
-                vals = [vals]
-            if not isinstance(vals, list) or not vals or len(vals) > len(dims):
-                raise JudgeParseError(f"{side}.{name} must be a list of up to {len(dims)} scores")
-            try:
-                nums = [float(v) for v in vals]
-            except (TypeError, ValueError) as e:
-                raise JudgeParseError(f"{side}.{name} holds a non-number") from e
-            if any(not 0 <= v <= 10 for v in nums):
-                raise JudgeParseError(f"{side}.{name} scores must lie in [0, 10]")
-            total += weight * sum(nums) / len(nums)
-        return total
-
-    return combined("A"), combined("B")
+    """Combined scores of A and B from a judge's reply: :func:`turngym.core.judging.parse_judge_reply`."""
+    return parse_judge_reply(text, rubric)
 
 
 class LLMJudge:
     """A pairwise judge through any text backend: ``complete(prompt) -> reply`` (sync or async).
 
+    ``rubric``: a ``Rubric``, an env's ``EnvJudge``, or a name for :func:`get_judge_rubric`
+    (``"research"``, or an env id/family that publishes a judge such as ``"travel"``). With an
+    ``EnvJudge`` that has its own prompt, ``complete`` gets that prompt as a list of chat messages
+    (``openai_complete`` and ``backend_complete`` take both); otherwise it gets the generic prompt
+    string over the rubric. Every reply goes through the one parser, ``parse_judge_reply``.
+
     Each order is asked up to ``1 + retries`` times until the reply parses; an order that never
     parses counts as a tie (both sides get the midpoint 5) and adds to ``judge/parse_failures``.
     """
 
-    def __init__(self, complete: Callable[[str], Any], rubric: str | Rubric = "research", retries: int = 2):
+    def __init__(
+        self, complete: Callable[[Any], Any], rubric: str | Rubric | EnvJudge = "research", retries: int = 2
+    ):
         self.complete = complete
-        self.rubric = RUBRICS[rubric] if isinstance(rubric, str) else rubric
+        found = get_judge_rubric(rubric) if isinstance(rubric, str) else rubric
+        self.env_judge = found if isinstance(found, EnvJudge) else None
+        self.rubric = found.rubric if isinstance(found, EnvJudge) else found
         self.retries = retries
         self._counters = _Counters()
 
@@ -196,7 +201,10 @@ class LLMJudge:
     def metrics(self) -> dict[str, float]:
         return self._counters.snapshot()
 
-    def prompt(self, a: Trajectory, b: Trajectory) -> str:
+    def prompt(self, a: Trajectory, b: Trajectory) -> str | list[dict[str, str]]:
+        """The env's own judge messages when it publishes them, else the generic prompt text."""
+        if self.env_judge is not None and self.env_judge.messages is not None:
+            return self.env_judge.messages(a, b)
         r = self.rubric
         return PROMPT.format(
             task=render_task(a),
@@ -208,7 +216,7 @@ class LLMJudge:
             zeros_a=", ".join("0" for _ in r.answer),
         )
 
-    def _ask(self, prompt: str) -> str:
+    def _ask(self, prompt: str | list[dict[str, str]]) -> str:
         reply = self.complete(prompt)
         if inspect.isawaitable(reply):
             reply = asyncio.run(_await(reply))
@@ -219,7 +227,7 @@ class LLMJudge:
         for attempt in range(self.retries + 1):
             try:
                 reply = self._ask(prompt)
-                return parse_scores(reply, self.rubric)
+                return parse_judge_reply(reply, self.rubric)
             except JudgeParseError:
                 self._counters.add("judge/retries" if attempt < self.retries else "judge/parse_failures")
             except Exception:  # noqa: BLE001 - a dead backend is a failed match, not a crashed step
@@ -242,16 +250,21 @@ async def _await(x: Any) -> Any:
     return await x
 
 
+def _as_messages(prompt: str | list[dict[str, str]]) -> list[dict[str, str]]:
+    return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+
+
 def openai_complete(base_url: str, model: str, api_key: str = "EMPTY", timeout: float = 120.0, **params: Any):
-    """``complete(prompt)`` over an OpenAI-compatible ``/chat/completions`` endpoint (vLLM, OpenAI, ...)."""
+    """``complete(prompt)`` over an OpenAI-compatible ``/chat/completions`` endpoint (vLLM, OpenAI, ...);
+    ``prompt`` is a user message's text or a list of chat messages."""
     import httpx
 
     client = httpx.Client(
         base_url=base_url.rstrip("/"), timeout=timeout, headers={"Authorization": f"Bearer {api_key}"}
     )
 
-    def complete(prompt: str) -> str:
-        body = {"model": model, "messages": [{"role": "user", "content": prompt}], **params}
+    def complete(prompt: str | list[dict[str, str]]) -> str:
+        body = {"model": model, "messages": _as_messages(prompt), **params}
         resp = client.post("/chat/completions", json=body)
         resp.raise_for_status()
         return resp.json()["choices"][0]["message"]["content"] or ""
@@ -260,15 +273,14 @@ def openai_complete(base_url: str, model: str, api_key: str = "EMPTY", timeout: 
 
 
 def backend_complete(backend: Any, tokenizer: Any, max_tokens: int = 256, temperature: float = 0.0):
-    """``complete(prompt)`` through a turngym token ``Backend`` (HF in-process, vLLM) and a chat template."""
+    """``complete(prompt)`` through a turngym token ``Backend`` (HF in-process, vLLM) and a chat template;
+    ``prompt`` is a user message's text or a list of chat messages."""
     from turngym.agents.backend import SamplingParams
 
     sampling = SamplingParams(max_tokens=max_tokens, temperature=temperature)
 
-    async def complete(prompt: str) -> str:
-        text = tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
-        )
+    async def complete(prompt: str | list[dict[str, str]]) -> str:
+        text = tokenizer.apply_chat_template(_as_messages(prompt), tokenize=False, add_generation_prompt=True)
         ids = list(tokenizer.encode(text, add_special_tokens=False))
         gen = await backend.generate(ids, sampling)
         return gen.text

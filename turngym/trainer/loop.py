@@ -41,9 +41,9 @@ def build_credit(
 ) -> CreditPipeline:
     """The credit pipeline of ``cfg.credit.method``, built by its registered builder
     (:mod:`turngym.trainer.credit.registry`); IGPO scores with ``model``/``tokenizer``, and a
-    ``judge`` given here wins over the arena's configured one. The env's tool-call parser
-    (``rollout.env_kwargs.parser`` over the registered env's defaults, else Hermes) tells IGPO how
-    an answer is written."""
+    ``judge`` given here wins over the arena's configured one (which falls back on the judge the
+    env publishes). The env's tool-call parser (``rollout.env_kwargs.parser`` over the registered
+    env's defaults, else Hermes) tells IGPO how an answer is written."""
     from turngym.core.registry import spec
     from turngym.tools.parsers import get_parser
 
@@ -53,7 +53,13 @@ def build_credit(
         defaults = {}
     parser = get_parser({**defaults, **cfg.rollout.env_kwargs}.get("parser", "hermes"))
     return build_credit_pipeline(
-        cfg.credit, model=model, tokenizer=tokenizer, seed=cfg.seed, judge=judge, parser=parser
+        cfg.credit,
+        model=model,
+        tokenizer=tokenizer,
+        seed=cfg.seed,
+        judge=judge,
+        parser=parser,
+        env=cfg.rollout.env,
     )
 
 

@@ -18,6 +18,8 @@ Modules (import what you need; this package imports nothing heavy):
   - LLM: ``RUBRIC_PROMPT`` (process breadth/relevance/detail, answer relevance/feasibility/
     details/clarity, combined 0.6 process / 0.4 answer), ``judge_messages(a, b)``,
     ``parse_judge_reply(text)``, ``llm_pairwise(complete)`` (retries, then a tie);
-    ``RUBRIC`` fits ``turngym.trainer.judges.Rubric(**RUBRIC)``.
+    ``TRAVEL_RUBRIC`` (a ``turngym.core.judging.Rubric``; ``RUBRIC`` is the same as a dict);
+  - ``JUDGE``: the ``EnvJudge`` both travel envs publish (their spec's ``judge``), which the
+    trainer's ``arena`` credit finds by env id.
 * :mod:`.baselines` — scripted planners without privileged data (greedy-cheap, random).
 """

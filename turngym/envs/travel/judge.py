@@ -24,19 +24,28 @@ LLM judge: ``RUBRIC_PROMPT`` is the system prompt (ArenaRL's travel rubric: proc
 relevance / detail, answer relevance / feasibility / details / clarity, each 0–10, combined
 ``0.6 * Overall_P + 0.4 * Overall_A``, JSON reply); ``judge_messages(a, b)`` renders two
 trajectories (tool calls as the path, the submitted plan as the answer) and
-``parse_judge_reply(text)`` returns ``(score_a, score_b)`` (raises ``ValueError`` on a bad
-reply, so the caller can retry and then count a tie); ``llm_pairwise(complete)`` bundles the
-three with retries into a ``(a, b) -> (score_a, score_b)`` function for ``ProgrammaticJudge``. ``RUBRIC`` holds the dimension texts and
-weights in the shape of ``turngym.trainer.judges.Rubric(**RUBRIC)``.
+``parse_judge_reply(text)`` returns ``(score_a, score_b)`` through turngym's one judge-reply
+parser (:func:`turngym.core.judging.parse_judge_reply` with ``TRAVEL_RUBRIC``; raises
+``JudgeParseError``, a ``ValueError``, on a bad reply, so the caller can retry and then count a
+tie); ``llm_pairwise(complete)`` bundles the three with retries into a
+``(a, b) -> (score_a, score_b)`` function for ``ProgrammaticJudge``. ``TRAVEL_RUBRIC`` is the
+rubric as a :class:`turngym.core.judging.Rubric`; ``RUBRIC`` holds the same dimension texts and
+weights as a dict (``Rubric(**RUBRIC)``).
+
+Published judge: ``JUDGE`` (an :class:`~turngym.core.judging.EnvJudge`: the rubric, the prompt and
+the programmatic scorer) is registered with ``travel-planner`` and ``travel-open``
+(``judge="turngym.envs.travel.judge:JUDGE"``); the trainer's ``arena`` credit method finds it
+through :func:`turngym.core.judging.env_judge` for ``rubric: travel`` or the run's env.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from turngym.core.judging import EnvJudge, Rubric
+from turngym.core.judging import parse_judge_reply as _parse_reply
 from turngym.core.types import Message, Trajectory
 
 if TYPE_CHECKING:
@@ -63,6 +72,7 @@ RUBRIC = {
     "process_weight": PROCESS_WEIGHT,
     "answer_weight": ANSWER_WEIGHT,
 }
+TRAVEL_RUBRIC = Rubric(**RUBRIC, process_keys=PROCESS_DIMENSIONS, answer_keys=ANSWER_DIMENSIONS)
 _TRANSPORT_TOOLS = ("search_flights", "distance")
 _CATEGORY_TOOLS = (
     _TRANSPORT_TOOLS,
@@ -111,9 +121,7 @@ Think about each dimension independently before scoring; base every comment only
 
 def combine(process: Sequence[float], answer: Sequence[float]) -> float:
     """``0.6 * mean(process) + 0.4 * mean(answer)`` (each on 0–10)."""
-    p = sum(process) / len(process) if process else 0.0
-    a = sum(answer) / len(answer) if answer else 0.0
-    return PROCESS_WEIGHT * p + ANSWER_WEIGHT * a
+    return TRAVEL_RUBRIC.combine(process, answer)
 
 
 # ------------------------------------------------------------ features
@@ -270,33 +278,9 @@ def judge_messages(a: Trajectory | dict[str, Any], b: Trajectory | dict[str, Any
 
 def parse_judge_reply(text: str) -> tuple[float, float]:
     """``(score_a, score_b)`` from the judge's JSON: recomputed from the dimension scores with
-    the 0.6/0.4 weights; falls back to ``combined_scores`` when dimensions are missing."""
-    match = re.search(r"\{.*\}", text or "", flags=re.S)
-    if match is None:
-        raise ValueError("no JSON object in the judge reply")
-    try:
-        data = json.loads(match.group(0))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"invalid JSON in the judge reply: {e}") from e
-    if not isinstance(data, dict):
-        raise ValueError("the judge reply is not a JSON object")
-    out = []
-    for agent in ("Agent_A", "Agent_B"):
-        try:
-            p = data["path_scores"][agent]
-            a = data["answer_scores"][agent]
-            process = [float(p[d]) for d in PROCESS_DIMENSIONS]
-            answer = [float(a[d]) for d in ANSWER_DIMENSIONS]
-        except (KeyError, TypeError, ValueError):
-            try:
-                out.append(float(data["combined_scores"][agent]))
-                continue
-            except (KeyError, TypeError, ValueError) as e:
-                raise ValueError(f"the judge reply has no scores for {agent}") from e
-        if any(not 0 <= v <= 10 for v in (*process, *answer)):
-            raise ValueError(f"{agent}'s scores must lie in [0, 10]")
-        out.append(combine(process, answer))
-    return out[0], out[1]
+    the 0.6/0.4 weights; falls back to ``combined_scores`` when dimensions are missing. Raises
+    ``JudgeParseError`` (a ``ValueError``) otherwise (see :mod:`turngym.core.judging`)."""
+    return _parse_reply(text, TRAVEL_RUBRIC)
 
 
 def llm_pairwise(
@@ -318,3 +302,6 @@ def llm_pairwise(
         return tie, tie
 
     return judge
+
+
+JUDGE = EnvJudge(rubric=TRAVEL_RUBRIC, messages=judge_messages, pairwise=pairwise_scores)

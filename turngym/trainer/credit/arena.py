@@ -319,37 +319,48 @@ class ArenaSettings(MethodSettings):
 
     topology: Topology = "single_elimination"
     judge: Literal["programmatic", "llm"] = "programmatic"
-    # programmatic: "module:function" of (traj_a, traj_b) -> (score_a, score_b); default: outcome reward
+    # programmatic: "module:function" of (traj_a, traj_b) -> (score_a, score_b); default: the env's
+    # published programmatic judge, else the outcome reward
     judge_fn: str | None = None
     # llm judge through an OpenAI-compatible endpoint
     judge_base_url: str | None = None
     judge_model: str | None = None
-    rubric: Literal["travel", "research"] = "research"
+    # "research", or an env id/family that publishes a judge ("travel"); default: the env's, else research
+    rubric: str | None = None
     retries: int = 2
     workers: int = 8
 
 
-def build_judge(settings: ArenaSettings) -> Callable:
-    """The judge ``credit.arena`` describes: an LLM judge, ``judge_fn``, or the outcome comparison."""
+def build_judge(settings: ArenaSettings, env: str | None = None) -> Callable:
+    """The judge ``credit.arena`` describes: an LLM judge, ``judge_fn``, or a programmatic default.
+
+    ``env``: the env being trained. The judge and rubric come from the settings first, then from
+    what the env publishes (:func:`turngym.core.judging.env_judge`): an LLM judge without a
+    ``rubric`` uses the env's rubric and prompt (else ``research``); a programmatic judge without a
+    ``judge_fn`` uses the env's programmatic scorer (else the outcome comparison).
+    """
     import importlib
 
+    from turngym.core.judging import env_judge
     from turngym.trainer.judges import LLMJudge, ProgrammaticJudge, openai_complete, outcome_judge
 
     a = settings
+    published = env_judge(env) if env else None
     if a.judge == "llm":
         if not (a.judge_base_url and a.judge_model):
             raise ValueError("credit.arena.judge=llm needs judge_base_url and judge_model")
-        return LLMJudge(
-            openai_complete(a.judge_base_url, a.judge_model, temperature=0.0), a.rubric, a.retries
-        )
+        rubric = a.rubric or published or "research"
+        return LLMJudge(openai_complete(a.judge_base_url, a.judge_model, temperature=0.0), rubric, a.retries)
     if a.judge_fn:
         module, _, name = a.judge_fn.partition(":")
         return ProgrammaticJudge(getattr(importlib.import_module(module), name))
+    if published is not None and published.pairwise is not None:
+        return ProgrammaticJudge(published.pairwise)
     return outcome_judge()
 
 
 @credit_method("arena", settings=ArenaSettings)
 def build(settings: ArenaSettings, ctx: CreditContext) -> Arena:
     """A judge passed to the trainer wins over the one the settings describe."""
-    judge = ctx.judge or build_judge(settings)
+    judge = ctx.judge or build_judge(settings, ctx.env)
     return Arena(judge, settings.topology, ctx.seed, settings.workers)

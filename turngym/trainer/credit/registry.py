@@ -68,7 +68,8 @@ class CreditContext:
     ``norm_by_std``, ``leave_one_out``); ``outcome``: the outcome provider those options describe;
     ``model``/``tokenizer``: the model being trained (None outside the trainer); ``seed``: the run
     seed; ``judge``: a judge passed to ``Trainer(config, judge=...)``, if any; ``parser``: the env's
-    tool-call parser (how the policy writes a call: IGPO's answer frame), if known.
+    tool-call parser (how the policy writes a call: IGPO's answer frame), if known; ``env``: the id
+    of the env being trained (its published judge and rubric: ``arena``), if known.
     """
 
     credit: Any = None
@@ -78,6 +79,7 @@ class CreditContext:
     judge: Callable | None = None
     outcome: OutcomeReward = field(default_factory=OutcomeReward)
     parser: Any = None  # the env's tool-call parser (how the policy writes calls), if known
+    env: str | None = None  # the env id being trained, if known
 
 
 Builder = Callable[[Any, CreditContext], Any]
@@ -176,6 +178,7 @@ def build_credit_pipeline(
     seed: int = 0,
     judge: Callable | None = None,
     parser: Any = None,
+    env: str | None = None,
 ) -> CreditPipeline:
     """The pipeline of ``credit.method`` (``credit``: a ``CreditSettings``), built by its builder."""
     from turngym.trainer.credit.pipeline import CreditPipeline
@@ -189,6 +192,7 @@ def build_credit_pipeline(
         judge=judge,
         outcome=OutcomeReward(component=credit.outcome_component),
         parser=parser,
+        env=env,
     )
     built = spec.build(credit.options(spec.name), ctx)
     pipeline = built if isinstance(built, CreditPipeline) else CreditPipeline(built)
