@@ -269,3 +269,27 @@ async def test_free_buffers_between_rollouts(model, tokenizer):
     again = await backend.generate([5, 6, 7], GREEDY)  # made again on the next pass
     assert again.token_ids == first.token_ids and backend._cache is not None  # noqa: SLF001
     await backend.aclose()
+
+
+def test_slots_too_large_for_the_device_fall_back_to_continuous_under_auto(
+    model, tokenizer, monkeypatch, caplog
+):
+    from turngym.agents import hf_slots
+    from turngym.agents.hf_slots import KVSlotsTooLarge, kv_cache_bytes
+
+    cfg = model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * 4  # fp32
+    assert kv_cache_bytes(model, 4, 100) == 4 * 100 * per_token
+    monkeypatch.setattr(hf_slots, "free_device_bytes", lambda device: 2 * per_token * 4 * 65 - 1)
+    with pytest.raises(KVSlotsTooLarge, match=r"take .* GiB, over 50% of the device's free"):
+        HFSlotBackend(model, tokenizer, max_batch_size=4, max_context=64)  # 4 x 65 columns: just over half
+    assert HFSlotBackend(model, tokenizer, max_batch_size=4, max_context=63).kv_bytes == 4 * 64 * per_token
+    # auto (here: told the model is on CUDA) falls back to the continuous engine, with a warning
+    fallback = make_hf_backend(
+        model, tokenizer, engine="auto", device="cuda:0", max_context=64, max_batch_size=4
+    )
+    assert type(fallback) is HFBackend and fallback.model is model
+    assert "using the continuous engine" in caplog.text
+    with pytest.raises(KVSlotsTooLarge):  # asked for by name: the error stands
+        make_hf_backend(model, tokenizer, engine="slots", max_context=64, max_batch_size=4)

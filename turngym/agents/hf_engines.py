@@ -4,7 +4,9 @@
   transformers can cache, on CPU or GPU.
 * ``slots`` (``HFSlotBackend``): fixed KV slots, decode steps replayed as CUDA graphs on a GPU
   (eager on CPU). Full-attention decoders.
-* ``auto``: ``slots`` when the model runs on CUDA, else ``continuous``.
+* ``auto``: ``slots`` when the model runs on CUDA, else ``continuous``; ``make_hf_backend`` also
+  falls back to ``continuous`` (with a warning) when the slots cannot serve the model there (KV
+  slots over half the free device memory, attention they do not support).
 
 ``hf_backend_class("auto", device)`` returns the class; ``register_hf_engine`` adds one
 (``"module:Class"``, imported on first use).
@@ -13,7 +15,10 @@
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 HF_ENGINES: dict[str, str] = {
     "continuous": "turngym.agents.hf:HFBackend",
@@ -61,4 +66,15 @@ def make_hf_backend(
     cls = hf_backend_class(engine, kwargs.get("device"), model)
     if max_context is not None and getattr(cls, "sized_context", False):
         kwargs["max_context"] = max_context
-    return cls(model, tokenizer, **kwargs)
+    try:
+        return cls(model, tokenizer, **kwargs)
+    except ValueError as e:  # auto: slots that do not fit the device, or a model they cannot serve
+        if engine != "auto" or not getattr(cls, "sized_context", False):
+            raise
+        log.warning("the slots engine cannot serve here (%s); using the continuous engine", e)
+        kwargs.pop("max_context", None)
+        loaded, tok = getattr(e, "model", None), getattr(e, "tokenizer", None)  # see HFSlotBackend._refusal
+        if loaded is not None:
+            model, tokenizer = loaded, tok
+            kwargs.pop("dtype", None), kwargs.pop("device", None), kwargs.pop("attn_implementation", None)
+        return hf_backend_class("continuous")(model, tokenizer, **kwargs)

@@ -37,7 +37,8 @@ replayed.
   reaches ``max_context`` ends with ``finish_reason="length"``. Full-attention decoders only (Llama,
   Qwen2, SmolLM2, ...): sliding-window, soft-capped or recurrent attention raises at construction.
   The slots take ``max_batch_size x (max_context + 1)`` tokens of KV up front (SmolLM2-135M in bf16:
-  23 KB a token, 1.5 GB for 16 x 4096).
+  23 KB a token, 1.5 GB for 16 x 4096; ``kv_bytes``); more than half the device's free memory raises
+  ``KVSlotsTooLarge`` (``make_hf_backend`` with engine ``auto`` then uses the continuous engine).
 * **Fallback**: on CPU, or with ``cuda_graphs=False``, decode steps run the same code eagerly. A
   capture that fails (out of memory, an op that cannot be captured) turns graphs off for this backend
   with a warning, ``stats["graph_fallbacks"]`` counts it, and steps run eagerly.
@@ -70,6 +71,13 @@ from turngym.agents.hf import (
 log = logging.getLogger(__name__)
 
 ATTENTION = "turngym_slots"  # the attention function's name in transformers' registry
+KV_SHARE = 0.5  # the KV slots may take at most this share of the device's free memory
+
+
+class KVSlotsTooLarge(ValueError):
+    """The KV slots would not fit the device (``make_hf_backend`` with ``auto`` falls back)."""
+
+
 MIN_COLUMNS = 64  # the smallest context bucket
 
 
@@ -147,7 +155,9 @@ class HFSlotBackend(HFBackend):
         config = self.model.config
         problem = _attention_problem(config)
         if problem:
-            raise ValueError(f"HFSlotBackend needs a full-attention decoder: {problem}; use HFBackend")
+            raise self._refusal(
+                ValueError(f"HFSlotBackend needs a full-attention decoder: {problem}; use HFBackend")
+            )
         limit = getattr(config, "max_position_embeddings", None) or 4096
         max_context = int(max_context or min(limit, 4096))
         if not 1 <= max_context <= limit:
@@ -160,6 +170,16 @@ class HFSlotBackend(HFBackend):
         self.max_context = max_context
         self.cuda_graphs = on_cuda if cuda_graphs is None else bool(cuda_graphs)
         self.prefill_tokens = prefill_tokens
+        self.kv_bytes = kv_cache_bytes(self.model, self.max_batch_size, max_context + 1)
+        free = free_device_bytes(self.device)
+        if free is not None and self.kv_bytes > KV_SHARE * free:
+            raise self._refusal(
+                KVSlotsTooLarge(
+                    f"the KV slots ({self.max_batch_size} x {max_context} tokens) take "
+                    f"{self.kv_bytes / 2**30:.1f} GiB, over {KV_SHARE:.0%} of the device's free "
+                    f"{free / 2**30:.1f} GiB: lower max_batch_size or max_context, or use the continuous engine"
+                )
+            )
         self._cache: _SlotCache | None = None  # allocated on the first pass
         self._graphs: dict[tuple[int, int, bool], Any] = {}
         self._pool: Any = None
@@ -167,6 +187,11 @@ class HFSlotBackend(HFBackend):
             graph_captures=0, graph_replays=0, eager_decodes=0, graph_fallbacks=0, capture_s=0.0
         )
         _register_attention()
+
+    def _refusal(self, e: ValueError) -> ValueError:
+        """``e`` carrying the loaded model and tokenizer, so a fallback need not load them again."""
+        e.model, e.tokenizer = self.model, self.tokenizer  # type: ignore[attr-defined]
+        return e
 
     # ------------------------------------------------------------- requests
     def _request(
@@ -503,6 +528,25 @@ class HFSlotBackend(HFBackend):
         self._top_p = torch.ones(slots, device=dev)
         self._cache = _SlotCache(keys, values)
         return self._cache
+
+
+def kv_cache_bytes(model: Any, slots: int, columns: int) -> int:
+    """Bytes of the slots' keys and values for ``model`` (every layer, its dtype)."""
+    config = model.config
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    size = next(model.parameters()).element_size()
+    return 2 * config.num_hidden_layers * slots * kv_heads * columns * head_dim * size
+
+
+def free_device_bytes(device: Any) -> int | None:
+    """Free memory of a CUDA device (None elsewhere: no budget to check)."""
+    if getattr(device, "type", str(device)) != "cuda":
+        return None
+    import torch
+
+    return int(torch.cuda.mem_get_info(device)[0])
 
 
 def _bucket(n: int, smallest: int, cap: int) -> int:
