@@ -360,7 +360,7 @@ EXTERNAL_GROUPS: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
     "sandbox": (
         "Docker sandboxes and browsers: build images, list and reap leftovers.",
         [
-            ("build", "turngym.sandboxes.commands", "sandbox_build"),
+            ("build", "turngym.envs.swe.commands", "sandbox_build"),
             ("ls", "turngym.sandboxes.commands", "sandbox_ls"),
             ("prune", "turngym.sandboxes.commands", "sandbox_prune"),
             ("browser-reap", "turngym.envs.web.commands", "browser_reap"),

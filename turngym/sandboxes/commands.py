@@ -1,4 +1,5 @@
-"""``turngym sandbox ...``: build images, list and prune containers (typer command functions).
+"""``turngym sandbox ...``: list and prune containers (typer command functions; ``sandbox build``
+lives in ``turngym.envs.swe.commands``, as it builds the swe-docker images too).
 
 Heavy imports live inside the functions so that ``turngym --help`` stays light.
 """
@@ -6,31 +7,6 @@ Heavy imports live inside the functions so that ``turngym --help`` stays light.
 from __future__ import annotations
 
 import typer
-
-
-def sandbox_build(
-    base: str = typer.Option(None, help="Use this existing image as the base instead of building one."),
-    mirror: str = typer.Option(None, help="Debian mirror (default: the one in the machine's apt config)."),
-    packages: bool = typer.Option(True, help="Also build the images of the swe-docker packages."),
-    force: bool = typer.Option(False, help="Rebuild even if an image with the same content hash exists."),
-) -> None:
-    """Build the Debian base image (debootstrap + docker import) and the swe-docker task images."""
-    from rich.console import Console
-
-    from turngym.sandboxes.images import build_base_image
-
-    console = Console()
-    if base:
-        console.print(f"base image: {base} (given)")
-    else:
-        report = build_base_image(mirror=mirror, force=force, log=lambda line: console.print(f"  {line}"))
-        state = "cached" if report.cached else f"built in {report.seconds:.1f}s"
-        console.print(f"base image: {report.tag} ({state})")
-    if packages:
-        from turngym.envs.swe.packages import PACKAGES, package_image
-
-        for spec in PACKAGES.values():
-            console.print(f"{spec.key}: {package_image(spec, base=base)}")
 
 
 def sandbox_ls(
