@@ -33,6 +33,7 @@ ROOT = HERE.parent
 #: script -> arguments for the report run (None: skipped; the script has no CPU mode worth running)
 ARGS: dict[str, list[str] | None] = {
     "import_time.py": ["--repeats", "5"],
+    "fork_cost.py": ["--forks", "200"],
     "rollout.py": ["all", "-n", "32", "-g", "4"],  # async: 128 trajectories through 32 slots
     "search_qa.py": ["--passages", "100000", "--questions", "1000", "--episodes", "200"],
     "travel_planner.py": ["--queries", "100"],

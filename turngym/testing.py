@@ -7,7 +7,11 @@ Checks, each reported separately:
   * ``malformed_actions``: hostile actions never raise; each is an invalid turn with an error observation;
   * ``turn_limit``: an episode of only malformed actions ends truncated at ``max_turns``;
   * ``trajectory_json``: a recorded episode round-trips through JSON;
-  * ``close``: ``close()`` twice is fine, and a closed env refuses to step.
+  * ``close``: ``close()`` twice is fine, and a closed env refuses to step;
+  * ``fork``: a forkable env (``env.forkable``) forks mid-episode into an independent env: parent and
+    fork, stepped with different actions, each match a replay of their own actions from a reset with
+    the same seed (so neither changed the other), and a closed fork refuses to fork; a non-forkable
+    env's ``fork()`` raises ``NotForkable`` (never a silent copy).
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ from typing import Any
 
 import jsonschema
 
-from turngym.core.env import Env
+from turngym.core.env import Env, ForkError, NotForkable
 from turngym.core.registry import make
 from turngym.core.types import Message, Trajectory
+from turngym.core.wrappers import fork_env
 
 Opener = Callable[[], AbstractContextManager[Env]]
 
@@ -117,6 +122,7 @@ def check_env(
         ("malformed_actions", _check_malformed),
         ("turn_limit", _check_turn_limit),
         ("trajectory_json", _check_trajectory_json),
+        ("fork", lambda o: _check_fork(o, seeds[0])),
     ]
     if gymnasium_checker:
         checks.append(("gymnasium", _check_gymnasium))
@@ -244,6 +250,96 @@ def _check_close(open_env: Opener) -> str:
         except RuntimeError:
             return "close() is idempotent; a closed env refuses to step"
         raise AssertionError("a closed env accepted a step")
+
+
+def _step_summary(step: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What a replay must reproduce of one step (not timings, not tool-result objects)."""
+    obs, reward, terminated, truncated, info = step
+    keys = ("state_key", "turn", "invalid_action", "reward_components", "error")
+    return (obs, reward, terminated, truncated, {k: info.get(k) for k in keys})
+
+
+def _next_action(env: Env) -> Any:
+    """The expert's next action, else a typed non-terminal call, else plain text (an invalid turn)."""
+    expert = getattr(env, "expert_action", None) or env.unwrapped.expert_action
+    return expert() or _typed_tool_call(env) or "no tool call here"
+
+
+def _check_fork(open_env: Opener, seed: int) -> str:
+    with open_env() as env:
+        if not getattr(env, "forkable", False):
+            try:
+                fork_env(env)
+            except NotForkable as e:
+                return f"not forkable; fork() raises NotForkable: {e}"
+            except Exception as e:  # noqa: BLE001 - the wrong error is a failure, reported below
+                raise AssertionError(
+                    f"fork() of a non-forkable env raised {type(e).__name__}, not NotForkable: {e}"
+                ) from e
+            raise AssertionError("fork() of a non-forkable env (forkable False) returned a copy")
+
+        env.reset(seed=seed)
+        env.action_space.seed(seed)
+        prefix: list[Any] = []
+        if env.max_turns > 1:  # fork mid-episode, after one non-terminal turn
+            prefix.append(_typed_tool_call(env) or "no tool call here")
+            _, _, terminated, truncated, _ = env.step(prefix[0])
+            assert not (terminated or truncated), "the first (non-terminal) turn ended the episode"
+        child = fork_env(env)
+        assert child is not env and type(child) is type(env), "fork() did not return a new env of the class"
+        base, fork_base = env.unwrapped, child.unwrapped
+        assert fork_base is not base, "the fork wraps the parent's own env"
+        assert fork_base.turn == base.turn, f"fork at turn {base.turn} has turn {fork_base.turn}"
+        assert fork_base._state_key() == base._state_key(), "the fork's state key differs from the parent's"
+        assert fork_base.np_random is not base.np_random, "the fork shares the parent's RNG object"
+        assert fork_base.np_random.bit_generator.state == base.np_random.bit_generator.state, (
+            "the fork's RNG is not at the parent's stream position"
+        )
+
+        def run(e: Env, action: Any, record: list[Any], actions: list[Any]) -> bool:
+            """Step ``e`` unless its episode is over; True if it stepped."""
+            if e.unwrapped._done:
+                return False
+            actions.append(action)
+            record.append(_step_summary(e.step(action)))
+            return True
+
+        parent_steps: list[Any] = []
+        fork_steps: list[Any] = []
+        parent_actions: list[Any] = []
+        fork_actions: list[Any] = []
+        run(env, _next_action(env), parent_steps, parent_actions)
+        run(child, "no tool call here (the fork's own action)", fork_steps, fork_actions)
+        run(child, _next_action(child), fork_steps, fork_actions)
+        child.close()
+        try:
+            fork_env(child)
+        except ForkError:
+            pass
+        else:
+            raise AssertionError("a closed fork forked again without raising ForkError")
+        run(env, _next_action(env), parent_steps, parent_actions)
+        if not parent_steps[0][4]["invalid_action"]:
+            assert parent_steps[0][0] != fork_steps[0][0], (
+                "parent (a valid call) and fork (no call) returned the same observation"
+            )
+        for who, actions, got in (
+            ("fork", fork_actions, fork_steps),
+            ("parent", parent_actions, parent_steps),
+        ):
+            env.reset(seed=seed)
+            for a in prefix:
+                env.step(a)
+            replay = [_step_summary(env.step(a)) for a in actions]
+            for i, (want, have) in enumerate(zip(replay, got, strict=True)):
+                assert want == have, (
+                    f"the {who}'s step {len(prefix) + i + 1} after the fork differs from a replay of the same "
+                    f"actions from reset(seed={seed}): the {who} shares state with the other branch"
+                )
+        return (
+            f"forked at turn {len(prefix)}; parent ({len(parent_steps)} steps) and fork ({len(fork_steps)} "
+            "steps) each matched a fresh replay; a closed fork refuses to fork"
+        )
 
 
 __all__ = ["HOSTILE_ACTIONS", "CheckResult", "ConformanceReport", "check_env"]

@@ -17,6 +17,12 @@ hook per step costs more than a cheap hook does; ``False`` keeps every hook on t
 dispatches tools through a ``ToolBox`` (every failure becomes an error observation), counts turns,
 truncates at the turn limit, and fills the standard ``info`` keys.
 
+Forking (:meth:`Env.fork` / :meth:`Env.afork`): a family that sets ``forkable = True`` gets a new,
+independent env in exactly the current state (task, turn count and limit, tool state, RNG stream
+position), made by a deep copy of the env's ``__dict__``; the members named in ``_fork_shared`` (a search
+index, a task list, a database: large and read-only) are shared with the fork instead of copied, and
+``_after_fork()`` lets the fork open resources of its own. Any other env raises :class:`NotForkable`.
+
 The turn limit has one home, ``Env.max_turns`` (the constructor's ``max_turns``, which ``make``
 fills from the spec's defaults and the overrides; else ``default_max_turns``). A cap from outside
 (``RolloutConfig.max_turns``, the ``TurnLimit`` wrapper) calls ``limit_turns(n)``, which tightens
@@ -46,6 +52,15 @@ from turngym.tools.toolbox import ToolBox
 
 T = TypeVar("T")
 
+
+class ForkError(RuntimeError):
+    """``fork()`` cannot run now: the env is closed, was never reset, or is in the middle of a step."""
+
+
+class NotForkable(ForkError):
+    """``fork()`` of an env whose family cannot fork (``env.forkable`` is False); the message says why."""
+
+
 #: ``error_kind`` values that make a turn an invalid action (the model's fault, not the tool's).
 INVALID_KINDS = frozenset(
     {"unknown_tool", "bad_arguments", "tool_error", "parse_error", "no_call", "too_many_calls"}
@@ -74,6 +89,14 @@ class Env(gymnasium.Env[list[Message], str]):
     metadata: dict[str, Any] = {"render_modes": ["ansi"]}
     default_max_turns: int = 10
     sync_hooks_in_thread: bool | tuple[str, ...] = ("_reset", "_close")
+    #: Whether ``fork()`` works. A family opts in after checking that a deep copy of its state (less
+    #: ``_fork_shared``) is an independent env; see :meth:`fork`.
+    forkable: bool = False
+    #: Attributes shared by reference with a fork instead of deep-copied: large, read-only members (a
+    #: search index, a task list, a database). Anything an episode mutates must not be named here.
+    _fork_shared: tuple[str, ...] = ()
+    #: Why this family cannot fork (the ``NotForkable`` message); families that cannot fork say why.
+    _not_forkable_reason: str = "its family does not implement fork() (Env.forkable is False)"
 
     def __init__(
         self,
@@ -106,6 +129,7 @@ class Env(gymnasium.Env[list[Message], str]):
         self._last_render = ""
         self._call_history: list[str] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._busy: str | None = None  # "reset"/"step" while one runs: fork() refuses then
 
     # ------------------------------------------------------------------ hooks
     def _reset(self, rng: np.random.Generator, options: dict[str, Any]) -> Task | Awaitable[Task]:
@@ -124,6 +148,19 @@ class Env(gymnasium.Env[list[Message], str]):
         return hashlib.sha1(payload.encode()).hexdigest()[:16]
 
     def _close(self) -> None | Awaitable[None]:
+        return None
+
+    def _fork(self) -> Env | Awaitable[Env]:
+        """The new env of :meth:`fork` (already checked: forkable, open, reset, not mid-step).
+
+        Default: :meth:`_fork_copy`. Override for state a deep copy cannot branch (a container, a
+        browser); the override may be async. It runs on the caller's thread, never in a worker thread,
+        so no step of this env interleaves with it.
+        """
+        return self._fork_copy()
+
+    def _after_fork(self) -> None | Awaitable[None]:
+        """Called on the new env after the copy: open resources of its own (clients, files). May be async."""
         return None
 
     def _reward(self, components: dict[str, float]) -> float:
@@ -157,6 +194,71 @@ class Env(gymnasium.Env[list[Message], str]):
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         self.max_turns = min(self.max_turns, int(max_turns))
 
+    def fork(self) -> Env:
+        """A new, independent env in exactly this env's current state.
+
+        Same task and first messages, turn count, turn limit, tool state, call history and RNG stream
+        position (the generators are copied, not shared); stepping or closing the fork never changes
+        this env, and the reverse. The fork is open and owns its resources (close it like any env);
+        ``_fork_shared`` members (large, read-only) are the only ones it shares with this env.
+
+        Raises :class:`NotForkable` if the family cannot fork (``forkable`` is False), and
+        :class:`ForkError` if this env is closed, was never reset, or is in the middle of a step or reset.
+        A finished episode forks into a finished episode.
+        """
+        self._check_fork()
+        child = self._fork()
+        if inspect.isawaitable(child):
+            child = self._run(child)
+        after = child._after_fork()
+        if inspect.isawaitable(after):
+            child._run(after)
+        return child
+
+    async def afork(self) -> Env:
+        """The async form of :meth:`fork` (for the rollout engine's event loop)."""
+        self._check_fork()
+        child = await _maybe_await(self._fork())
+        await _maybe_await(child._after_fork())
+        return child
+
+    def _fork_copy(self) -> Env:
+        """A deep copy of this env's ``__dict__`` into a new instance of its class.
+
+        Shared, not copied: the ``_fork_shared`` members, the parser (stateless), the registry spec and
+        the tool definitions (each tool is rebound to the new env). Fresh in the new env: its event
+        loop (made on first use), and the closed/busy flags.
+        """
+        cls = type(self)
+        child = cls.__new__(cls)
+        memo: dict[int, Any] = {id(self): child}
+        shared: list[Any] = [self.parser, self.spec]
+        for name in self._fork_shared:
+            if name not in self.__dict__:
+                raise AttributeError(
+                    f"{cls.__name__}._fork_shared names {name!r}, which the env does not have"
+                )
+            shared.append(self.__dict__[name])
+        for bound in self.toolbox._tools.values():
+            shared += [bound.definition, bound.definition.spec]
+        for obj in shared:
+            memo[id(obj)] = obj
+        fresh = {"_loop": None, "_closed": False, "_busy": None}
+        state = {k: (fresh[k] if k in fresh else copy.deepcopy(v, memo)) for k, v in self.__dict__.items()}
+        child.__dict__.update(state)
+        return child
+
+    def _check_fork(self) -> None:
+        name = f"{self.spec.id} ({type(self).__name__})" if self.spec is not None else type(self).__name__
+        if not self.forkable:
+            raise NotForkable(f"{name} cannot fork: {self._not_forkable_reason}")
+        if self._closed:
+            raise ForkError(f"{name} is closed: cannot fork it")
+        if self._busy is not None:
+            raise ForkError(f"{name} is in the middle of a {self._busy}: fork before or after it, not during")
+        if self.task is None:
+            raise ForkError(f"{name} was never reset: call reset() before fork()")
+
     @property
     def tools(self) -> list[ToolSpec]:
         return self.toolbox.specs
@@ -177,6 +279,15 @@ class Env(gymnasium.Env[list[Message], str]):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[list[Message], dict[str, Any]]:
         self._check_open()
+        self._busy = "reset"
+        try:
+            return await self._areset(seed, options)
+        finally:
+            self._busy = None
+
+    async def _areset(
+        self, seed: int | None, options: dict[str, Any] | None
+    ) -> tuple[list[Message], dict[str, Any]]:
         gymnasium.Env.reset(self, seed=seed)
         self.turn = 0
         self._terminated = False
@@ -201,6 +312,13 @@ class Env(gymnasium.Env[list[Message], str]):
         self._check_open()
         if self._done or self.task is None:
             raise RuntimeError("the episode is over (or never started): call reset() first")
+        self._busy = "step"
+        try:
+            return await self._astep(action)
+        finally:
+            self._busy = None
+
+    async def _astep(self, action: str | Message) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
         self.turn += 1
         parsed = self.parser.parse(action)
         obs: list[Message] = []

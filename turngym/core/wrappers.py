@@ -1,13 +1,20 @@
 """Wrappers that keep the async path: turn limit (tightening ``Env.max_turns``), reward-component totals,
-trajectory recording."""
+trajectory recording.
+
+Every ``AsyncWrapper`` forwards ``fork``/``afork``: the fork of a wrapped env is the same wrapper stack
+around the fork of the inner env, each wrapper's own state (counters, the trajectory so far) deep-copied.
+:func:`fork_env` / :func:`afork_env` fork any stack (turngym wrappers, Gymnasium wrappers, a bare ``Env``).
+"""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
 import gymnasium
 
+from turngym.core.env import NotForkable
 from turngym.core.types import Message, Trajectory
 
 
@@ -52,6 +59,53 @@ class AsyncWrapper(gymnasium.Wrapper):
     def limit_turns(self, max_turns: int) -> None:
         """Tighten the wrapped env's own turn limit (``Env.limit_turns``)."""
         _turngym_env(self).limit_turns(max_turns)
+
+    @property
+    def forkable(self) -> bool:
+        """Whether the wrapped env can fork (``Env.forkable``)."""
+        return bool(getattr(self.env, "forkable", False))
+
+    def fork(self) -> AsyncWrapper:
+        """This wrapper stack around a fork of the wrapped env (``Env.fork``); wrapper state is copied."""
+        return _rewrap(self, fork_env(self.env))
+
+    async def afork(self) -> AsyncWrapper:
+        return _rewrap(self, await afork_env(self.env))
+
+
+def fork_env(env: Any) -> Any:
+    """Fork ``env``: an ``Env``, a turngym wrapper, or a Gymnasium wrapper around one of those.
+
+    A Gymnasium wrapper without ``fork`` is copied around the fork of its inner env (its own state
+    deep-copied); anything else raises :class:`NotForkable`.
+    """
+    if callable(getattr(type(env), "fork", None)):
+        return env.fork()
+    if isinstance(env, gymnasium.Wrapper):
+        return _rewrap(env, fork_env(env.env))
+    raise NotForkable(f"{type(env).__name__} cannot fork: it has no fork() and is not a wrapper")
+
+
+async def afork_env(env: Any) -> Any:
+    """The async form of :func:`fork_env`."""
+    if callable(getattr(type(env), "afork", None)):
+        return await env.afork()
+    if callable(getattr(type(env), "fork", None)):
+        return env.fork()
+    if isinstance(env, gymnasium.Wrapper):
+        return _rewrap(env, await afork_env(env.env))
+    raise NotForkable(f"{type(env).__name__} cannot fork: it has no fork() and is not a wrapper")
+
+
+def _rewrap(wrapper: gymnasium.Wrapper, inner: Any) -> Any:
+    """A copy of ``wrapper`` around ``inner``: its own attributes deep-copied, references to the wrapped
+    env (and to itself) pointing at the new ones."""
+    cls = type(wrapper)
+    child = cls.__new__(cls)
+    memo: dict[int, Any] = {id(wrapper): child, id(wrapper.env): inner}
+    for k, v in wrapper.__dict__.items():
+        child.__dict__[k] = inner if k == "env" else copy.deepcopy(v, memo)
+    return child
 
 
 def _turngym_env(wrapper: gymnasium.Wrapper) -> Any:

@@ -176,7 +176,14 @@ class RayEnvPool:
 
 
 class RayEnv:
-    """Client-side proxy of one env living in a pool actor (async interface only)."""
+    """Client-side proxy of one env living in a pool actor (async interface only).
+
+    Not forkable for now: ``forkable`` is False and ``fork()``/``afork()`` raise
+    :class:`~turngym.core.env.NotForkable` (a fork would need its own slot in the pool and a copy of
+    the remote env made inside the actor).
+    """
+
+    forkable = False
 
     def __init__(self, pool: RayEnvPool, kwargs: dict[str, Any]):
         self.pool, self.kwargs = pool, kwargs
@@ -234,6 +241,17 @@ class RayEnv:
 
     async def expert_action(self) -> Any:
         return await self._call("expert_action")
+
+    def fork(self) -> Any:
+        from turngym.core.env import NotForkable
+
+        raise NotForkable(
+            f"RayEnv ({self.pool.__name__!r} in a Ray actor) cannot fork: forking envs that live in Ray "
+            "actors is not implemented yet; fork a local env instead"
+        )
+
+    async def afork(self) -> Any:
+        self.fork()
 
     async def aclose(self) -> None:
         if self._closed:

@@ -79,6 +79,7 @@ class ArithEnv(Env):
     """Evaluate ``expression``; tools ``calculate(a, op, b)`` and ``answer(value)``."""
 
     default_max_turns = 8
+    forkable = True  # all state is small and per-episode: a deep copy is an independent env
 
     def __init__(self, depth: int = 3, **kwargs: Any):
         if depth < 1:

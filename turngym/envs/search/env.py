@@ -65,6 +65,10 @@ class SearchQAEnv(Env):
     """Multi-hop QA over a local (or remote) BM25 index with ``search`` and ``answer`` tools."""
 
     default_max_turns = 6
+    forkable = True
+    #: shared with forks, never copied: the passage store, the task list and its index, the BM25 index (or
+    #: remote client), and the current task (an element of ``tasks``); none of them changes in an episode
+    _fork_shared = ("corpus", "tasks", "_task_index", "retriever", "current")
 
     def __init__(
         self,

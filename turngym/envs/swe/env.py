@@ -68,6 +68,10 @@ class SweDockerEnv(Env):
     """One task per episode, one container per episode (from a warm pool), graded in a fresh one."""
 
     default_max_turns = 40
+    _not_forkable_reason = (
+        "branching its container's filesystem (docker commit or an overlay snapshot) is not implemented yet "
+        "(issue 21); Env.forkable is False"
+    )
 
     def __init__(
         self,

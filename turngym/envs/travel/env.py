@@ -62,6 +62,9 @@ class TravelPlannerEnv(Env):
 
     default_max_turns = 30
     open_ended = False
+    forkable = True
+    #: shared with forks, never copied: the sandbox database and the loaded queries (read-only)
+    _fork_shared = ("db", "queries")
 
     def __init__(
         self,

@@ -60,6 +60,10 @@ class MiniWoBEnvBase(Env):
     """
 
     default_max_turns = 10
+    _not_forkable_reason = (
+        "branching its browser page state (a new context plus a replay of the action prefix) is not "
+        "implemented yet (issue 21); Env.forkable is False"
+    )
     #: what the subclass calls its agent in the system prompt
     system_intro = ""
 

@@ -125,6 +125,10 @@ class SiteBrowserEnv(WebMiniWoBEnv):
     """
 
     default_max_turns = 20
+    _not_forkable_reason = (
+        "branching its browser context and site database is not implemented yet (issue 21); "
+        "Env.forkable is False"
+    )
     system_intro = (
         "You control a web browser to complete a task on a website. Each observation shows the open tabs, "
         'the URL and the page\'s elements, one per line as `[id] role "name" properties`; act on them by id '

@@ -1,0 +1,90 @@
+"""Fork cost per forkable family: p50/p99 of ``env.fork()`` at turn 2, against ``reset()`` of the same env in the same run; run ``python benchmarks/fork_cost.py [--forks 200] [--envs arith search-qa ...]``.
+
+Each env forks ``--per-episode`` times at turn 2 (after two expert steps) of ``forks / per-episode``
+episodes (seeds 0, 1, ...); resets are timed on the same env over as many seeds. A fork's own close
+is not timed. The ratio ``fork p50 / reset p50`` is the machine-independent number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import turngym
+
+SERVICES = {"docker", "web"}
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
+
+
+def forkable_ids() -> list[str]:
+    out = []
+    for s in turngym.registry.latest():
+        if SERVICES & set(s.requires):
+            continue
+        if getattr(s.load(), "forkable", False):
+            out.append(s.id)
+    return out
+
+
+def bench(env_id: str, forks: int, per_episode: int) -> dict[str, float]:
+    t = time.perf_counter()
+    env = turngym.make(env_id)
+    make_s = time.perf_counter() - t
+    env.reset(seed=0)  # warm-up (lazy imports, caches)
+    env.fork().close()
+    resets, fork_times = [], []
+    episodes = max(1, forks // per_episode)
+    for seed in range(episodes):
+        for i in range(per_episode):
+            t = time.perf_counter()
+            env.reset(seed=seed * per_episode + i)
+            resets.append(time.perf_counter() - t)
+    for seed in range(episodes):
+        env.reset(seed=seed)
+        for _ in range(2):
+            if not env._done:
+                env.step(env.expert_action() or "no call")
+        for _ in range(per_episode):
+            t = time.perf_counter()
+            child = env.fork()
+            fork_times.append(time.perf_counter() - t)
+            child.close()
+    env.close()
+    f50, f99 = pct(fork_times, 0.5) * 1e3, pct(fork_times, 0.99) * 1e3
+    r50, r99 = pct(resets, 0.5) * 1e3, pct(resets, 0.99) * 1e3
+    return {
+        "make_s": make_s,
+        "fork_p50": f50,
+        "fork_p99": f99,
+        "fork_mean": statistics.fmean(fork_times) * 1e3,
+        "reset_p50": r50,
+        "reset_p99": r99,
+        "n": len(fork_times),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--forks", type=int, default=200, help="forks per env (at turn 2)")
+    ap.add_argument("--per-episode", type=int, default=10, help="forks of each episode's turn-2 state")
+    ap.add_argument("--envs", nargs="*", default=None, help="env ids (default: every light forkable env)")
+    args = ap.parse_args()
+    envs = args.envs or forkable_ids()
+    print(f"fork() at turn 2 vs reset() of the same env; {args.forks} forks per env")
+    for env_id in envs:
+        r = bench(env_id, args.forks, args.per_episode)
+        print(
+            f"{env_id}: fork p50 {r['fork_p50']:.3f} ms p99 {r['fork_p99']:.3f} ms (n={r['n']}) | "
+            f"reset p50 {r['reset_p50']:.3f} ms, p99 {r['reset_p99']:.3f} ms | "
+            f"ratio_fork_vs_reset={r['fork_p50'] / r['reset_p50']:.3f} (p50s; make {r['make_s']:.2f} s)",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
