@@ -76,5 +76,6 @@ def make_hf_backend(
         loaded, tok = getattr(e, "model", None), getattr(e, "tokenizer", None)  # see HFSlotBackend._refusal
         if loaded is not None:
             model, tokenizer = loaded, tok
-            kwargs.pop("dtype", None), kwargs.pop("device", None), kwargs.pop("attn_implementation", None)
+            for loading_only in ("dtype", "device", "attn_implementation"):  # the model is loaded
+                kwargs.pop(loading_only, None)
         return hf_backend_class("continuous")(model, tokenizer, **kwargs)
