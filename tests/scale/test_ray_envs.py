@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 ray = pytest.importorskip("ray")
@@ -44,6 +46,19 @@ async def test_search_qa_in_actors_matches_local_envs(pool):
     assert {a: ray.get(a.num_envs.remote()) for a in pool.actors} == dict.fromkeys(pool.actors, 0)
 
 
+def _wait_until_dead(actor, timeout: float = 60.0) -> None:
+    """``ray.kill`` returns before the actor is gone: a call sent right after it may still run. Wait
+    until a call fails, so that the victim's next step is the first to see the dead actor."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.pid.remote(), timeout=10)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the killed actor still answers")
+
+
 class _KillingAgent(ScriptedAgent):
     """The expert, except that on its second turn of seed ``victim`` it kills the env's actor."""
 
@@ -62,6 +77,7 @@ class _KillingAgent(ScriptedAgent):
                 if turn[0] == 2:
                     self.killed_pid = ray.get(env.actor.pid.remote())
                     ray.kill(env.actor, no_restart=True)
+                    _wait_until_dead(env.actor)
                 return step
 
             session.act = act_then_kill
