@@ -82,7 +82,7 @@ async def run_episode(env, policy: str, options: dict, rng: np.random.Generator,
 def bench_sites(n: int) -> None:
     import httpx
 
-    from turngym.envs.webarena.server import LocalServer
+    from turngym.envs.browser.sites.server import LocalServer
     from turngym.envs.webarena.sites import SiteInstance
     from turngym.envs.webshop.app import ShopApp
     from turngym.envs.webshop.catalog import Catalog, build_catalog

@@ -1,11 +1,33 @@
-"""Argument helpers shared by the CLI commands (kept light: no heavy imports)."""
+"""What the CLI commands share (kept light: no heavy imports): argument helpers, the consoles, and
+``CLIError`` (an expected failure: ``turngym.cli.main`` prints it as one line, exit code 2)."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
 import typer
+from rich.console import Console
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+class CLIError(Exception):
+    """An expected failure: printed as one line, exit code 2."""
+
+
+KwOption = Annotated[
+    list[str] | None,
+    typer.Option("--env-arg", help="Env constructor argument KEY=VALUE (JSON value); repeatable."),
+]
+
+
+def make_env(env_id: str, kwargs: list[str] | None) -> Any:
+    """``turngym.make(env_id)`` with ``--env-arg KEY=VALUE`` constructor arguments."""
+    from turngym.core.registry import make
+
+    return make(env_id, **parse_key_values(kwargs or []))
 
 
 def parse_key_values(items: list[str] | None, flag: str = "--env-arg") -> dict[str, Any]:

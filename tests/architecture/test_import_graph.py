@@ -249,3 +249,49 @@ def test_no_import_runs_up_a_layer():
 def test_the_layer_check_sees_an_upward_import():
     graph = {"turngym.sandboxes.commands": {"turngym.envs.swe.packages", "turngym.core.env"}}
     assert upward_imports(graph) == {("turngym.sandboxes.commands", "turngym.envs.swe.packages")}
+
+
+#: The browser families and what each may import besides turngym.envs.browser (issue 20): gui-miniwob
+#: is MiniWoB++ through pixels, so it builds on the MiniWoB task layer (task pages, expert) in web.
+BROWSER_LEAVES = {"web": set(), "gui": {"web"}, "webarena": set(), "webshop": set()}
+
+
+def cross_family_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """``(a, b)`` where a browser family (or the browser package itself) imports another family."""
+    found = set()
+    for a, deps in graph.items():
+        pa = a.split(".")
+        if len(pa) < 3 or pa[1] != "envs" or (pa[2] not in BROWSER_LEAVES and pa[2] != "browser"):
+            continue
+        for b in deps:
+            pb = b.split(".")
+            if len(pb) < 3 or pb[1] != "envs" or pb[2] not in BROWSER_LEAVES or pb[2] == pa[2]:
+                continue
+            if pa[2] == "browser" or pb[2] not in BROWSER_LEAVES[pa[2]]:
+                found.add((a, b))
+    return found
+
+
+def test_browser_families_are_leaves_of_the_browser_package():
+    graph = import_graph(PACKAGE, lazy=True)
+    assert cross_family_imports(graph) == set()
+    # and they really do build on it
+    for family in BROWSER_LEAVES:
+        assert any(
+            b.startswith("turngym.envs.browser")
+            for a, deps in graph.items()
+            for b in deps
+            if a.startswith(f"turngym.envs.{family}.")
+        ), family
+
+
+def test_the_leaf_check_sees_a_cross_family_import():
+    graph = {
+        "turngym.envs.webshop.env": {"turngym.envs.webarena.sites", "turngym.envs.browser.sites.env"},
+        "turngym.envs.gui.env": {"turngym.envs.web.base"},
+        "turngym.envs.browser.env": {"turngym.envs.web.page"},
+    }
+    assert cross_family_imports(graph) == {
+        ("turngym.envs.webshop.env", "turngym.envs.webarena.sites"),
+        ("turngym.envs.browser.env", "turngym.envs.web.page"),
+    }

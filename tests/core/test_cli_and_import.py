@@ -62,3 +62,23 @@ def test_parse_typed_call():
     assert parse_typed_call("<answer>x</answer>", tools) == "<answer>x</answer>"
     with pytest.raises(CLIError):
         parse_typed_call("search(", tools)
+
+
+def test_typed_calls_are_written_in_the_envs_own_convention():
+    from turngym.core.types import Message
+    from turngym.tools.parsers import get_parser
+
+    tools = [ToolSpec(name="search", parameters={"type": "object", "properties": {"query": {}}})]
+    # search-r1's tag protocol: the same typed call becomes <search>...</search>
+    tags = get_parser("tags")
+    action = parse_typed_call("search cats", tools, tags)
+    assert [(c.name, c.arguments) for c in tags.parse(action).valid_calls] == [("search", {"query": "cats"})]
+    # a JSON call is read, not pasted: a bad one is a clear error
+    assert parse_typed_call('{"name": "search", "arguments": {"query": "x"}}', tools, tags) == action.replace(
+        "cats", "x"
+    )
+    with pytest.raises(CLIError, match="cannot read"):
+        parse_typed_call('{"arguments": {}}', tools)
+    # a structured-call parser gets a Message with tool_calls
+    msg = parse_typed_call("search(query='q')", tools, get_parser("openai"))
+    assert isinstance(msg, Message) and msg.tool_calls[0].arguments == {"query": "q"}

@@ -94,8 +94,10 @@ def _close_process_pools() -> None:
         from turngym.sandboxes.pool import _close_shared_pools
 
         _close_shared_pools()
-    if "turngym.envs.webarena.server" in sys.modules:  # the web families' site servers (shop, forum, ...)
-        from turngym.envs.webarena.server import _stop_all
+    if (
+        "turngym.envs.browser.sites.server" in sys.modules
+    ):  # the web families' site servers (shop, forum, ...)
+        from turngym.envs.browser.sites.server import _stop_all
 
         _stop_all()
     if "turngym.sandboxes.reaping" in sys.modules:  # the shared browser pool, open sandboxes, owned processes

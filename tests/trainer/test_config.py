@@ -54,3 +54,38 @@ def test_bad_configs_are_clear_errors(tmp_path):
 def test_example_configs_load(path):
     cfg = load_config(path)
     assert cfg.steps > 0
+
+
+def test_the_rollout_backend_is_one_agent_spec_and_weight_sync_only_moves_weights():
+    # the default: the policy served in process, with the rollout's batch and context settings
+    spec = load_config(None, ["rollout.max_batch_size=8", "rollout.hf_engine=continuous"]).backend_spec()
+    assert (spec.kind, spec.model, spec.max_batch_size, spec.hf_engine) == ("hf", "tiny", 8, "continuous")
+    # rollout.backend overrides the defaults in AgentSpec's own keys
+    spec = load_config(
+        None, ["rollout.backend={hf_engine: slots, max_batch_size: 4, dtype: bfloat16}"]
+    ).backend_spec()
+    assert (spec.hf_engine, spec.max_batch_size, spec.dtype) == ("slots", 4, "bfloat16")
+    # vLLM servers named in the backend are where weights go
+    cfg = load_config(
+        None,
+        ["weight_sync=vllm_lora", "model.lora={r: 4}", "rollout.backend={kind: vllm, urls: [http://a:8000]}"],
+    )
+    assert cfg.vllm_urls == ["http://a:8000"] and cfg.backend_spec().urls == ["http://a:8000"]
+    assert cfg.backend_spec().kind == "vllm" and cfg.backend_spec().model == "tiny"
+    # a kind the weights cannot reach, an unknown kind, a second model, disagreeing URLs: clear errors
+    with pytest.raises(ValidationError, match="cannot receive weight_sync='in_process'"):
+        load_config(None, ["rollout.backend={kind: vllm, urls: [http://a:8000]}"])
+    with pytest.raises(ValidationError, match="unknown agent kind 'nope'"):
+        load_config(None, ["rollout.backend={kind: nope}"])
+    with pytest.raises(ValidationError, match="must be model.path"):
+        load_config(None, ["rollout.backend={model: other}"])
+    with pytest.raises(ValidationError, match="disagree"):
+        load_config(
+            None,
+            [
+                "weight_sync=vllm_lora",
+                "model.lora={r: 4}",
+                "vllm_urls=[http://a:8000]",
+                "rollout.backend={kind: vllm, urls: [http://b:8000]}",
+            ],
+        )

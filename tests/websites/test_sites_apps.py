@@ -7,7 +7,7 @@ import re
 import httpx
 import pytest
 
-from turngym.envs.webarena.server import LocalServer, ServerError
+from turngym.envs.browser.sites.server import LocalServer, ServerError
 from turngym.envs.webarena.sites import SiteInstance, pristine_db
 from turngym.envs.webshop.app import COOKIE, MAX_RESULTS, ShopApp
 

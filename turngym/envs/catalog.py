@@ -4,6 +4,7 @@ One line per env id; each family adds its own.
 """
 
 from turngym.core.registry import register
+from turngym.envs.browser.sites import register_site
 
 register(
     "arith-v0",
@@ -111,4 +112,11 @@ register(
     requires=("web",),
     sites=["tracker"],
     description="web-arena-lite restricted to the issue-tracker (GitLab-like) site.",
+)
+
+# the local sites a person can serve (`turngym web serve SITE`); string entry points, like the envs
+register_site("shop", "turngym.envs.webshop.app:serve_shop", "web-shop's store over the seeded catalog")
+register_site("forum", "turngym.envs.webarena.sites:serve_site", "web-arena-lite's Reddit-like forum")
+register_site(
+    "tracker", "turngym.envs.webarena.sites:serve_site", "web-arena-lite's GitLab-like issue tracker"
 )

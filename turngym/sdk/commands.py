@@ -1,11 +1,15 @@
-"""CLI: ``turngym new``."""
+"""CLI: ``turngym new`` (scaffold an env package) and ``turngym check`` (the conformance suite)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from rich.table import Table
+
+from turngym.cli_args import KwOption, console, parse_key_values
 
 
 def new_command(
@@ -20,3 +24,39 @@ def new_command(
     n = names_for(name)
     typer.echo(f"created {root} (package {n['pkg']}, env {name}-v0)")
     typer.echo(f"next: pip install -e {root} && turngym check {name} && python -m pytest {root}/tests")
+
+
+def check_command(
+    targets: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Env ids, or paths of Python files/packages defining envs (default: all registered)."
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    kw: KwOption = None,
+) -> None:
+    """Run the conformance suite on environments; exit code 1 if any check fails."""
+    from turngym.core.registry import registry
+    from turngym.sdk.check_path import load_envs_from_path
+    from turngym.testing import check_env
+
+    envs: list[Any] = []
+    for target in targets or [s.id for s in registry.latest()]:
+        envs.extend(load_envs_from_path(target) if Path(target).exists() else [target])
+    reports = [check_env(e, **(parse_key_values(kw or []) if isinstance(e, str) else {})) for e in envs]
+    if as_json:
+        print(json.dumps([r.to_dict() for r in reports], indent=2))
+    else:
+        for r in reports:
+            table = Table(title=f"{r.env_id}: {'PASS' if r.ok else 'FAIL'}", title_justify="left")
+            table.add_column("check")
+            table.add_column("result")
+            table.add_column("detail", overflow="fold")
+            for c in r.results:
+                table.add_row(
+                    c.name, "[green]ok[/green]" if c.passed else "[red]FAIL[/red]", c.detail.strip()[:800]
+                )
+            console.print(table)
+    if not all(r.ok for r in reports):
+        raise typer.Exit(1)

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+if TYPE_CHECKING:
+    from turngym.agents.factory import AgentSpec
 
 
 class _Strict(BaseModel):
@@ -54,6 +57,10 @@ class RolloutSettings(_Strict):
     # the in-process HF backend's engine (turngym.agents.hf_engines): auto = slots (CUDA graphs) on
     # CUDA, continuous elsewhere
     hf_engine: Literal["auto", "continuous", "slots"] = "auto"
+    # the rollout's token backend, in the keys of turngym.agents.factory.AgentSpec (kind, urls,
+    # hf_engine, max_batch_size, dtype, ...; its model is model.path). Unset: kind hf (the policy served
+    # in process) with weight_sync in_process, kind vllm at vllm_urls with weight_sync vllm_*.
+    backend: dict[str, Any] | None = None
     turn_timeout: float = 600.0
     task_seed_offset: int = 0  # training tasks are seeds offset + k; eval uses eval_seed_offset + k
     eval_tasks: int = 0  # 0: no evaluation
@@ -224,15 +231,53 @@ class TrainConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
-        if self.cluster.vllm_urls and not self.vllm_urls:
-            self.vllm_urls = list(self.cluster.vllm_urls)
-        elif self.cluster.vllm_urls and self.cluster.vllm_urls != self.vllm_urls:
-            raise ValueError("vllm_urls and cluster.vllm_urls disagree: set one of them")
+        for urls, where in (
+            (self.cluster.vllm_urls, "cluster.vllm_urls"),
+            (self._backend_urls(), "rollout.backend.urls"),
+        ):
+            if urls and not self.vllm_urls:
+                self.vllm_urls = list(urls)
+            elif urls and urls != self.vllm_urls:
+                raise ValueError(f"vllm_urls and {where} disagree: set one of them")
+        self.backend_spec()  # a clear error now, not at the first rollout
         if self.weight_sync == "vllm_lora" and (self.model.lora is None or not self.vllm_urls):
             raise ValueError("weight_sync=vllm_lora needs model.lora and vllm_urls")
         if self.weight_sync == "vllm_full" and (self.model.lora is not None or not self.vllm_urls):
             raise ValueError("weight_sync=vllm_full needs vllm_urls and a full model (no model.lora)")
         return self
+
+    def _backend_urls(self) -> list[str]:
+        return list((self.rollout.backend or {}).get("urls") or [])
+
+    def backend_spec(self) -> AgentSpec:
+        """The rollout's token backend (``rollout.backend`` over the defaults that ``weight_sync``
+        implies). ``weight_sync`` says only how weights move, so the kind must be one they can reach:
+        the in-process policy (``hf``) for ``in_process``, vLLM servers (``vllm``) for ``vllm_*``."""
+        from turngym.agents.factory import AgentSpec
+
+        r = self.rollout
+        kind = "hf" if self.weight_sync == "in_process" else "vllm"
+        defaults: dict[str, Any] = {
+            "kind": kind,
+            "model": self.model.path,
+            "hf_engine": r.hf_engine,
+            "max_batch_size": r.max_batch_size,
+            "max_context": r.max_context,  # the slots engine's KV slots
+            "max_tokens": r.max_tokens,
+            "urls": self.vllm_urls,
+        }
+        spec = AgentSpec(**{**defaults, **(r.backend or {})})
+        if spec.kind != kind:
+            raise ValueError(
+                f"rollout.backend.kind={spec.kind!r} cannot receive weight_sync={self.weight_sync!r} "
+                f"updates: use kind {kind!r}, or weight_sync "
+                + ("vllm_lora/vllm_full" if spec.kind == "vllm" else "in_process")
+            )
+        if spec.model != self.model.path:
+            raise ValueError(
+                "rollout.backend.model must be model.path (the policy being trained); leave it unset"
+            )
+        return spec
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

@@ -180,22 +180,13 @@ class Trainer:
         self.adapter = self.dist.broadcast(adapter)
 
     def _backend(self):
-        """The rollout's token backend (``turngym.agents.factory``): vLLM servers when weights sync
-        to them, else the policy itself served in-process (``rollout.hf_engine``)."""
-        from turngym.agents.factory import AgentSpec, make_token_backend
+        """The rollout's token backend (``rollout.backend``, see ``TrainConfig.backend_spec``): vLLM
+        servers when weights sync to them, else the policy itself served in-process."""
+        from turngym.agents.factory import make_token_backend
 
-        r = self.cfg.rollout
-        if self.cfg.weight_sync != "in_process":
-            return make_token_backend(
-                AgentSpec(kind="vllm", model=self.cfg.model.path, urls=self.cfg.vllm_urls)
-            )
-        spec = AgentSpec(
-            kind="hf",
-            model=self.cfg.model.path,
-            hf_engine=r.hf_engine,
-            max_batch_size=r.max_batch_size,
-            max_context=r.max_context,  # the slots engine's KV slots
-        )
+        spec = self.cfg.backend_spec()
+        if spec.kind != "hf":
+            return make_token_backend(spec)
         # a long batching window keeps batch composition (and so sampling) reproducible
         return make_token_backend(spec, model=self.model, tokenizer=self.tokenizer, max_wait_ms=50)
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from turngym.core.types import Message
+from turngym.envs.browser.pixels import PixelObservation
 from turngym.envs.web import page as wp
 from turngym.envs.web.base import MiniWoBEnvBase
-from turngym.envs.web.dom import Node
-from turngym.envs.web.expert import EXPERT_TASKS, Step
+from turngym.envs.web.expert import GUI_EXPERT_TASKS, Step  # noqa: F401 - GUI_EXPERT_TASKS re-exported
 from turngym.envs.web.expert import call as _call
 from turngym.tools import ToolError, tool
 
@@ -31,11 +30,6 @@ _KEY_ALIASES = {
     "cmd": "Meta", "meta": "Meta", "win": "Meta", "super": "Meta",
 }  # fmt: skip
 Button = Literal["left", "middle", "right"]
-#: Tasks the pixel expert solves through the gui tools alone (clicks at element boxes, typed text):
-#: the DOM expert's tasks less those needing a native <select> or a date/time picker.
-GUI_EXPERT_TASKS: tuple[str, ...] = tuple(
-    t for t in EXPERT_TASKS if t not in {"choose-list", "enter-date", "enter-time"}
-)
 #: input types whose value is the typed text (date/time pickers take segment-wise keys instead)
 _TYPEABLE = frozenset({"", "password", "email", "search", "tel", "url", "number"})
 
@@ -92,50 +86,9 @@ async def _wait(page: Page, ms: float) -> None:
     await page.wait_for_timeout(ms)
 
 
-class PixelObservation:
-    """Screenshot observations and screenshot-pixel coordinates, for envs built on ``MiniWoBEnvBase``."""
-
-    crop_to_task: bool
-    scale: float
-    viewport: tuple[int, int]
-    screen_size: tuple[int, int]
-
-    def _init_screen(self, crop_to_task: bool) -> None:
-        self.crop_to_task = crop_to_task
-        w, h = wp.TASK_AREA if crop_to_task else self.viewport
-        self.screen_size = (round(w * self.scale), round(h * self.scale))
-
-    @property
-    def screen_css(self) -> tuple[int, int]:
-        """The screenshot's area in CSS pixels."""
-        return wp.TASK_AREA if self.crop_to_task else self.viewport
-
-    def _css(self, x: float, y: float) -> tuple[float, float]:
-        """Screenshot pixels -> CSS pixels; off-screen points are a ``ToolError``."""
-        w, h = self.screen_size
-        if not (0 <= x < w and 0 <= y < h):
-            raise ToolError(f"({x:g}, {y:g}) is off the screen; x must be in [0, {w}) and y in [0, {h})")
-        return x / self.scale, y / self.scale
-
-    def pixel_center(self, node: Node) -> tuple[int, int]:
-        """Where to click ``node`` in screenshot pixels (its center, or an uncovered point)."""
-        cx, cy = node.click_point
-        return int(cx * self.scale), int(cy * self.scale)
-
-    def pixel_box(self, node: Node) -> list[float]:
-        x, y, w, h = node.box
-        return [x * self.scale, y * self.scale, w * self.scale, h * self.scale]
-
-    async def _page_message(self, initial: bool) -> Message:
-        w, h = self.screen_css
-        # the DOM is read privately: state key, expert and grounding targets
-        png = (await self._look((0, 0, w, h))).png  # type: ignore[attr-defined]
-        sw, sh = self.screen_size
-        head = f"Task: {self.instruction}\n\n" if initial else ""  # type: ignore[attr-defined]
-        return Message(role="user", content=f"{head}Screenshot ({sw}x{sh} pixels).", images=[png])
-
-
 class GuiMiniWoBEnv(PixelObservation, MiniWoBEnvBase):
+    crop_area = wp.TASK_AREA
+
     """MiniWoB++ through screenshots (arguments of :class:`~turngym.envs.web.base.MiniWoBEnvBase`, plus):
 
     Args:

@@ -15,9 +15,10 @@ import numpy as np
 
 from turngym.core.env import Task
 from turngym.core.types import Message, ToolResult
-from turngym.envs.gui.env import PixelObservation
+from turngym.envs.browser.dom import Node
+from turngym.envs.browser.pixels import PixelObservation
+from turngym.envs.web import page as wp
 from turngym.envs.web.base import MiniWoBEnvBase
-from turngym.envs.web.dom import Node
 from turngym.tools import tool
 
 _ROLE_WORDS = {
@@ -49,6 +50,8 @@ def describe(node: Node) -> str:
 
 
 class GroundingMiniWoBEnv(PixelObservation, MiniWoBEnvBase):
+    crop_area = wp.TASK_AREA
+
     """One screenshot, one instruction, one click (arguments as :class:`~turngym.envs.gui.env.GuiMiniWoBEnv`)."""
 
     default_max_turns = 1

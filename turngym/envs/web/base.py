@@ -13,28 +13,24 @@ JavaScript exceptions in the page are reported in the next observation.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import numpy as np
 
-from turngym.core.env import Env, Task
-from turngym.core.types import Message, ToolResult
+from turngym.core.env import Task
+from turngym.core.types import ToolResult
+from turngym.envs.browser.env import BrowserEnv, short_error
 from turngym.envs.web import page as wp
-from turngym.envs.web.dom import Snapshot
 from turngym.envs.web.expert import Step, expert_steps
 from turngym.envs.web.tasks import get_task, html_dir, resolve_tasks
-from turngym.sandboxes.browser import BrowserCrashed, BrowserError, BrowserPool, PageLease
-from turngym.tools import ToolError
+from turngym.sandboxes.browser import BrowserCrashed, BrowserError, BrowserPool
 
-T = TypeVar("T")
 RewardMode = Literal["raw", "binary", "timed"]
 
 
-class MiniWoBEnvBase(Env):
-    """Shared machinery of ``web-miniwob`` and ``gui-miniwob`` (not registered itself).
+class MiniWoBEnvBase(BrowserEnv):
+    """What ``web-miniwob`` and ``gui-miniwob`` share on top of :class:`BrowserEnv` (not registered itself).
 
     Args:
         task: one task name, a list of names, ``"deterministic"`` (default: the tasks the wheel
@@ -59,13 +55,10 @@ class MiniWoBEnvBase(Env):
             wait for the element to be stable over animation frames). Off with ``animations``.
     """
 
-    default_max_turns = 10
     _not_forkable_reason = (
         "branching its browser page state (a new context plus a replay of the action prefix) is not "
         "implemented yet (issue 21); Env.forkable is False"
     )
-    #: what the subclass calls its agent in the system prompt
-    system_intro = ""
 
     def __init__(
         self,
@@ -86,8 +79,6 @@ class MiniWoBEnvBase(Env):
     ):
         if reward not in ("raw", "binary", "timed"):
             raise ValueError(f"reward must be 'raw', 'binary' or 'timed', got {reward!r}")
-        if scale <= 0:
-            raise ValueError("scale must be > 0")
         self.html = Path(html) if html is not None else html_dir()
         self.task_names = (
             resolve_tasks(task) if html is None else ([task] if isinstance(task, str) else list(task or []))
@@ -96,56 +87,24 @@ class MiniWoBEnvBase(Env):
             raise ValueError("no task given")
         self.reward_mode: RewardMode = reward
         self.time_limit_s = time_limit_s
-        self._pool = pool
-        self.viewport = (int(viewport[0]), int(viewport[1]))
-        self.scale = float(scale)
-        self.action_timeout_s = action_timeout_s
-        self.load_timeout_s = load_timeout_s
         self.animations = animations
         self.preload = preload
         self.direct_input = direct_input
-        super().__init__(**kwargs)
-        self.lease: PageLease | None = None
+        super().__init__(
+            pool=pool,
+            viewport=viewport,
+            scale=scale,
+            action_timeout_s=action_timeout_s,
+            load_timeout_s=load_timeout_s,
+            **kwargs,
+        )
         self.task_name = ""
-        self.instruction = ""
         self.fields: dict[str, str] = {}
         self.status = wp.Status(False, 0.0, 0.0, None)
-        self.snap = Snapshot()
-        self.fault = ""
-        self._paid = False
-        self._seen_errors = 0
         #: act with direct input events (set once a MiniWoB episode has started on a settled page)
         self._direct = False
 
-    # ------------------------------------------------------------------ browser plumbing
-    @property
-    def pool(self) -> BrowserPool:
-        """The caller's pool, or the process-wide shared one (reopened if it was closed)."""
-        if self._pool is None:
-            return BrowserPool.shared()
-        return self._pool
-
-    async def call_page(self, fn: Callable[..., Awaitable[T]], *args: Any, timeout: float | None = None) -> T:
-        """Run ``fn(page, *args)`` in this episode's page; a playwright failure becomes a ``ToolError``."""
-        from playwright.async_api import Error as PlaywrightError
-
-        if self.lease is None:
-            raise BrowserError("no page: the episode has not started or the browser crashed")
-        try:
-            return await self.lease.run(fn, *args, timeout=timeout)
-        except (BrowserCrashed, BrowserError):
-            raise
-        except TimeoutError as e:
-            raise ToolError(f"the browser action timed out: {e}") from e
-        except PlaywrightError as e:
-            raise ToolError(_short_error(e)) from e
-
-    async def _release(self) -> None:
-        lease, self.lease = self.lease, None
-        if lease is not None:
-            with contextlib.suppress(Exception):
-                await lease.close()
-
+    # ------------------------------------------------------------------ the task page
     def task_url(self, name: str) -> str:
         return (self.html / "miniwob" / f"{name}.html").as_uri()
 
@@ -184,13 +143,13 @@ class MiniWoBEnvBase(Env):
                     await self._release()
                     if isinstance(e, BrowserCrashed):
                         raise
-                    raise BrowserError(f"MiniWoB task {name!r} did not start: {_short_error(e)}") from e
+                    raise BrowserError(f"MiniWoB task {name!r} did not start: {short_error(e)}") from e
             except BrowserError:  # the pool's own (no browser could be launched, ...): as it is
                 await self._release()
                 raise
             except Exception as e:
                 await self._release()
-                raise BrowserError(f"MiniWoB task {name!r} did not start: {_short_error(e)}") from e
+                raise BrowserError(f"MiniWoB task {name!r} did not start: {short_error(e)}") from e
         raise AssertionError("unreachable")
 
     # ------------------------------------------------------------------ env hooks
@@ -200,25 +159,18 @@ class MiniWoBEnvBase(Env):
             get_task(name)  # clear error for unknown names
         js_seed = int(options.get("page_seed", rng.integers(0, 2**31 - 1)))
         started = await self._start(name, js_seed)
-        self.task_name, self.instruction, self.fields = name, started.instruction, started.fields
+        self.task_name, self.fields = name, started.fields
         self.status = wp.Status(False, 0.0, 0.0, None)
-        self.fault = ""
-        self._paid = False
-        self._seen_errors = len(self.lease.page_errors) if self.lease else 0
+        self._begin_episode(started.instruction)
         first = await self._page_message(initial=True)
         if self.lease is not None:
             self.lease.prepare_next()  # the next episode's page loads while the agent thinks
-        system = (self.system_intro + "\n\n" + self.tool_instructions()).strip()
         return Task(
-            messages=[Message(role="system", content=system), first],
+            messages=[self._system_message(), first],
             task_id=f"miniwob/{name}/{js_seed}",
             reference={"task": name, "page_seed": js_seed, "fields": dict(self.fields)},
             info={"instruction": self.instruction},
         )
-
-    async def _page_message(self, initial: bool) -> Message:
-        """The observation of the current page (subclasses say what it shows, from :meth:`_look`)."""
-        raise NotImplementedError
 
     async def _look(self, clip: tuple[float, float, float, float] | None = None) -> wp.View:
         """Read the page once: the task's status and the pruned DOM (and a screenshot of ``clip``)."""
@@ -227,34 +179,12 @@ class MiniWoBEnvBase(Env):
         self.status, self.snap = view.status, view.snapshot
         return view
 
-    async def _observe(self, results: list[ToolResult]) -> list[Message]:
-        if self.fault:
+    async def _episode_notes(self) -> list[str]:
+        if not self.status.done:
             return []
-        if self.lease is None or self.lease.crashed:
-            return [self._crash("the browser crashed during this turn")]
-        try:
-            msg = await self._page_message(initial=False)
-        except BrowserCrashed:
-            return [self._crash("the browser crashed during this turn")]
-        except Exception as e:  # noqa: BLE001 - a hung or broken page is a fault, reported not raised
-            return [self._crash(f"the page stopped responding: {_short_error(e)}")]
-        notes = []
-        errors = self.lease.page_errors[self._seen_errors :] if self.lease else []
-        self._seen_errors += len(errors)
-        if errors:
-            notes.append("JavaScript errors on the page: " + " | ".join(errors[:3]))
-        if self.status.done:
-            self.end_episode()
-            notes.append(f"The task is over (task reward {self._reward_value():g}).")
-            await self._release()
-        if notes:
-            msg = msg.model_copy(update={"content": (msg.content + "\n\n" + "\n".join(notes)).strip()})
-        return [msg]
-
-    def _crash(self, why: str) -> Message:
-        self.fault = why
         self.end_episode()
-        return Message(role="user", content=f"Error: {why}. The episode is over and will not be scored.")
+        await self._release()
+        return [f"The task is over (task reward {self._reward_value():g})."]
 
     def _reward_value(self) -> float:
         if self.reward_mode == "binary":
@@ -271,11 +201,8 @@ class MiniWoBEnvBase(Env):
             return {"task": self._reward_value()}
         return {"task": 0.0} if done else {}
 
-    def _step_info(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"task_done": self.status.done, "task_reason": self.status.reason}
-        if self.fault:
-            info.update(masked=True, mask_reason=f"browser fault: {self.fault}")
-        return info
+    def _page_info(self) -> dict[str, Any]:
+        return {"task_done": self.status.done, "task_reason": self.status.reason}
 
     def render_step(self, step: Step) -> list[str] | None:
         """An expert step as this env's tool calls (None when this env's tools cannot express it)."""
@@ -300,12 +227,3 @@ class MiniWoBEnvBase(Env):
 
     def _state_key(self) -> str:
         return f"{self.task_name}:{self.snap.key()}"
-
-    async def _close(self) -> None:
-        await self._release()  # the pool (shared or the caller's) outlives the env
-
-
-def _short_error(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    first = text[0] if text else type(e).__name__
-    return first.replace("Locator.", "").replace("Page.", "")[:300]

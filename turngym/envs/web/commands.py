@@ -15,8 +15,7 @@ def miniwob_tasks(
     from rich.console import Console
     from rich.table import Table
 
-    from turngym.envs.gui.env import GUI_EXPERT_TASKS
-    from turngym.envs.web.expert import EXPERT_TASKS
+    from turngym.envs.web.expert import EXPERT_TASKS, GUI_EXPERT_TASKS
     from turngym.envs.web.tasks import all_tasks
 
     rows = [

@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
-from turngym.core.types import ToolCall
-from turngym.envs.web.dom import Node, Snapshot
-from turngym.tools.parsers import HermesParser
+from turngym.envs.browser.dom import Node, Snapshot
+from turngym.envs.browser.env import call
 
 
 @dataclass(frozen=True)
@@ -39,11 +38,6 @@ class Step:
             return call("press", bid=self.node.id, key_comb=self.text)
         assert self.target is not None
         return call("drag_and_drop", from_bid=self.node.id, to_bid=self.target.id)
-
-
-def call(name: str, **arguments: object) -> str:
-    """A call in the Hermes convention the web envs parse (one home: ``HermesParser.format_call``)."""
-    return HermesParser().format_call(ToolCall(name=name, arguments=dict(arguments)))
 
 
 Handler = Callable[[str, Snapshot, dict[str, str]], "list[Step] | None"]
@@ -448,3 +442,8 @@ def _form_sequence_2(instr: str, snap: Snapshot, fields: dict[str, str]) -> list
 
 #: Tasks the expert solves (reward > 0 on >= 90% of seeds, checked by the tests).
 EXPERT_TASKS: tuple[str, ...] = tuple(sorted(_HANDLERS))
+#: Tasks the pixel expert (``gui-miniwob``) solves through mouse and keyboard alone (clicks at element
+#: boxes, typed text): the DOM expert's tasks less those needing a native <select> or a date/time picker.
+GUI_EXPERT_TASKS: tuple[str, ...] = tuple(
+    t for t in EXPERT_TASKS if t not in {"choose-list", "enter-date", "enter-time"}
+)

@@ -7,7 +7,8 @@ An episode starts the way the benchmark starts one: load the task page, seed the
 ``core.endEpisode`` sets (``WOB_RAW_REWARD_GLOBAL``, ``WOB_REWARD_GLOBAL``,
 ``WOB_DONE_GLOBAL``, ``WOB_REWARD_REASON``).
 
-All functions here take a playwright ``Page`` first: run them with ``PageLease.run``.
+All functions here take a playwright ``Page`` first: run them with ``PageLease.run``. What every
+browser env shares (snapshot, screenshot, elements by id) is in :mod:`turngym.envs.browser.page`.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from __future__ import annotations
 import asyncio
 import functools
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from turngym.envs.web.dom import Snapshot
+from turngym.envs.browser.dom import Snapshot
+from turngym.envs.browser.page import screenshot, snapshot_js
 
 if TYPE_CHECKING:
     from playwright.async_api import Page
@@ -49,34 +50,10 @@ _STATUS_JS = """
 """
 
 
-#: A point (viewport CSS px) where a hit test reaches ``el`` (or a descendant): its center if that is
-#: not covered, else the first uncovered point of a 7x7 grid over its box; null if it is fully covered.
-VISIBLE_POINT_JS = """
-(el) => {
-  const r = el.getBoundingClientRect();
-  if (r.width <= 0 || r.height <= 0) return null;
-  const hits = (x, y) => { const h = document.elementFromPoint(x, y); return h !== null && (h === el || el.contains(h)); };
-  const cx = r.left + r.width / 2, cy = r.top + r.height / 2;
-  if (hits(cx, cy)) return [cx, cy];
-  for (let i = 1; i < 8; i++) for (let j = 1; j < 8; j++) {
-    const x = r.left + r.width * i / 8, y = r.top + r.height * j / 8;
-    if (hits(x, y)) return [x, y];
-  }
-  return null;
-}
-"""
-
-
-@functools.cache
-def _snapshot_js() -> str:
-    body = (Path(__file__).with_name("snapshot.js")).read_text().strip().rstrip(";")
-    return f"(opts) => ({body})(opts, {VISIBLE_POINT_JS.strip()})"
-
-
 @functools.cache
 def _observe_js() -> str:
     """The task's status and the pruned DOM in one round trip."""
-    return f"(opts) => ({{status: ({_STATUS_JS.strip()})(), snap: ({_snapshot_js()})(opts)}})"
+    return f"(opts) => ({{status: ({_STATUS_JS.strip()})(), snap: ({snapshot_js()})(opts)}})"
 
 
 @dataclass(frozen=True)
@@ -156,20 +133,3 @@ async def observe(
         finally:
             png = await shot  # awaited even if the evaluate failed, so its error is never left unread
     return View(_status(data["status"]), Snapshot.from_js(data["snap"]), png)
-
-
-async def snapshot(page: Page, max_text: int = 100) -> Snapshot:
-    return Snapshot.from_js(await page.evaluate(_snapshot_js(), {"maxText": max_text}))
-
-
-async def screenshot(page: Page, clip: tuple[float, float, float, float] | None = None) -> bytes:
-    """PNG of the viewport (or ``clip`` = x, y, w, h in CSS px); caret hidden, animations frozen."""
-    kwargs: dict[str, Any] = {"type": "png", "caret": "hide", "animations": "disabled"}
-    if clip is not None:
-        x, y, w, h = clip
-        kwargs["clip"] = {"x": x, "y": y, "width": w, "height": h}
-    return await page.screenshot(**kwargs)
-
-
-def locator(page: Page, bid: int) -> Any:
-    return page.locator(f'[data-tg-id="{int(bid)}"]')

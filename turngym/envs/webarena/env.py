@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from turngym.core.types import ToolResult
-from turngym.envs.webarena.browser_env import Episode, SiteBrowserEnv
+from turngym.envs.browser.sites.env import Episode, SiteBrowserEnv
 from turngym.envs.webarena.evaluators import Judge, ProgramContext, evaluate
 from turngym.envs.webarena.expert import ExpertContext, arena_expert_action
 from turngym.envs.webarena.sites import SITES, SiteInstance
@@ -61,7 +61,7 @@ class WebArenaEnv(SiteBrowserEnv):
         sites: keep only tasks on these sites (``"forum"``, ``"tracker"``).
         template_ids: keep only tasks of these intent templates.
         judge: callable for ``fuzzy_match`` references (WebArena uses an LLM); none needed otherwise.
-        **kwargs: :class:`~turngym.envs.webarena.browser_env.SiteBrowserEnv` options.
+        **kwargs: :class:`~turngym.envs.browser.sites.env.SiteBrowserEnv` options.
     """
 
     default_max_turns = 15

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from turngym.envs.web.dom import Node, Snapshot
-from turngym.envs.web.expert import call
+from turngym.envs.browser.dom import Node, Snapshot
+from turngym.envs.browser.env import call
 
 FORUM, TRACKER = "http://forum.local", "http://tracker.local"
 

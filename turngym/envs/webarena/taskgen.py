@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from turngym.envs.browser.sites.storage import cache_dir
 from turngym.envs.webarena.sites import forum, pristine_db, tracker
-from turngym.envs.webarena.storage import cache_dir
 from turngym.envs.webarena.tasks import check_task, load_tasks, save_tasks
 
 TASKS_VERSION = 2

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
-from turngym.envs.webarena.server import esc, layout
+from turngym.envs.browser.sites.server import LocalServer, esc, layout
 from turngym.envs.webshop.catalog import Catalog, Product
 
 COOKIE = "shop_session"
@@ -173,13 +173,19 @@ class ShopApp:
             return HTMLResponse(layout("Not found", f"<h1>No product {esc(asin)}</h1>"), 404)
         return p
 
-    async def _item(self, request: Any) -> Any:
+    def _item_request(self, request: Any) -> tuple[str, Product] | Any:
+        """``(session id, product)`` of an item page's request, or the response that refuses it."""
         sid = self._session(request)
         if not isinstance(sid, str):
             return sid
         p = self._product_or_404(sid, request.path_params["asin"])
-        if not isinstance(p, Product):
-            return p
+        return (sid, p) if isinstance(p, Product) else p
+
+    async def _item(self, request: Any) -> Any:
+        got = self._item_request(request)
+        if not isinstance(got, tuple):
+            return got
+        sid, p = got
         back = _back_query(request)
         groups = []
         for name, values in p.options.items():
@@ -202,12 +208,10 @@ class ShopApp:
         return self._page(sid, p.title, body)
 
     async def _item_tab(self, request: Any) -> Any:
-        sid = self._session(request)
-        if not isinstance(sid, str):
-            return sid
-        p = self._product_or_404(sid, request.path_params["asin"])
-        if not isinstance(p, Product):
-            return p
+        got = self._item_request(request)
+        if not isinstance(got, tuple):
+            return got
+        sid, p = got
         tab = request.path_params["tab"]
         if tab == "description":
             content = f"<p>{esc(p.description)}</p>"
@@ -262,3 +266,10 @@ def _back_query(request: Any) -> str:
     return urlencode(
         {"q": request.query_params.get("q", ""), "page": _int(request.query_params.get("page"), 1)}
     )
+
+
+def serve_shop(name: str = "shop", *, seed: int = 0, port: int | None = None) -> LocalServer:
+    """The shop over the seeded catalog, started on ``port`` (the site registry's factory)."""
+    from turngym.envs.webshop.catalog import Catalog, build_catalog
+
+    return LocalServer(ShopApp(Catalog(build_catalog(seed))), name=name, port=port or 0).start()

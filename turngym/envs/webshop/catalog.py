@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from turngym.envs.webarena.storage import build_cached, cache_dir, connect
+from turngym.envs.browser.sites.storage import build_cached, cache_dir, connect
 from turngym.envs.webshop.vocab import BRAND_SYLLABLES, TYPES, ProductType
 
 CATALOG_VERSION = 1

@@ -22,8 +22,8 @@ from typing import Any, Literal
 import numpy as np
 
 from turngym.core.types import ToolResult
-from turngym.envs.webarena.browser_env import Episode, SiteBrowserEnv
-from turngym.envs.webarena.server import LocalServer
+from turngym.envs.browser.sites.env import Episode, SiteBrowserEnv
+from turngym.envs.browser.sites.server import LocalServer
 from turngym.envs.webshop.app import COOKIE, ShopApp
 from turngym.envs.webshop.catalog import DEFAULT_SIZE, Catalog, build_catalog
 from turngym.envs.webshop.expert import shop_expert_action
@@ -61,7 +61,7 @@ class WebShopEnv(SiteBrowserEnv):
         goals_path: a goal list (JSON, as written by ``import_webshop``) instead of generated goals.
         show_instruction: also show the instruction on every page, as WebShop does.
         max_turns: default 15.
-        **kwargs: :class:`~turngym.envs.webarena.browser_env.SiteBrowserEnv` options.
+        **kwargs: :class:`~turngym.envs.browser.sites.env.SiteBrowserEnv` options.
     """
 
     default_max_turns = 15

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from urllib.parse import parse_qs, urlsplit
 
-from turngym.envs.web.dom import Snapshot
-from turngym.envs.web.expert import call
+from turngym.envs.browser.dom import Snapshot
+from turngym.envs.browser.env import call
 from turngym.envs.webshop.goals import Goal
 
 

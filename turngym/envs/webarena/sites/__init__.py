@@ -2,7 +2,7 @@
 
 A :class:`SiteInstance` is one running copy of a site: a private working copy of the site's
 pristine database (generated once from a seed and cached), the site's Starlette app over that
-copy, and a :class:`~turngym.envs.webarena.server.LocalServer` on a free loopback port.
+copy, and a :class:`~turngym.envs.browser.sites.server.LocalServer` on a free loopback port.
 :meth:`SiteInstance.reset` restores the database file (milliseconds).
 """
 
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from turngym.envs.webarena.server import LocalServer
+from turngym.envs.browser.sites.server import LocalServer
+from turngym.envs.browser.sites.storage import WorkingCopy, build_cached, cache_dir, connect
 from turngym.envs.webarena.sites import forum, tracker
-from turngym.envs.webarena.storage import WorkingCopy, build_cached, cache_dir, connect
 
 
 @dataclass(frozen=True)
@@ -83,3 +83,12 @@ class SiteInstance:
     def close(self) -> None:
         self.server.stop()
         self.db.cleanup()
+
+
+def serve_site(name: str, *, seed: int = 0, port: int | None = None) -> LocalServer:
+    """Site ``name`` over a fresh working copy of its seeded database, started on ``port`` (the site
+    registry's factory; the working copy is for a person browsing, restored on the next start)."""
+    if name not in SITES:
+        raise ValueError(f"unknown site {name!r}; known: {sorted(SITES)}")
+    db = WorkingCopy(pristine_db(name, seed))
+    return LocalServer(SITES[name].app(db.path), name=name, port=port or 0, owns=(db,)).start()

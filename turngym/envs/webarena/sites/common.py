@@ -1,10 +1,13 @@
-"""What the arena-style sites share: word lists for generated people and text, small request helpers."""
+"""What the arena-style sites share: the app base, word lists for generated people and text, request helpers."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from turngym.envs.browser.sites.server import esc, layout
 
 ADJECTIVES = (
     "quiet", "brave", "lucky", "silver", "rapid", "mellow", "cosmic", "gentle", "bold", "sunny", "frosty", "clever",
@@ -40,3 +43,29 @@ def redirect(url: str) -> Any:
     from starlette.responses import RedirectResponse
 
     return RedirectResponse(url, 303)
+
+
+class SiteApp:
+    """An arena site's ASGI app over a working database file: ``routes()`` lists its Starlette routes,
+    ``header()`` is the navigation bar on every page."""
+
+    def __init__(self, db: str | Path):
+        from starlette.applications import Starlette
+
+        self.db = Path(db)
+        self.asgi = Starlette(routes=self.routes())
+
+    def routes(self) -> list[Any]:
+        raise NotImplementedError
+
+    def header(self) -> str:
+        return ""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.asgi(scope, receive, send)
+
+    def _page(self, title: str, body: str, status: int = 200) -> Any:
+        return html_response(layout(title, body, header=self.header()), status)
+
+    def _missing(self, what: str) -> Any:
+        return self._page("Not found", f"<h1>404: {esc(what)} not found</h1>", 404)

@@ -9,15 +9,14 @@ comments, vote buttons and a comment form), ``/submit`` (new post), ``/u/<user>`
 from __future__ import annotations
 
 import sqlite3
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 import numpy as np
 
-from turngym.envs.webarena.server import esc, layout
-from turngym.envs.webarena.sites.common import html_response, pick, redirect, usernames
-from turngym.envs.webarena.storage import connect
+from turngym.envs.browser.sites.server import esc
+from turngym.envs.browser.sites.storage import connect
+from turngym.envs.webarena.sites.common import SiteApp, pick, redirect, usernames
 
 NAME = "forum"
 VERSION = 1
@@ -106,41 +105,30 @@ def build(conn: sqlite3.Connection, seed: int = 0) -> None:
             n += 1
 
 
-class ForumApp:
+class ForumApp(SiteApp):
     """The forum's ASGI app over a working database file."""
 
-    def __init__(self, db: str | Path):
-        from starlette.applications import Starlette
+    def routes(self) -> list[Any]:
         from starlette.routing import Route
 
-        self.db = Path(db)
-        self.asgi = Starlette(
-            routes=[
-                Route("/", self.home),
-                Route("/search", self.search),
-                Route("/submit", self.submit, methods=["GET", "POST"]),
-                Route("/u/{user}", self.user),
-                Route("/f/{forum}", self.forum),
-                Route("/f/{forum}/subscribe", self.subscribe, methods=["POST"]),
-                Route("/f/{forum}/{post:int}", self.post),
-                Route("/f/{forum}/{post:int}/vote", self.vote, methods=["POST"]),
-                Route("/f/{forum}/{post:int}/comment", self.comment, methods=["POST"]),
-            ]
-        )
+        return [
+            Route("/", self.home),
+            Route("/search", self.search),
+            Route("/submit", self.submit, methods=["GET", "POST"]),
+            Route("/u/{user}", self.user),
+            Route("/f/{forum}", self.forum),
+            Route("/f/{forum}/subscribe", self.subscribe, methods=["POST"]),
+            Route("/f/{forum}/{post:int}", self.post),
+            Route("/f/{forum}/{post:int}/vote", self.vote, methods=["POST"]),
+            Route("/f/{forum}/{post:int}/comment", self.comment, methods=["POST"]),
+        ]
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        await self.asgi(scope, receive, send)
-
-    def _page(self, title: str, body: str, status: int = 200) -> Any:
-        header = (
+    def header(self) -> str:
+        return (
             "<nav><a href='/'>Forums</a><a href='/submit'>Submit</a>"
             f"<a href='/u/{ME}'>u/{ME}</a><form action='/search' method='get' style='display:inline'>"
             "<input type='text' name='q' aria-label='Search posts'><button type='submit'>Search</button></form></nav>"
         )
-        return html_response(layout(title, body, header=header), status)
-
-    def _missing(self, what: str) -> Any:
-        return self._page("Not found", f"<h1>404: {esc(what)} not found</h1>", 404)
 
     async def home(self, request: Any) -> Any:
         with connect(self.db) as c:

@@ -10,15 +10,14 @@ Pages: ``/`` (projects), ``/<project>`` (overview), ``/<project>/-/issues`` (lis
 from __future__ import annotations
 
 import sqlite3
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 import numpy as np
 
-from turngym.envs.webarena.server import esc, layout
-from turngym.envs.webarena.sites.common import html_response, pick, redirect, usernames
-from turngym.envs.webarena.storage import connect
+from turngym.envs.browser.sites.server import esc
+from turngym.envs.browser.sites.storage import connect
+from turngym.envs.webarena.sites.common import SiteApp, pick, redirect, usernames
 
 NAME = "tracker"
 VERSION = 1
@@ -99,34 +98,23 @@ def build(conn: sqlite3.Connection, seed: int = 0) -> None:
                 )
 
 
-class TrackerApp:
+class TrackerApp(SiteApp):
     """The tracker's ASGI app over a working database file."""
 
-    def __init__(self, db: str | Path):
-        from starlette.applications import Starlette
+    def routes(self) -> list[Any]:
         from starlette.routing import Route
 
-        self.db = Path(db)
-        self.asgi = Starlette(
-            routes=[
-                Route("/", self.home),
-                Route("/{project}", self.project),
-                Route("/{project}/-/issues", self.issues),
-                Route("/{project}/-/issues/new", self.new_issue, methods=["GET", "POST"]),
-                Route("/{project}/-/issues/{iid:int}", self.issue),
-                Route("/{project}/-/issues/{iid:int}/{action}", self.issue_action, methods=["POST"]),
-            ]
-        )
+        return [
+            Route("/", self.home),
+            Route("/{project}", self.project),
+            Route("/{project}/-/issues", self.issues),
+            Route("/{project}/-/issues/new", self.new_issue, methods=["GET", "POST"]),
+            Route("/{project}/-/issues/{iid:int}", self.issue),
+            Route("/{project}/-/issues/{iid:int}/{action}", self.issue_action, methods=["POST"]),
+        ]
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        await self.asgi(scope, receive, send)
-
-    def _page(self, title: str, body: str, status: int = 200) -> Any:
-        header = f"<nav><a href='/'>Projects</a><span class='muted'>Signed in as {ME}</span></nav>"
-        return html_response(layout(title, body, header=header), status)
-
-    def _missing(self, what: str) -> Any:
-        return self._page("Not found", f"<h1>404: {esc(what)} not found</h1>", 404)
+    def header(self) -> str:
+        return f"<nav><a href='/'>Projects</a><span class='muted'>Signed in as {ME}</span></nav>"
 
     async def home(self, request: Any) -> Any:
         with connect(self.db) as c:

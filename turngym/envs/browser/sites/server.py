@@ -33,6 +33,7 @@ class LocalServer:
         start_timeout_s: how long ``start`` waits for the socket to accept.
         port: a fixed port (default 0: a free one chosen by the kernel).
         host: the interface to bind (default loopback only).
+        owns: objects that must live as long as the server (e.g. the working copy of its database).
     """
 
     def __init__(
@@ -43,8 +44,10 @@ class LocalServer:
         start_timeout_s: float = 30.0,
         port: int = 0,
         host: str = "127.0.0.1",
+        owns: tuple[Any, ...] = (),
     ):
         self.app = app
+        self.owns = owns
         self.name = name
         self.start_timeout_s = start_timeout_s
         self.host = host

@@ -1,10 +1,9 @@
-"""``SiteBrowserEnv``: the web-miniwob browser tools on multi-page local sites, plus navigation and tabs.
+"""``SiteBrowserEnv``: multi-page local sites through the element-id tools, plus navigation and tabs.
 
-It subclasses :class:`~turngym.envs.web.env.WebMiniWoBEnv` and so keeps that env's observation
-(the pruned DOM with stable element ids) and its BrowserGym tools by element id (``click``,
-``fill``, ``select_option``, ``press``, ``scroll``, ...); the MiniWoB-specific hooks are replaced.
-It adds WebArena's navigation and tab tools: ``goto``, ``go_back``, ``go_forward``, ``new_tab``,
-``tab_focus``, ``tab_close``.
+A :class:`~turngym.envs.browser.env.BrowserEnv` with :class:`~turngym.envs.browser.element_tools.ElementTools`
+(the pruned DOM with stable element ids, and BrowserGym's tools by element id: ``click``, ``fill``,
+``select_option``, ``press``, ``scroll``, ...), plus WebArena's navigation and tab tools: ``goto``,
+``go_back``, ``go_forward``, ``new_tab``, ``tab_focus``, ``tab_close``.
 
 Sites run on loopback ports that change from run to run, so the agent sees (and may type) each
 site under a stable virtual origin such as ``http://shop.local``; :meth:`SiteBrowserEnv.display_url`
@@ -20,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
 
@@ -28,9 +26,9 @@ import numpy as np
 
 from turngym.core.env import Task
 from turngym.core.types import Message, ToolResult
-from turngym.envs.web import page as wp
-from turngym.envs.web.base import _short_error
-from turngym.envs.web.env import WebMiniWoBEnv
+from turngym.envs.browser import page as bp
+from turngym.envs.browser.element_tools import ElementTools
+from turngym.envs.browser.env import BrowserEnv, short_error
 from turngym.sandboxes.browser import BrowserCrashed, BrowserError
 from turngym.tools import ToolError, tool
 
@@ -96,7 +94,7 @@ async def _read(page: Page, pages: list[Page], timeout_s: float) -> PageView:
         with contextlib.suppress(PlaywrightError):
             await page.wait_for_load_state("domcontentloaded", timeout=timeout_s * 1000)
         try:
-            snap = await wp.snapshot(page, max_text=300)
+            snap = await bp.snapshot(page, max_text=300)
             break
         except PlaywrightError as e:
             if "destroyed" not in str(e) and "navigat" not in str(e):
@@ -112,7 +110,7 @@ async def _read(page: Page, pages: list[Page], timeout_s: float) -> PageView:
     return PageView(page.url, await page.title(), snap, tabs)
 
 
-class SiteBrowserEnv(WebMiniWoBEnv):
+class SiteBrowserEnv(ElementTools, BrowserEnv):
     """Base of the multi-page site envs (not registered itself).
 
     Args:
@@ -121,7 +119,7 @@ class SiteBrowserEnv(WebMiniWoBEnv):
         max_page_chars: longest page text in an observation (the rest is cut with a marker).
         screenshot: attach a PNG of the viewport to each observation.
         with_boxes: show element boxes in the page text.
-        action_timeout_s, load_timeout_s, pool, max_turns, parser, ...: as for ``web-miniwob``.
+        action_timeout_s, load_timeout_s, pool, max_turns, parser, ...: as for every ``BrowserEnv``.
     """
 
     default_max_turns = 20
@@ -150,12 +148,7 @@ class SiteBrowserEnv(WebMiniWoBEnv):
         self.max_tabs = max_tabs
         self.max_page_chars = max_page_chars
         super().__init__(
-            "site",
-            html=Path(__file__).parent,
-            viewport=viewport,
-            action_timeout_s=action_timeout_s,
-            load_timeout_s=load_timeout_s,
-            **kwargs,
+            viewport=viewport, action_timeout_s=action_timeout_s, load_timeout_s=load_timeout_s, **kwargs
         )
         self.tabs: list[Any] = []
         self.active = 0
@@ -166,10 +159,6 @@ class SiteBrowserEnv(WebMiniWoBEnv):
     # ------------------------------------------------------------------ subclass hooks
     async def _start_episode(self, rng: np.random.Generator, options: dict[str, Any]) -> Episode:
         raise NotImplementedError
-
-    async def _episode_notes(self) -> list[str]:
-        """Called after each turn's observation; may call ``end_episode``; returns notes to show."""
-        return []
 
     # ------------------------------------------------------------------ URLs
     def display_url(self, url: str) -> str:
@@ -237,19 +226,17 @@ class SiteBrowserEnv(WebMiniWoBEnv):
                     raise
             except Exception as e:
                 await self._release()
-                raise BrowserError(f"the site did not load ({ep.start_url}): {_short_error(e)}") from e
+                raise BrowserError(f"the site did not load ({ep.start_url}): {short_error(e)}") from e
 
     # ------------------------------------------------------------------ env hooks
     async def _reset(self, rng: np.random.Generator, options: dict[str, Any]) -> Task:
         ep = await self._start_episode(rng, options)
-        self.episode, self.hosts, self.instruction = ep, dict(ep.hosts), ep.instruction
-        self.fault, self._paid, self.view = "", False, None
+        self.episode, self.hosts, self.view = ep, dict(ep.hosts), None
         await self._open(ep)
-        self._seen_errors = len(self.lease.page_errors) if self.lease else 0
+        self._begin_episode(ep.instruction)
         first = await self._page_message(initial=True)
-        system = (self.system_intro + "\n\n" + self.tool_instructions()).strip()
         return Task(
-            messages=[Message(role="system", content=system), first],
+            messages=[self._system_message(), first],
             task_id=ep.task_id,
             reference=ep.reference,
             info={"instruction": ep.instruction, **ep.info},
@@ -272,38 +259,14 @@ class SiteBrowserEnv(WebMiniWoBEnv):
         lines.append(f"Title: {self.view.title}")
         lines.append("Page:")
         lines.append(self.snap.text(with_boxes=self.with_boxes, max_chars=self.max_page_chars))
-        images = [await self.lease.run(wp.screenshot)] if self.screenshot else []
+        images = [await self.lease.run(bp.screenshot)] if self.screenshot else []
         return Message(role="user", content="\n".join(lines), images=images)
-
-    async def _observe(self, results: list[ToolResult]) -> list[Message]:
-        if self.fault:
-            return []
-        if self.lease is None or self.lease.crashed:
-            return [self._crash("the browser crashed during this turn")]
-        try:
-            msg = await self._page_message(initial=False)
-        except BrowserCrashed:
-            return [self._crash("the browser crashed during this turn")]
-        except Exception as e:  # noqa: BLE001 - a hung or broken page is a fault, reported not raised
-            return [self._crash(f"the page stopped responding: {_short_error(e)}")]
-        notes = []
-        errors = self.lease.page_errors[self._seen_errors :]
-        self._seen_errors += len(errors)
-        if errors:
-            notes.append("JavaScript errors on the page: " + " | ".join(errors[:3]))
-        notes += await self._episode_notes()
-        if notes:
-            msg = msg.model_copy(update={"content": (msg.content + "\n\n" + "\n".join(notes)).strip()})
-        return [msg]
 
     def _turn_reward(self, results: list[ToolResult], done: bool) -> dict[str, float]:
         return {}
 
-    def _step_info(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"url": self.display_url(self.view.url) if self.view else ""}
-        if self.fault:
-            info.update(masked=True, mask_reason=f"browser fault: {self.fault}")
-        return info
+    def _page_info(self) -> dict[str, Any]:
+        return {"url": self.display_url(self.view.url) if self.view else ""}
 
     def _state_key(self) -> str:
         url = self.display_url(self.view.url) if self.view else ""

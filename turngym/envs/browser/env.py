@@ -1,0 +1,183 @@
+"""``BrowserEnv``: what every browser env shares, whatever its pages and its observation.
+
+One episode holds one :class:`~turngym.sandboxes.browser.PageLease` (a fresh browser context) from
+a :class:`~turngym.sandboxes.browser.BrowserPool` (the process-wide shared pool unless one is passed
+in). Tools run page functions through :meth:`BrowserEnv.call_page`, which turns playwright failures
+into tool errors. After each turn the env reads the page again (:meth:`_page_message`, the
+subclass's observation), reports JavaScript errors the page raised and asks the subclass for notes
+(:meth:`_episode_notes`, which may end the episode).
+
+Faults: a browser that dies mid-episode, or a page that stops responding, ends the episode with an
+error observation and ``info["masked"] = True`` with a ``mask_reason`` (the pool relaunches the
+browser for the next episode); the episode is never scored.
+
+Leaves build on it: ``web-miniwob`` (MiniWoB++ task pages; element-id tools, :mod:`.element_tools`),
+``gui-miniwob`` (pixels, :mod:`.pixels`), and the multi-page local sites of :mod:`.sites`
+(``web-arena-lite``, ``web-shop``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from turngym.core.env import Env
+from turngym.core.types import Message, ToolCall, ToolResult
+from turngym.envs.browser.dom import Snapshot
+from turngym.sandboxes.browser import BrowserCrashed, BrowserError, BrowserPool, PageLease
+from turngym.tools import ToolError
+from turngym.tools.parsers import HermesParser
+
+T = TypeVar("T")
+
+
+def short_error(e: BaseException) -> str:
+    """The first line of a playwright error, without its API prefixes (for observations)."""
+    text = str(e).strip().splitlines()
+    first = text[0] if text else type(e).__name__
+    return first.replace("Locator.", "").replace("Page.", "")[:300]
+
+
+def call(name: str, **arguments: object) -> str:
+    """A tool call as the browser envs' scripted experts write it: the Hermes convention the envs parse
+    by default (one home: ``HermesParser.format_call``)."""
+    return HermesParser().format_call(ToolCall(name=name, arguments=dict(arguments)))
+
+
+class BrowserEnv(Env):
+    """Base of the browser envs (not registered itself).
+
+    Args:
+        pool: a :class:`BrowserPool`; default the process-wide shared one.
+        viewport: browser viewport in CSS px.
+        scale: device scale factor (screenshots have ``scale`` pixels per CSS px).
+        action_timeout_s: limit of one browser action.
+        load_timeout_s: limit for loading a page.
+        max_turns, parser, ...: as for every :class:`~turngym.core.env.Env`.
+
+    A subclass implements ``_reset`` (lease a page with :attr:`pool`, load it, return the task),
+    ``_page_message(initial)`` (the observation of the current page; set :attr:`snap`), and may
+    override ``_episode_notes`` (check the page after each turn), ``_page_info`` (extra step info),
+    ``_turn_reward`` and ``_state_key``.
+    """
+
+    default_max_turns = 10
+    #: what the subclass calls its agent in the system prompt
+    system_intro = ""
+
+    def __init__(
+        self,
+        *,
+        pool: BrowserPool | None = None,
+        viewport: tuple[int, int] = (500, 320),
+        scale: float = 1.0,
+        action_timeout_s: float = 5.0,
+        load_timeout_s: float = 10.0,
+        **kwargs: Any,
+    ):
+        if scale <= 0:
+            raise ValueError("scale must be > 0")
+        self._pool = pool
+        self.viewport = (int(viewport[0]), int(viewport[1]))
+        self.scale = float(scale)
+        self.action_timeout_s = action_timeout_s
+        self.load_timeout_s = load_timeout_s
+        super().__init__(**kwargs)
+        self.lease: PageLease | None = None
+        self.instruction = ""
+        self.snap = Snapshot()
+        self.fault = ""
+        self._paid = False
+        self._seen_errors = 0
+
+    # ------------------------------------------------------------------ browser plumbing
+    @property
+    def pool(self) -> BrowserPool:
+        """The caller's pool, or the process-wide shared one (reopened if it was closed)."""
+        if self._pool is None:
+            return BrowserPool.shared()
+        return self._pool
+
+    async def call_page(self, fn: Callable[..., Awaitable[T]], *args: Any, timeout: float | None = None) -> T:
+        """Run ``fn(page, *args)`` in this episode's page; a playwright failure becomes a ``ToolError``."""
+        from playwright.async_api import Error as PlaywrightError
+
+        if self.lease is None:
+            raise BrowserError("no page: the episode has not started or the browser crashed")
+        try:
+            return await self.lease.run(fn, *args, timeout=timeout)
+        except (BrowserCrashed, BrowserError):
+            raise
+        except TimeoutError as e:
+            raise ToolError(f"the browser action timed out: {e}") from e
+        except PlaywrightError as e:
+            raise ToolError(short_error(e)) from e
+
+    async def _release(self) -> None:
+        lease, self.lease = self.lease, None
+        if lease is not None:
+            with contextlib.suppress(Exception):
+                await lease.close()
+
+    def _begin_episode(self, instruction: str) -> None:
+        """Reset the per-episode fault bookkeeping once the episode's page is up."""
+        self.instruction = instruction
+        self.fault = ""
+        self._paid = False
+        self._seen_errors = len(self.lease.page_errors) if self.lease else 0
+
+    def _system_message(self) -> Message:
+        return Message(role="system", content=(self.system_intro + "\n\n" + self.tool_instructions()).strip())
+
+    # ------------------------------------------------------------------ subclass hooks
+    async def _page_message(self, initial: bool) -> Message:
+        """The observation of the current page."""
+        raise NotImplementedError
+
+    async def _episode_notes(self) -> list[str]:
+        """Called after each turn's observation; may call ``end_episode``; returns notes to show."""
+        return []
+
+    def _page_info(self) -> dict[str, Any]:
+        """What each step's ``info`` says about the page (besides the fault mask)."""
+        return {}
+
+    # ------------------------------------------------------------------ env hooks
+    async def _observe(self, results: list[ToolResult]) -> list[Message]:
+        if self.fault:
+            return []
+        if self.lease is None or self.lease.crashed:
+            return [self._crash("the browser crashed during this turn")]
+        try:
+            msg = await self._page_message(initial=False)
+        except BrowserCrashed:
+            return [self._crash("the browser crashed during this turn")]
+        except Exception as e:  # noqa: BLE001 - a hung or broken page is a fault, reported not raised
+            return [self._crash(f"the page stopped responding: {short_error(e)}")]
+        notes = []
+        errors = self.lease.page_errors[self._seen_errors :] if self.lease else []
+        self._seen_errors += len(errors)
+        if errors:
+            notes.append("JavaScript errors on the page: " + " | ".join(errors[:3]))
+        notes += await self._episode_notes()
+        if notes:
+            msg = msg.model_copy(update={"content": (msg.content + "\n\n" + "\n".join(notes)).strip()})
+        return [msg]
+
+    def _crash(self, why: str) -> Message:
+        self.fault = why
+        self.end_episode()
+        return Message(role="user", content=f"Error: {why}. The episode is over and will not be scored.")
+
+    def _step_info(self) -> dict[str, Any]:
+        info = self._page_info()
+        if self.fault:
+            info.update(masked=True, mask_reason=f"browser fault: {self.fault}")
+        return info
+
+    def _state_key(self) -> str:
+        return self.snap.key()
+
+    async def _close(self) -> None:
+        await self._release()  # the pool (shared or the caller's) outlives the env
