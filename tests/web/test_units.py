@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from turngym.envs.gui.env import normalise_key
 from turngym.envs.browser.dom import Node, Snapshot
+from turngym.envs.gui.env import normalise_key
 from turngym.envs.web.expert import EXPERT_TASKS, expert_steps
 from turngym.envs.web.tasks import all_tasks, get_task, html_dir, list_tasks, resolve_tasks
 from turngym.tools import ToolError
