@@ -117,8 +117,16 @@ def test_hotpotqa_errors(tmp_path):
 
 
 def test_format_detection_and_missing_files(tmp_path):
+    """The format comes from the rows' columns, whatever the file type."""
+    write_search_r1(tmp_path / "x.parquet", [{"id": "a", "question": "q?", "answers": ["a"]}])
     assert detect_format(tmp_path / "x.parquet") == "search-r1"
+    write_tasks([QATask("t", "q?", ["a"])], tmp_path / "x.jsonl")
     assert detect_format(tmp_path / "x.jsonl") == "flashrag"
+    (tmp_path / "h.jsonl").write_text("".join(json.dumps(ex) + "\n" for ex in HOTPOT))
+    assert detect_format(tmp_path / "h.jsonl") == "hotpotqa"
+    (tmp_path / "odd.jsonl").write_text('{"query": "q?", "label": "a"}\n')
+    with pytest.raises(LoadError, match=r"odd.jsonl: columns \['label', 'query'\] match no task format"):
+        detect_format(tmp_path / "odd.jsonl")
     with pytest.raises(LoadError, match="suffix"):
         detect_format(tmp_path / "x.csv")
     with pytest.raises(LoadError, match="not found"):
