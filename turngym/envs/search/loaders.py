@@ -178,12 +178,12 @@ def load_dataset_tasks(
     optionally compressed); each file is loaded on its own (its arrow cache under
     ``<turngym cache>/datasets``) so that an error names it. All files must hold one format.
     """
-    datasets = _import_datasets()
     paths = data_files(files)
     builders = {p: _builder(p) for p in paths}
     unknown = [str(p) for p, b in builders.items() if b is None]
     if unknown:
         raise LoadError(f"cannot read {unknown}: task files are {sorted(BUILDERS)} (optionally compressed)")
+    datasets = _import_datasets()
     cache = str(cache_root(cache_dir) / "datasets")
     fmt: TaskFormat | None = None
     rows: list[Row] = []
