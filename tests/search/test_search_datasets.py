@@ -125,6 +125,10 @@ def test_flashrag_gzip_directory_and_dataset_object(tmp_path):
     from_list = datasets.Dataset.from_list(
         [{"question": "what is the capital of nordland?", "golden_answers": ["Porvik"]}]
     )
+    streamed = datasets.load_dataset(
+        "json", data_files=str(folder / "dev.jsonl"), split="train", streaming=True
+    )  # an IterableDataset: its columns may be known only once read
+    assert tasks_from_dataset(streamed)[0] == tasks[:2]
     [task], _ = tasks_from_dataset(from_list)
     assert task.answers == ["Porvik"] and task.id == "dataset-Dataset-1"
 

@@ -207,7 +207,7 @@ def tasks_from_dataset(dataset: Any, format: str | None = None) -> tuple[list[QA
     columns = getattr(dataset, "column_names", None)
     if isinstance(columns, dict):  # a DatasetDict: {split: columns}
         raise LoadError(f"a dataset dict with splits {list(columns)}: pass one split, e.g. ds['test']")
-    if columns is None or not hasattr(dataset, "__iter__"):
+    if not hasattr(dataset, "column_names") or not hasattr(dataset, "__iter__"):
         raise LoadError(
             f"tasks must be a task file, a directory, a glob, a list of files or a datasets.Dataset, "
             f"got {type(dataset).__name__}"
@@ -215,8 +215,10 @@ def tasks_from_dataset(dataset: Any, format: str | None = None) -> tuple[list[QA
     source = (
         f"dataset {getattr(dataset, 'info', None) and dataset.info.dataset_name or type(dataset).__name__}"
     )
-    fmt = format_for(columns, source, format)
-    return fmt.build(_dataset_rows(dataset, source), source)
+    rows = _dataset_rows(dataset, source)
+    # an IterableDataset read in streaming mode may not know its columns until it is read
+    fmt = format_for(columns if columns is not None else _columns(r for _, r in rows), source, format)
+    return fmt.build(rows, source)
 
 
 def _dataset_rows(ds: Iterable[dict[str, Any]], source: str) -> list[Row]:
