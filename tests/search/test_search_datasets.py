@@ -79,6 +79,9 @@ def test_search_r1_directory_and_glob_through_make(tmp_path):
     rows = [{"id": i, "question": q, "answers": a} for i, q, a in QUESTIONS]
     write_search_r1(data / "train.parquet", rows[:2])
     write_search_r1(data / "test.parquet", rows[2:])
+    (data / "dataset_infos.json").write_text("{}")  # what a hub download holds beside the data
+    (data / ".cache" / "huggingface").mkdir(parents=True)
+    (data / ".cache" / "huggingface" / "x.json").write_text("{}")
     corpus = _corpus(tmp_path)
     env = turngym.make("search-r1", corpus=corpus, tasks=str(data), cache_dir=tmp_path)
     assert sorted(t.id for t in env.tasks) == ["q0", "q1", "q2"]

@@ -146,7 +146,8 @@ def load_hotpotqa_json(path: str | os.PathLike[str]) -> tuple[list[QATask], Corp
 
 
 def data_files(spec: TaskFiles) -> list[Path]:
-    """The files a directory (its parquet/JSON files, recursively), a glob or a list names, sorted."""
+    """The files a directory (its parquet/JSON(L) files, recursively, but no hidden or metadata
+    files), a glob or a list names, sorted."""
     specs = [spec] if isinstance(spec, str | os.PathLike) else list(spec)
     if not specs:
         raise LoadError("no task files given")
@@ -154,7 +155,7 @@ def data_files(spec: TaskFiles) -> list[Path]:
     for s in specs:
         p = Path(s).expanduser()
         if p.is_dir():
-            found = sorted(f for f in p.rglob("*") if f.is_file() and _builder(f) is not None)
+            found = sorted(f for f in p.rglob("*") if _is_task_file(f, p))
             if not found:
                 raise LoadError(f"{p}: no parquet or JSON(L) files in this directory")
         elif p.is_file():
@@ -234,6 +235,16 @@ def _import_datasets():
             "package: pip install 'turngym[interop]'"
         ) from e
     return datasets
+
+
+#: JSON files that dataset folders hold beside the data (``save_to_disk``, hub metadata)
+METADATA_FILES = frozenset({"dataset_info.json", "dataset_infos.json", "dataset_dict.json", "state.json"})
+
+
+def _is_task_file(path: Path, root: Path) -> bool:
+    """A data file of a directory: not hidden (``.cache/`` of a hub download), not metadata."""
+    hidden = any(part.startswith(".") for part in path.relative_to(root).parts)
+    return path.is_file() and not hidden and path.name not in METADATA_FILES and _builder(path) is not None
 
 
 def _builder(path: Path) -> str | None:
