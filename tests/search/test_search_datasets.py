@@ -128,6 +128,15 @@ def test_flashrag_gzip_directory_and_dataset_object(tmp_path):
     from_list = datasets.Dataset.from_list(
         [{"question": "what is the capital of nordland?", "golden_answers": ["Porvik"]}]
     )
+    ds.save_to_disk(str(tmp_path / "saved"))  # a folder save_to_disk wrote
+    assert [t.id for t in turngym.make("search-qa", corpus=corpus, tasks=str(tmp_path / "saved")).tasks] == [
+        "q0",
+        "q1",
+    ]
+    datasets.DatasetDict({"dev": ds}).save_to_disk(str(tmp_path / "splits"))
+    with pytest.raises(LoadError, match=r"splits \['dev'\]: pass one split"):
+        load_tasks(tmp_path / "splits")
+    assert load_tasks(tmp_path / "splits" / "dev")[0] == list(env.tasks)
     streamed = datasets.load_dataset(
         "json", data_files=str(folder / "dev.jsonl"), split="train", streaming=True
     )  # an IterableDataset: its columns may be known only once read

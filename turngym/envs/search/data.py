@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from turngym.envs.search.corpus import Corpus, cache_root
-from turngym.envs.search.loaders import TaskFiles, data_files, load_flashrag_jsonl, load_tasks
+from turngym.envs.search.loaders import (
+    TaskFiles,
+    data_files,
+    is_saved_dataset,
+    load_flashrag_jsonl,
+    load_tasks,
+)
 from turngym.envs.search.questions import MIXES, generate_questions
 from turngym.envs.search.tasks import QATask, write_tasks
 from turngym.envs.search.world import World, WorldConfig
@@ -129,4 +135,7 @@ def _source_key(source: TaskFiles | Any) -> tuple:
         return ("dataset", getattr(source, "_fingerprint", None) or id(source))
     if isinstance(source, str | os.PathLike) and Path(source).expanduser().is_file():
         return _file_key(source)
+    if isinstance(source, str | os.PathLike) and is_saved_dataset(source):
+        files = sorted(f for f in Path(source).expanduser().rglob("*") if f.is_file())
+        return tuple(k for f in files for k in _file_key(f))
     return tuple(k for p in data_files(source) for k in _file_key(p))

@@ -105,8 +105,8 @@ def load_tasks(
 ) -> tuple[list[QATask], Corpus | None]:
     """Tasks from ``path`` and, for HotpotQA, the corpus built from its contexts (else None).
 
-    ``path`` is a task file, a directory, a glob, a list of files, or a ``datasets.Dataset``; the
-    format comes from the columns unless ``format`` names it.
+    ``path`` is a task file, a directory, a glob, a list of files, a folder ``save_to_disk`` wrote,
+    or a ``datasets.Dataset``; the format comes from the columns unless ``format`` names it.
     """
     if not isinstance(path, str | os.PathLike | list | tuple):
         return tasks_from_dataset(path, format)
@@ -116,7 +116,23 @@ def load_tasks(
             rows = _file_rows(p)
             fmt = format_for(_columns(r for _, r in rows), str(p), format)
             return fmt.build(rows, str(p))
+        if is_saved_dataset(p):
+            return tasks_from_dataset(_load_from_disk(p), format)
     return load_dataset_tasks(path, format, cache_dir=cache_dir)
+
+
+def is_saved_dataset(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a folder ``Dataset.save_to_disk`` wrote (a split, or splits)."""
+    p = Path(path).expanduser()
+    return p.is_dir() and ((p / "state.json").is_file() or (p / "dataset_dict.json").is_file())
+
+
+def _load_from_disk(path: Path) -> Any:
+    datasets = _import_datasets()
+    try:
+        return datasets.load_from_disk(str(path))
+    except Exception as e:  # noqa: BLE001 - a damaged folder raises many types
+        raise LoadError(f"{path}: not a readable saved dataset: {e}") from e
 
 
 def detect_format(path: str | os.PathLike[str]) -> str:
@@ -231,7 +247,8 @@ def _import_datasets():
         import datasets
     except ImportError as e:
         raise LoadError(
-            "reading a directory, a glob, a list of files or a compressed file needs the `datasets` "
+            "reading a directory, a glob, a list of files, a compressed file or a saved dataset needs the "
+            "`datasets` "
             "package: pip install 'turngym[interop]'"
         ) from e
     return datasets
