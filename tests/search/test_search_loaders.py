@@ -7,11 +7,14 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from search_formats import HOTPOT, SEARCH_R1_PREFIX, write_search_r1
 
 from turngym.envs.search.loaders import (
     LoadError,
     detect_format,
+    join_sentences,
     load_flashrag_jsonl,
     load_hotpotqa_json,
     load_search_r1_parquet,
@@ -117,8 +120,16 @@ def test_hotpotqa_errors(tmp_path):
 
 
 def test_format_detection_and_missing_files(tmp_path):
+    """The format comes from the rows' columns, whatever the file type."""
+    write_search_r1(tmp_path / "x.parquet", [{"id": "a", "question": "q?", "answers": ["a"]}])
     assert detect_format(tmp_path / "x.parquet") == "search-r1"
+    write_tasks([QATask("t", "q?", ["a"])], tmp_path / "x.jsonl")
     assert detect_format(tmp_path / "x.jsonl") == "flashrag"
+    (tmp_path / "h.jsonl").write_text("".join(json.dumps(ex) + "\n" for ex in HOTPOT))
+    assert detect_format(tmp_path / "h.jsonl") == "hotpotqa"
+    (tmp_path / "odd.jsonl").write_text('{"query": "q?", "label": "a"}\n')
+    with pytest.raises(LoadError, match=r"odd.jsonl: columns \['label', 'query'\] match no task format"):
+        detect_format(tmp_path / "odd.jsonl")
     with pytest.raises(LoadError, match="suffix"):
         detect_format(tmp_path / "x.csv")
     with pytest.raises(LoadError, match="not found"):
@@ -148,8 +159,6 @@ def test_hotpotqa_sentences_are_joined_without_gluing(tmp_path):
 
 
 def test_join_sentences_follows_hotpotqa_spacing():
-    from turngym.envs.search.loaders import join_sentences
-
     # HotpotQA's sentences after the first mostly carry their own leading space; some do not
     assert join_sentences(["Ed Wood is a film.", " It stars Johnny Depp."]) == (
         "Ed Wood is a film. It stars Johnny Depp."
@@ -160,3 +169,29 @@ def test_join_sentences_follows_hotpotqa_spacing():
     assert join_sentences(["Line one.\n", "Line two."]) == "Line one.\nLine two."
     assert join_sentences([" Lead.", "Next."]) == "Lead. Next."
     assert join_sentences([]) == ""
+
+
+_body = st.text("abcXYZ.,'()é0", min_size=1, max_size=12).filter(lambda s: s.strip() == s)
+_space = st.text(" \n\t", max_size=3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(first=_body, rest=st.lists(_body, max_size=6))
+def test_join_sentences_equals_plain_concatenation_on_the_release_spacing(first, rest):
+    """HotpotQA's release: the first sentence bare, each later one with its leading space."""
+    sentences = [first] + [" " + s for s in rest]
+    assert join_sentences(sentences) == "".join(sentences)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_space, st.text("abc. \n", max_size=10), _space), max_size=8))
+def test_join_sentences_never_glues_nor_doubles_spaces(parts):
+    sentences = [lead + body + trail for lead, body, trail in parts]
+    bodies = [s.strip() for s in sentences if s.strip()]
+    out = join_sentences(sentences)
+    # every sentence, in order, with exactly one space or newline where two meet
+    assert out.replace("\n", " ") == " ".join(bodies).replace("\n", " ")
+    assert out == out.strip()
+    if not any("  " in b for b in bodies):
+        assert "  " not in out
+    assert join_sentences([out]) == out

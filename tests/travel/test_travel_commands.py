@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 
 import numpy as np
@@ -45,6 +46,27 @@ def test_build_sample_and_eval_round_trip(tmp_path, small_db, cache_dir):
     assert res.exit_code == 0, res.output
     metrics = json.loads(res.output[res.output.index("{") :])
     assert metrics["delivery_rate"] == 4 / 6 and metrics["final_pass_rate"] == 4 / 6
+    # the same queries as a JSON list and as the dataset's CSV (Python-literal cells) score the same
+    as_list = tmp_path / "q.json"
+    as_list.write_text(json.dumps(rows, indent=2))
+    as_csv = tmp_path / "q.csv"
+    with as_csv.open("w", newline="") as fh:
+        writer = csv.DictWriter(
+            fh, fieldnames=[k for k in rows[0] if k != "annotated_plan"], extrasaction="ignore"
+        )
+        writer.writeheader()
+        writer.writerows({k: str(v) if isinstance(v, list | dict) else v for k, v in r.items()} for r in rows)
+    for path in (as_list, as_csv):
+        res = runner.invoke(app(), ["travel-eval", str(path), str(plans), "--db-path", str(folder)])
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.output[res.output.index("{") :]) == metrics
+    as_list.write_text(json.dumps([rows[0], dict(rows[1], date="['2022-03-")]))
+    res = runner.invoke(app(), ["travel-eval", str(as_list), str(plans)], terminal_width=300)
+    flat = "".join(res.output.replace("│", "").split())  # the error box wraps lines
+    assert (
+        res.exit_code == 2
+        and "q.json:record2:notaTravelPlannerquery:date:Valueerror,notaPythonlistliteral" in flat
+    )
     plans.write_text(lines[0] + "\n")
     res = runner.invoke(app(), ["travel-eval", str(queries), str(plans), "--db-path", str(folder)])
     assert res.exit_code != 0 and "1 plans for 6 queries" in res.output

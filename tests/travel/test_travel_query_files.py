@@ -153,3 +153,53 @@ def test_jsonl_list_and_object_files_agree(tmp_path_factory, records):
 def test_malformed_files_name_the_file_the_place_and_the_problem(tmp_path, name, text, match):
     with pytest.raises(ValueError, match=match):
         load_queries(_write(tmp_path, name, text))
+
+
+def _write_csv(tmp_path, name, records):
+    import csv
+
+    path = tmp_path / name
+    with path.open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(records[0]))
+        writer.writeheader()
+        writer.writerows(records)
+    return path
+
+
+def test_csv_split_as_the_hugging_face_copy_ships_it(tmp_path):
+    """A header row, every cell a string: the literals, the numbers and a multi-line query text."""
+    records = [PUBLISHED, dict(PUBLISHED, query="Line one,\nline two", level="hard", budget=2500.5)]
+    qs = load_queries(_write_csv(tmp_path, "validation.csv", records))
+    assert [q.level for q in qs] == ["medium", "hard"] and qs[1].budget == 2500.5 and qs[0].days == 3
+    assert qs[0] == load_queries(_write(tmp_path, "q.json", json.dumps(PUBLISHED)))[0]
+    assert qs[1].query == "Line one,\nline two"
+    bad = _write_csv(tmp_path, "bad.csv", [PUBLISHED, dict(PUBLISHED, query="x\ny", days="three")])
+    with pytest.raises(
+        ValueError, match=r"bad\.csv:4: not a TravelPlanner query: days: Input should be a valid integer"
+    ):
+        load_queries(bad)
+    (tmp_path / "header.csv").write_text("org,dest\n")
+    with pytest.raises(
+        ValueError, match=r"header\.csv: no queries in the file \(a header row but no query rows\)"
+    ):
+        load_queries(tmp_path / "header.csv")
+    (tmp_path / "wide.csv").write_text("org,dest\nA,B,C\n")
+    with pytest.raises(ValueError, match=r"wide\.csv:2: the row has more cells than the header"):
+        load_queries(tmp_path / "wide.csv")
+
+
+def test_literal_fields_also_read_as_json_and_oversized_literals_are_refused(tmp_path):
+    as_json = dict(
+        PUBLISHED,
+        local_constraint=json.dumps(
+            {"house rule": None, "cuisine": ["Indian"], "room type": None, "transportation": "no flight"}
+        ),
+        date=json.dumps(["2022-03-22", "2022-03-23", "2022-03-24"]),
+    )
+    [q] = load_queries(_write(tmp_path, "q.jsonl", json.dumps(as_json) + "\n"))
+    assert q.local_constraint.active() == ["cuisine", "transportation"] and q.date[2] == "2022-03-24"
+    huge = dict(PUBLISHED, local_constraint="{'cuisine': [" + "'x', " * 30_000 + "]}")
+    with pytest.raises(
+        ValueError, match=r"q2\.jsonl:1: not a TravelPlanner query: local_constraint: .*the limit is 100000"
+    ):
+        load_queries(_write(tmp_path, "q2.jsonl", json.dumps(huge) + "\n"))

@@ -3,7 +3,7 @@
 ``synthetic_dataset`` generates a world and its questions once, writes ``corpus.jsonl`` and
 ``tasks.jsonl`` under ``<cache>/search/worlds/<key>/`` and reads them back afterwards; the
 files are ordinary corpus/FlashRAG files a user can inspect or reuse. ``load_corpus`` and
-``load_task_file`` read user files. All three keep one copy per process, so many envs over
+``load_task_file`` read user files (or a ``datasets.Dataset``). All three keep one copy per process, so many envs over
 the same data share it; ``select_tasks`` filters such a task list once per process too (a rollout
 builds one env per trajectory, on the event loop, so construction must stay cheap).
 """
@@ -13,9 +13,16 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 from turngym.envs.search.corpus import Corpus, cache_root
-from turngym.envs.search.loaders import load_flashrag_jsonl, load_tasks
+from turngym.envs.search.loaders import (
+    TaskFiles,
+    data_files,
+    is_saved_dataset,
+    load_flashrag_jsonl,
+    load_tasks,
+)
 from turngym.envs.search.questions import MIXES, generate_questions
 from turngym.envs.search.tasks import QATask, write_tasks
 from turngym.envs.search.world import World, WorldConfig
@@ -116,6 +123,19 @@ def load_corpus(path: str | os.PathLike[str]) -> Corpus:
 
 
 def load_task_file(
-    path: str | os.PathLike[str], format: str | None = None
+    path: TaskFiles | Any, format: str | None = None, cache_dir: str | os.PathLike[str] | None = None
 ) -> tuple[list[QATask], Corpus | None]:
-    return _memo(("tasks", format, *_file_key(path)), lambda: load_tasks(path, format))  # type: ignore[return-value]
+    """Tasks (and a HotpotQA corpus) from a file, a directory, a glob, a list of files or a
+    ``datasets.Dataset``, loaded once per process while the files are unchanged."""
+    return _memo(("tasks", format, *_source_key(path)), lambda: load_tasks(path, format, cache_dir))  # type: ignore[return-value]
+
+
+def _source_key(source: TaskFiles | Any) -> tuple:
+    if not isinstance(source, str | os.PathLike | list | tuple):  # a datasets.Dataset: its content hash
+        return ("dataset", getattr(source, "_fingerprint", None) or id(source))
+    if isinstance(source, str | os.PathLike) and Path(source).expanduser().is_file():
+        return _file_key(source)
+    if isinstance(source, str | os.PathLike) and is_saved_dataset(source):
+        files = sorted(f for f in Path(source).expanduser().rglob("*") if f.is_file())
+        return tuple(k for f in files for k in _file_key(f))
+    return tuple(k for p in data_files(source) for k in _file_key(p))

@@ -14,7 +14,8 @@ Data: by default a generated world of ``n_passages`` passages and ``n_tasks`` qu
 "default" = bridge 2-4 hops + comparison, "easy" = mostly 1-2 hops, "hard" = 3-4 hops), cached
 on disk (``turngym.make("search-qa")`` is quick after the first call); or ``corpus=`` (JSONL)
 plus ``tasks=`` (FlashRAG JSONL, Search-R1 parquet, HotpotQA JSON — HotpotQA brings its own
-corpus); or ``retriever="http://host:port"`` for a ``/retrieve`` server (one batching client per
+corpus — as a file, a directory, a glob or a list of files, read through ``datasets`` where it
+takes more than one plain file; or a ``datasets.Dataset``); or ``retriever="http://host:port"`` for a ``/retrieve`` server (one batching client per
 URL per process, so concurrent envs' searches travel together).
 """
 
@@ -73,7 +74,7 @@ class SearchQAEnv(Env):
     def __init__(
         self,
         corpus: str | os.PathLike[str] | Corpus | None = None,
-        tasks: str | os.PathLike[str] | list[QATask] | None = None,
+        tasks: str | os.PathLike[str] | list[QATask] | list[str | os.PathLike[str]] | Any | None = None,
         *,
         task_format: str | None = None,
         n_passages: int = 10_000,
@@ -136,10 +137,10 @@ class SearchQAEnv(Env):
                 raise ValueError("a corpus was given without tasks: pass tasks= (a task file or list)")
             return synthetic_dataset(n_passages, n_tasks, seed=world_seed, cache_dir=cache_dir, mix=mix)
         context_corpus = None
-        if isinstance(tasks, list):
+        if isinstance(tasks, list) and all(isinstance(t, QATask) for t in tasks):
             task_list = tasks
-        else:
-            task_list, context_corpus = load_task_file(tasks, task_format)
+        else:  # a file, a directory, a glob, a list of files or a datasets.Dataset
+            task_list, context_corpus = load_task_file(tasks, task_format, cache_dir)
         if isinstance(corpus, Corpus):
             return corpus, task_list
         if corpus is not None:

@@ -72,12 +72,13 @@ class QATask:
         if answers is None:
             raise ValueError(f"record {rec.get('id', default_id)!r} has no 'golden_answers'")
         return cls(
-            id=str(rec.get("id", default_id)),
+            id=str(rec["id"]) if rec.get("id") not in (None, "") else default_id,
             question=rec.get("question", ""),
             answers=list(answers) if not isinstance(answers, str) else [answers],
-            supporting_ids=[str(x) for x in meta.pop("supporting_ids", [])],
-            gold_trace=[str(x) for x in meta.pop("gold_trace", [])],
-            kind=str(meta.pop("kind", "")),
+            # columnar readers (parquet, ``datasets``) fill a key another row has with None
+            supporting_ids=[str(x) for x in meta.pop("supporting_ids", None) or []],
+            gold_trace=[str(x) for x in meta.pop("gold_trace", None) or []],
+            kind=str(meta.pop("kind", None) or ""),
             hops=int(meta.pop("hops", 0) or 0),
             metadata=meta,
         )

@@ -61,7 +61,9 @@ def travel_sample(
 
 
 def travel_eval(
-    queries: Annotated[Path, typer.Argument(help="TravelPlanner query JSONL")],
+    queries: Annotated[
+        Path, typer.Argument(help="TravelPlanner queries: JSONL, a JSON list or object, or CSV")
+    ],
     plans: Annotated[
         Path, typer.Argument(help='JSONL, one {"plan": [...]} per query line (null = not delivered)')
     ],
@@ -76,9 +78,12 @@ def travel_eval(
     """Score plans with the 8 commonsense + 5 hard checks and print TravelPlanner's metrics as JSON."""
     from turngym.envs.travel.database import get_database
     from turngym.envs.travel.evaluate import aggregate_metrics, evaluate_plan
-    from turngym.envs.travel.models import PlanError, load_queries_jsonl, parse_plan
+    from turngym.envs.travel.models import PlanError, load_queries, parse_plan
 
-    qs = load_queries_jsonl(queries)
+    try:
+        qs = load_queries(queries)
+    except (OSError, ValueError) as e:
+        raise typer.BadParameter(str(e), param_hint="QUERIES") from None
     lines = [ln for ln in plans.read_text(encoding="utf-8").splitlines() if ln.strip()]
     if len(lines) != len(qs):
         raise typer.BadParameter(f"{plans} has {len(lines)} plans for {len(qs)} queries")

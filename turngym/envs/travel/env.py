@@ -40,7 +40,7 @@ from turngym.core.env import Env, Task
 from turngym.core.types import Message, ToolResult
 from turngym.envs.travel.database import TravelDB, get_database, normalize_mode
 from turngym.envs.travel.evaluate import PlanEvaluation, evaluate_plan
-from turngym.envs.travel.models import DayPlan, PlanError, Query, load_queries_jsonl, parse_plan
+from turngym.envs.travel.models import DayPlan, PlanError, Query, load_queries, parse_plan
 from turngym.envs.travel.parsing import before_parenthesis
 from turngym.envs.travel.queries import LEVELS, SampledTask, open_request, sample_task
 from turngym.envs.travel.schema import ACCOMMODATIONS, ATTRACTIONS, FLIGHTS, RESTAURANTS
@@ -85,7 +85,7 @@ class TravelPlannerEnv(Env):
         if days is not None and days not in (3, 5, 7):
             raise ValueError(f"days must be 3, 5 or 7, got {days}")
         self.db: TravelDB = get_database(db_seed, n_cities, n_days, cache_dir=cache_dir, path=db_path)
-        self.queries: list[Query] | None = load_queries_jsonl(queries_path) if queries_path else None
+        self.queries: list[Query] | None = load_queries(queries_path) if queries_path else None
         self.level, self.days, self.strict, self.max_rows = level, days, strict, max_rows
         super().__init__(**kwargs)
         self._sampled: SampledTask | None = None

@@ -3,7 +3,7 @@
 * :class:`Query`: one record of TravelPlanner's query files (``org, dest, days,
   visiting_city_number, date, people_number, local_constraint, budget, query, level``);
   ``date`` and ``local_constraint`` may also be the Python-literal strings the published dataset
-  uses. :func:`load_queries` reads JSONL, a JSON list or a single JSON object.
+  uses. :func:`load_queries` reads JSONL, a JSON list, a single JSON object or CSV.
 * :class:`DayPlan`: one day of a plan (``days, current_city, transportation, breakfast,
   attraction, lunch, dinner, accommodation``). A field left out stays ``None`` — *absent*,
   which the "complete information" check counts against the plan, exactly like a missing
@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import ast
+import csv
 import json
 from pathlib import Path
 from typing import Any, Literal
@@ -65,10 +66,21 @@ class LocalConstraint(BaseModel):
         return [k for k, v in self.to_travelplanner().items() if v is not None]
 
 
+MAX_LITERAL_CHARS = 100_000  # a query's literal fields are a few hundred characters
+
+
 def _python_literal(text: str, what: str) -> Any:
+    """A Python literal (as TravelPlanner's files store ``date`` and ``local_constraint``), else the
+    same value written as JSON (``null`` rather than ``None``); ``ast.literal_eval`` evaluates no code."""
+    if len(text) > MAX_LITERAL_CHARS:
+        raise ValueError(f"not {what}: {len(text)} characters (the limit is {MAX_LITERAL_CHARS})")
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        pass
+    try:
+        return json.loads(text)
+    except ValueError:
         raise ValueError(f"not {what}: {text[:80]!r}") from None
 
 
@@ -110,13 +122,16 @@ class Query(BaseModel):
 
 
 def load_queries(path: str | Path) -> list[Query]:
-    """Read TravelPlanner queries from a JSONL file (one object per line, as its splits ship), a JSON
-    list of objects, or a JSON file holding one object.
+    """Read TravelPlanner queries from a JSONL file (one object per line), a JSON list of objects, a
+    JSON file holding one object, or a ``.csv`` file with a header row (as the Hugging Face copy of
+    the dataset ships its splits; empty cells count as absent).
 
     The dataset's Python-literal fields (``date``, ``local_constraint``) are read by :class:`Query`.
     A malformed file raises ``ValueError`` naming the file, the line (``FILE:LINE:``) or the record
     (``FILE: record N:``, counted from 1) and what is wrong.
     """
+    if Path(path).suffix.lower() == ".csv":
+        return _csv_queries(path)
     text = Path(path).read_text(encoding="utf-8-sig")
     lines = text.splitlines()
     first = next((n for n, line in enumerate(lines, 1) if line.strip()), None)
@@ -135,6 +150,23 @@ def load_queries(path: str | Path) -> list[Query]:
     if isinstance(data, dict):
         return [_query(f"{path}:", data)]
     return [_query(f"{path}: record {i}:", rec) for i, rec in enumerate(data, 1)]
+
+
+def _csv_queries(path: str | Path) -> list[Query]:
+    out = []
+    with Path(path).open(encoding="utf-8-sig", newline="") as fh:
+        reader = csv.DictReader(fh)
+        if not reader.fieldnames:
+            raise ValueError(f"{path}: no queries in the file (expected a header row and one query per row)")
+        for row in reader:
+            if None in row:  # more cells than header names
+                raise ValueError(f"{path}:{reader.line_num}: the row has more cells than the header")
+            out.append(
+                _query(f"{path}:{reader.line_num}:", {k: v for k, v in row.items() if v not in ("", None)})
+            )
+    if not out:
+        raise ValueError(f"{path}: no queries in the file (a header row but no query rows)")
+    return out
 
 
 #: the former name (the loader reads more than JSONL now)
