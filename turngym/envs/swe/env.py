@@ -13,7 +13,12 @@ do not add to the reward (documented exception to the components-sum rule):
   3 patch passes them;
 * ``format_ok`` (every turn): the action held well-formed calls of known tools;
 * ``edit_applied`` (every turn): a file edit of the repository succeeded this turn;
-* ``tests_run`` (every turn): a bash command ran tests this turn.
+* ``tests_run`` (every turn): a bash command ran tests this turn;
+* ``fail_to_pass`` / ``pass_to_pass`` (final turn, when a patch was graded): the fraction of
+  FAIL_TO_PASS / PASS_TO_PASS tests that succeeded.
+
+Loaded SWE-bench instances are graded by the ``swebench`` package's rules (``repo.GRADERS``):
+RESOLVED_FULL pays 1.0; ``info["grade"]["status"]`` holds RESOLVED_FULL / PARTIAL / NO.
 
 A container that dies mid-episode (killed from outside) ends the episode with an error observation
 and ``info["sandbox_error"]`` plus ``info["masked"]`` (the rollout engine masks the trajectory: a
@@ -83,6 +88,7 @@ class SweDockerEnv(Env):
         image: str | None = None,
         src_root: str = "",
         test_requires: Sequence[str] = (),
+        allow_unpinned: bool = False,
         base_image: str | None = None,
         limits: Any = None,
         pool_warm: int = 1,
@@ -95,7 +101,12 @@ class SweDockerEnv(Env):
         from turngym.sandboxes.docker import Limits
 
         self.tasks = _load_tasks(
-            tasks, snapshot=snapshot, image=image, src_root=src_root, test_requires=tuple(test_requires)
+            tasks,
+            snapshot=snapshot,
+            image=image,
+            src_root=src_root,
+            test_requires=tuple(test_requires),
+            allow_unpinned=allow_unpinned,
         )
         if packages:
             self.tasks = [t for t in self.tasks if t.repo in set(packages) or t.package in set(packages)]
@@ -240,7 +251,12 @@ class SweDockerEnv(Env):
                 "mutation": task.mutation,
                 "graded_commit": task.graded_commit,
             },
-            info={"repo": task.repo, "base_commit": head, "container": self._sb.name},
+            info={
+                "repo": task.repo,
+                "base_commit": head,
+                "graded_commit": task.graded_commit,
+                "container": self._sb.name,
+            },
         )
 
     def _reward(self, components: dict[str, float]) -> float:
@@ -270,17 +286,31 @@ class SweDockerEnv(Env):
             else:
                 self._grade = await self._grade_patch(self._patch)
                 resolved = float(self._grade.resolved)
+                comps.update(self._grade.components())
                 level = 3.0 if self._grade.resolved else 2.0
         comps.update(outcome_level=level, resolved=resolved)
         return comps
 
-    async def _grade_patch(self, patch: str) -> Any:
+    async def agrade(self, patch: str, task_id: str) -> Any:
+        """Grade ``patch`` for task ``task_id`` outside an episode (a fresh container, as after
+        ``submit``); returns the :class:`~turngym.envs.swe.repo.Grade`. ``swe validate`` uses it to
+        check that an empty patch does not resolve an instance."""
+        from turngym.sandboxes.docker import run_blocking
+
+        if task_id not in self._by_id:
+            raise KeyError(f"unknown task_id {task_id!r}")
+        task = self._by_id[task_id]
+        pool = await run_blocking(self._pool_for, task)
+        return await self._grade_patch(patch, task, pool)
+
+    async def _grade_patch(self, patch: str, task: SweTask | None = None, pool: Any = None) -> Any:
         from turngym.envs.swe.repo import grade_patch
         from turngym.sandboxes.docker import run_blocking
 
-        task = self._swe
-        assert task is not None
-        sb = await self._pool.aacquire(bounded=False)
+        task = task or self._swe
+        pool = pool or self._pool
+        assert task is not None and pool is not None
+        sb = await pool.aacquire(bounded=False)
         try:
             return await run_blocking(
                 grade_patch,
@@ -292,10 +322,11 @@ class SweDockerEnv(Env):
                 test_files=task.test_files,
                 test_patch=task.test_patch,
                 timeout=self.test_timeout,
-                staged=self._staged.get(id(self._pool)),
+                staged=self._staged.get(id(pool)),
+                grader=task.grader,
             )
         finally:
-            self._pool.release_later(sb)
+            pool.release_later(sb)
 
     def _state_key(self) -> str:
         payload = json.dumps([self._swe.instance_id if self._swe else "", sorted(self._edited.items())])
@@ -543,8 +574,15 @@ def _load_tasks(
     image: str | None,
     src_root: str,
     test_requires: tuple[str, ...],
+    allow_unpinned: bool = False,
 ) -> list[SweTask]:
-    extra = {"snapshot": snapshot, "image": image, "src_root": src_root, "test_requires": test_requires}
+    extra = {
+        "snapshot": snapshot,
+        "image": image,
+        "src_root": src_root,
+        "test_requires": test_requires,
+        "allow_unpinned": allow_unpinned,
+    }
     if tasks is None or isinstance(tasks, str | Path):
         return load_instances(tasks, **extra)
     return [t if isinstance(t, SweTask) else SweTask.from_swebench(t, **extra) for t in tasks]

@@ -197,9 +197,67 @@ def run_tests(
     )
 
 
+#: pytest outcomes (of the report plugin) as the ``swebench`` package's ``TestStatus`` values
+TEST_STATUS = {
+    "passed": "PASSED",
+    "failed": "FAILED",
+    "error": "ERROR",
+    "skipped": "SKIPPED",
+    "xfail": "XFAIL",
+}
+RESOLVED_FULL, RESOLVED_PARTIAL, RESOLVED_NO = "RESOLVED_FULL", "RESOLVED_PARTIAL", "RESOLVED_NO"
+
+#: a grader: (status map, FAIL_TO_PASS, PASS_TO_PASS) -> (F2P that succeeded, P2P that succeeded,
+#: resolution status); a task names its grader (``SweTask.grader``)
+Grader = Callable[[Mapping[str, str], list[str], list[str]], tuple[list[str], list[str], str]]
+GRADERS: dict[str, Grader] = {}
+
+
+def grader(name: str) -> Callable[[Grader], Grader]:
+    """Register a grader under ``name``."""
+
+    def register(fn: Grader) -> Grader:
+        GRADERS[name] = fn
+        return fn
+
+    return register
+
+
+@grader("strict")
+def strict_grader(sm: Mapping[str, str], f2p: list[str], p2p: list[str]) -> tuple[list[str], list[str], str]:
+    """Every FAIL_TO_PASS and PASS_TO_PASS test must pass (synthesised tasks: a skip is a failure)."""
+    f2p_ok = [t for t in f2p if sm.get(t) == "PASSED"]
+    p2p_ok = [t for t in p2p if sm.get(t) == "PASSED"]
+    full = len(f2p_ok) == len(f2p) and len(p2p_ok) == len(p2p)
+    return f2p_ok, p2p_ok, RESOLVED_FULL if full else RESOLVED_NO
+
+
+@grader("swebench")
+def swebench_grader(
+    sm: Mapping[str, str], f2p: list[str], p2p: list[str]
+) -> tuple[list[str], list[str], str]:
+    """SWE-bench's own verdict (``swebench.harness.grading``): FAIL_TO_PASS must pass (or xfail),
+    PASS_TO_PASS must pass or be skipped; RESOLVED_FULL only when both hold for every test."""
+    try:
+        from swebench.harness.constants import FAIL_TO_PASS, PASS_TO_PASS
+        from swebench.harness.grading import get_eval_tests_report, get_resolution_status
+    except ImportError as e:
+        raise RuntimeError(
+            f"grading a SWE-bench instance as SWE-bench does needs the swebench package ({e}): "
+            "pip install 'turngym[interop]'"
+        ) from e
+    report = get_eval_tests_report(dict(sm), {FAIL_TO_PASS: list(f2p), PASS_TO_PASS: list(p2p)})
+    return report[FAIL_TO_PASS]["success"], report[PASS_TO_PASS]["success"], get_resolution_status(report)
+
+
+def status_map(run: TestRun) -> dict[str, str]:
+    """A test run's outcomes as SWE-bench status names."""
+    return {t: TEST_STATUS.get(o, "ERROR") for t, o in run.outcomes.items()}
+
+
 @dataclass
 class Grade:
-    """The verdict on a patch: ``resolved`` iff every FAIL_TO_PASS and PASS_TO_PASS test passed."""
+    """The verdict on a patch: ``resolved`` iff the grader says RESOLVED_FULL (``status``)."""
 
     resolved: bool
     applied: bool
@@ -209,15 +267,26 @@ class Grade:
     p2p_total: int = 0
     detail: str = ""
     failing: list[str] = field(default_factory=list)
+    status: str = RESOLVED_NO
+    grader: str = "strict"
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "resolved": self.resolved,
+            "status": self.status,
+            "grader": self.grader,
             "applied": self.applied,
             "FAIL_TO_PASS": f"{self.f2p_passed}/{self.f2p_total}",
             "PASS_TO_PASS": f"{self.p2p_passed}/{self.p2p_total}",
             "detail": self.detail,
             "failing": self.failing[:20],
+        }
+
+    def components(self) -> dict[str, float]:
+        """Fractions of FAIL_TO_PASS / PASS_TO_PASS tests that succeeded (1.0 when there are none)."""
+        return {
+            "fail_to_pass": self.f2p_passed / self.f2p_total if self.f2p_total else 1.0,
+            "pass_to_pass": self.p2p_passed / self.p2p_total if self.p2p_total else 1.0,
         }
 
 
@@ -232,8 +301,12 @@ def grade_patch(
     test_patch: str = "",
     timeout: float = 300.0,
     staged: Mapping[str, bytes] | None = None,
+    grader: str = "strict",
 ) -> Grade:
-    """Seed a fresh sandbox with the task's files, apply ``patch`` (+ ``test_patch``) and run the tests."""
+    """Seed a fresh sandbox with the task's files, apply ``patch`` (+ ``test_patch``) and run the tests;
+    ``grader`` (a name in :data:`GRADERS`) turns the per-test statuses into the verdict."""
+    if grader not in GRADERS:
+        raise KeyError(f"unknown grader {grader!r}; known: {', '.join(GRADERS)}")
     seed_repo(sb, files, staged=staged)
     for name, p in (("patch", patch), ("test_patch", test_patch)):
         if not p.strip():
@@ -249,14 +322,17 @@ def grade_patch(
                 f2p_total=len(fail_to_pass),
                 p2p_total=len(pass_to_pass),
                 detail=f"{name} does not apply: {res.output.strip()[:1000]}",
+                grader=grader,
             )
     run = run_tests(sb, test_files or sorted({t.split("::")[0] for t in fail_to_pass}), timeout=timeout)
-    f2p = [t for t in fail_to_pass if run.passed(t)]
-    p2p = [t for t in pass_to_pass if run.passed(t)]
-    failing = [t for t in fail_to_pass + pass_to_pass if not run.passed(t)]
+    f2p, p2p, status = GRADERS[grader](status_map(run), list(fail_to_pass), list(pass_to_pass))
+    ok = set(f2p) | set(p2p)
+    failing = [t for t in fail_to_pass + pass_to_pass if t not in ok]
     detail = "tests timed out" if run.timed_out else ("" if run.outcomes else run.output[-1000:])
     return Grade(
-        resolved=not failing,
+        resolved=status == RESOLVED_FULL,
+        status=status,
+        grader=grader,
         applied=True,
         f2p_passed=len(f2p),
         f2p_total=len(fail_to_pass),
