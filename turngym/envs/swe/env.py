@@ -68,6 +68,11 @@ I've uploaded a python code repository in the directory {repo_dir}. Consider the
 Make the minimal changes to non-test files in {repo_dir} so that the issue is resolved.
 Run the tests with `python3 -m pytest -q <path>`; when you are done, call submit."""
 
+HARBOR_USER_PROMPT = """{instruction}
+
+(You work in {workdir} in a sandboxed Linux container with no network; it is the same directory as
+{repo_dir}. Only changes under {workdir} count. When you are done, call submit.)"""
+
 
 class SweDockerEnv(Env):
     """One task per episode, one container per episode (from a warm pool), graded in a fresh one."""
@@ -102,6 +107,7 @@ class SweDockerEnv(Env):
 
         self.tasks = _load_tasks(
             tasks,
+            base_image=base_image,
             snapshot=snapshot,
             image=image,
             src_root=src_root,
@@ -170,7 +176,7 @@ class SweDockerEnv(Env):
                 image,
                 warm=self.pool_warm,
                 max_active=self.max_active,
-                limits=self.limits,
+                limits=self._limits_for(task),
                 workdir=REPO_DIR,
                 prepare=partial(stage_repo, files=staged) if staged is not None else None,
                 prepare_key=f"stage:{spec.key}" if spec is not None else "",
@@ -178,6 +184,15 @@ class SweDockerEnv(Env):
             self._pools[pool_key] = pool
             self._staged[id(pool)] = staged
         return pool
+
+    def _limits_for(self, task: SweTask) -> Any:
+        """A Harbor task's verifier writes /tests and /logs: they are tmpfs mounts too."""
+        if task.harbor is None:
+            return self.limits
+        from dataclasses import replace
+
+        extra = tuple(p for p in ("/tests", "/logs") if p not in self.limits.writable)
+        return replace(self.limits, writable=self.limits.writable + extra)
 
     async def _sandbox_call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Run a blocking sandbox call; a dead container ends the episode with a clear error."""
@@ -240,7 +255,12 @@ class SweDockerEnv(Env):
                 self._release_sandbox()
                 raise
         system = SYSTEM_PROMPT + ("\n\n" + self.tool_instructions() if self.tools_in_prompt else "")
-        user = USER_PROMPT.format(repo_dir=REPO_DIR, issue=task.problem_statement.strip())
+        if task.harbor is not None:
+            user = HARBOR_USER_PROMPT.format(
+                instruction=task.problem_statement.strip(), workdir=task.harbor["workdir"], repo_dir=REPO_DIR
+            )
+        else:
+            user = USER_PROMPT.format(repo_dir=REPO_DIR, issue=task.problem_statement.strip())
         return Task(
             messages=[Message(role="system", content=system.strip()), Message(role="user", content=user)],
             task_id=task.instance_id,
@@ -285,7 +305,8 @@ class SweDockerEnv(Env):
                 level = 1.0
             else:
                 self._grade = await self._grade_patch(self._patch)
-                resolved = float(self._grade.resolved)
+                score = self._grade.score  # a Harbor verifier's own reward
+                resolved = float(self._grade.resolved) if score is None else float(score)
                 comps.update(self._grade.components())
                 level = 3.0 if self._grade.resolved else 2.0
         comps.update(outcome_level=level, resolved=resolved)
@@ -304,7 +325,7 @@ class SweDockerEnv(Env):
         return await self._grade_patch(patch, task, pool)
 
     async def _grade_patch(self, patch: str, task: SweTask | None = None, pool: Any = None) -> Any:
-        from turngym.envs.swe.repo import grade_patch
+        from turngym.envs.swe.repo import grade_patch, run_verifier
         from turngym.sandboxes.docker import run_blocking
 
         task = task or self._swe
@@ -312,6 +333,17 @@ class SweDockerEnv(Env):
         assert task is not None and pool is not None
         sb = await pool.aacquire(bounded=False)
         try:
+            if task.harbor is not None:
+                return await run_blocking(
+                    run_verifier,
+                    sb,
+                    task.files(),
+                    patch,
+                    tests=task.harbor["tests"],
+                    env=task.harbor["verifier_env"],
+                    timeout=task.harbor["verifier_timeout"],
+                    workdir=task.harbor["workdir"],
+                )
             return await run_blocking(
                 grade_patch,
                 sb,
@@ -354,7 +386,7 @@ class SweDockerEnv(Env):
         res = await self._exec(command)
         if _TEST_COMMAND.search(command):
             self._flags["tests_run"] = 1.0
-        if self._swe is not None and command == _apply_command(self._swe.patch):
+        if self._swe is not None and command == _gold_command(self._swe):
             self._gold_tried = True  # the expert submits next (a patch that does not apply then fails)
         text = f"<returncode>{res.exit_code}</returncode>\n<output>\n{res.output}</output>"
         if res.timed_out:
@@ -475,7 +507,10 @@ class SweDockerEnv(Env):
         task = self._swe
         assert task is not None
         patch = await self._sandbox_call(current_patch, self._sb)
-        self._patch, dropped = gradable_patch(patch, task.is_test_path, task.files())
+        if task.harbor is not None:  # its tests live outside the repository: every change counts
+            self._patch, dropped = patch, []
+        else:
+            self._patch, dropped = gradable_patch(patch, task.is_test_path, task.files())
         self._submitted = True
         files = changed_paths(self._patch)
         note = (
@@ -541,11 +576,13 @@ class SweDockerEnv(Env):
 
     def expert_action(self) -> str | None:
         """The gold patch, then ``submit``: a synthesised task's revert edits through ``file_editor``;
-        a loaded instance (no edits) applies its ``patch`` with ``git apply`` through ``bash``."""
+        a loaded instance (no edits) applies its ``patch`` with ``git apply`` through ``bash``; a
+        Harbor task runs its ``solution/solve.sh`` through ``bash``."""
         if self._swe is None:
             return None
-        if not self._swe.expert_edits and self._swe.patch.strip() and not self._gold_tried:
-            return self.format_call("bash", {"command": _apply_command(self._swe.patch)})
+        gold = _gold_command(self._swe)
+        if not self._swe.expert_edits and gold and not self._gold_tried:
+            return self.format_call("bash", {"command": gold})
         for i, e in enumerate(self._swe.expert_edits):
             if i not in self._expert_done:
                 args = {
@@ -556,6 +593,21 @@ class SweDockerEnv(Env):
                 }
                 return self.format_call("file_editor", args)
         return self.format_call("submit", {})
+
+
+def _gold_command(task: SweTask) -> str | None:
+    """The bash command of a loaded task's reference solution: ``git apply`` of its gold patch, or a
+    Harbor task's ``solution/solve.sh`` run in its working directory; None when it has neither."""
+    if task.harbor is not None:
+        script = task.harbor.get("solution")
+        if not script:
+            return None
+        end = "TURNGYM_SOLVE_EOF"
+        while end in script:
+            end += "_"
+        body = script if script.endswith("\n") else script + "\n"
+        return f"cd {shlex.quote(task.harbor['workdir'])} && bash -s <<'{end}'\n{body}{end}"
+    return _apply_command(task.patch) if task.patch.strip() else None
 
 
 def _apply_command(patch: str) -> str:
@@ -575,8 +627,9 @@ def _load_tasks(
     src_root: str,
     test_requires: tuple[str, ...],
     allow_unpinned: bool = False,
+    base_image: str | None = None,
 ) -> list[SweTask]:
-    extra = {
+    extra: dict[str, Any] = {
         "snapshot": snapshot,
         "image": image,
         "src_root": src_root,
@@ -584,5 +637,5 @@ def _load_tasks(
         "allow_unpinned": allow_unpinned,
     }
     if tasks is None or isinstance(tasks, str | Path):
-        return load_instances(tasks, **extra)
+        return load_instances(tasks, base_image=base_image, **extra)
     return [t if isinstance(t, SweTask) else SweTask.from_swebench(t, **extra) for t in tasks]

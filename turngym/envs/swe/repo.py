@@ -68,7 +68,7 @@ def seed_repo(
         )
     script = (
         prefix
-        + f"cd {REPO_DIR} && git add -A && {_GIT_ENV} git commit -q --no-verify -m 'base' && git rev-parse HEAD"
+        + f"cd {REPO_DIR} && git add -A && {_GIT_ENV} git commit -q --no-verify --allow-empty -m 'base' && git rev-parse HEAD"
     )
     res = sb.exec(script, timeout=timeout, stdin=tar_of(upload) if upload else None)
     if res.exit_code != 0:
@@ -269,10 +269,13 @@ class Grade:
     failing: list[str] = field(default_factory=list)
     status: str = RESOLVED_NO
     grader: str = "strict"
+    #: the verifier's own reward (Harbor tasks); None when the verdict is pass/fail by tests
+    score: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "resolved": self.resolved,
+            "score": self.score,
             "status": self.status,
             "grader": self.grader,
             "applied": self.applied,
@@ -283,7 +286,10 @@ class Grade:
         }
 
     def components(self) -> dict[str, float]:
-        """Fractions of FAIL_TO_PASS / PASS_TO_PASS tests that succeeded (1.0 when there are none)."""
+        """Fractions of FAIL_TO_PASS / PASS_TO_PASS tests that succeeded (1.0 when there are none);
+        a verifier's score has no test lists (empty)."""
+        if self.score is not None:
+            return {}
         return {
             "fail_to_pass": self.f2p_passed / self.f2p_total if self.f2p_total else 1.0,
             "pass_to_pass": self.p2p_passed / self.p2p_total if self.p2p_total else 1.0,
@@ -340,4 +346,89 @@ def grade_patch(
         p2p_total=len(pass_to_pass),
         detail=detail,
         failing=failing,
+    )
+
+
+VERIFIER_LOGS = "/logs/verifier"
+TESTS_DIR = "/tests"
+
+
+def read_reward(text: str, name: str) -> float:
+    """The reward a Harbor verifier wrote: a number (``reward.txt``), or ``{"reward": x}`` or a
+    single numeric value (``reward.json``). Raises ``ValueError`` saying what was found."""
+    text = text.strip()
+    if name.endswith(".json"):
+        data = json.loads(text)
+        if isinstance(data, dict):
+            if "reward" in data:
+                data = data["reward"]
+            elif len(data) == 1:
+                (data,) = data.values()
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            raise ValueError(f"{name} holds no single numeric reward: {text[:200]}")
+        return float(data)
+    return float(text)
+
+
+def run_verifier(
+    sb: DockerSandbox,
+    files: Mapping[str, bytes],
+    patch: str,
+    *,
+    tests: Mapping[str, bytes],
+    env: Mapping[str, str] | None = None,
+    timeout: float = 600.0,
+    workdir: str = REPO_DIR,
+) -> Grade:
+    """Grade a Harbor task: seed a fresh sandbox with its files plus ``patch``, upload ``tests`` to
+    ``/tests``, run ``bash /tests/test.sh`` and read ``/logs/verifier/reward.txt`` (or ``.json``)."""
+    seed_repo(sb, files)
+    if patch.strip():
+        sb.put_files({"/tmp/.turngym-patch.diff": patch})
+        res = sb.exec(
+            f"cd {REPO_DIR} && git apply --binary --whitespace=nowarn /tmp/.turngym-patch.diff", timeout=60
+        )
+        if res.exit_code != 0:
+            return Grade(
+                False,
+                applied=False,
+                grader="harbor",
+                score=0.0,
+                detail=f"patch does not apply: {res.output[-1000:]}",
+            )
+    sb.exec(f"rm -rf {TESTS_DIR}/* {VERIFIER_LOGS} && mkdir -p {VERIFIER_LOGS} /logs/agent", timeout=30)
+    sb.put_files({f"{TESTS_DIR}/{rel}": data for rel, data in tests.items()})
+    assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in dict(env or {}).items())
+    res = sb.exec(
+        f"cd {shlex.quote(workdir)} && {assigns} bash {TESTS_DIR}/test.sh > {VERIFIER_LOGS}/test-stdout.txt 2>&1; "
+        f"echo $? ; tail -c 2000 {VERIFIER_LOGS}/test-stdout.txt",
+        timeout=timeout,
+        max_output_bytes=8000,
+    )
+    if res.timed_out:
+        return Grade(False, applied=True, grader="harbor", score=0.0, detail=f"test.sh ran past {timeout:g}s")
+    for name in ("reward.txt", "reward.json"):
+        try:
+            raw = sb.get_file(f"{VERIFIER_LOGS}/{name}").decode(errors="replace")
+        except SandboxError:
+            continue
+        try:
+            score = read_reward(raw, name)
+        except ValueError as e:
+            return Grade(False, applied=True, grader="harbor", score=0.0, detail=f"bad {name}: {e}")
+        full = score >= 1.0
+        return Grade(
+            full,
+            applied=True,
+            grader="harbor",
+            score=score,
+            status=RESOLVED_FULL if full else (RESOLVED_PARTIAL if score > 0 else RESOLVED_NO),
+            detail=res.output[-1000:],
+        )
+    return Grade(
+        False,
+        applied=True,
+        grader="harbor",
+        score=0.0,
+        detail=f"test.sh wrote no {VERIFIER_LOGS}/reward.txt or reward.json; its exit code and output: {res.output[-1000:]}",
     )

@@ -102,6 +102,8 @@ class SweTask:
     #: how test statuses become the verdict (a name in ``repo.GRADERS``): ``swebench`` (the swebench
     #: package's rules) for loaded instances, ``strict`` (every test passes) for synthesised ones
     grader: str = ""
+    #: a Harbor task's verifier, solution and settings (``turngym.envs.swe.harbor``); None otherwise
+    harbor: dict[str, Any] | None = None
     _files: dict[str, bytes] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -143,6 +145,8 @@ class SweTask:
         return self._files
 
     def is_test_path(self, path: str) -> bool:
+        if self.harbor is not None:  # a Harbor task's tests live outside the repository (/tests)
+            return False
         spec = self.spec
         if spec is not None:
             return spec.is_test_path(path)
@@ -437,8 +441,11 @@ def load_instances(
     src_root: str = "",
     test_requires: Iterable[str] = (),
     allow_unpinned: bool = False,
+    base_image: str | None = None,
 ) -> list[SweTask]:
-    """Tasks from a JSON list or JSONL file of SWE-bench instances (default: the shipped task set).
+    """Tasks from a JSON list or JSONL file of SWE-bench instances (default: the shipped task set),
+    or from a directory of Harbor tasks (or one task directory: see :mod:`turngym.envs.swe.harbor`;
+    their images build on ``base_image``).
 
     For plain SWE-bench instances give the repository: ``snapshot`` (one for all) or ``snapshots``
     (instance id -> directory or tarball); a git checkout is pinned to each instance's
@@ -447,6 +454,10 @@ def load_instances(
     ``test_requires``). Errors name the file, the instance and the field (:class:`InstanceError`).
     """
     p = Path(path) if path is not None else DEFAULT_TASKS
+    if p.is_dir():
+        from turngym.envs.swe.harbor import load_harbor_tasks
+
+        return load_harbor_tasks(p, base_image=base_image)
     raw = read_instance_file(p)
     tasks = []
     for where, d in raw:
