@@ -202,3 +202,21 @@ def test_harbor_task_runs_in_swe_docker(tmp_path, base_image):
     finally:
         env.close()
     assert _settled(before) == set()
+
+
+@pytest.mark.docker
+def test_validate_cli_runs_the_harbor_solution(tmp_path, base_image):
+    from typer.testing import CliRunner
+
+    from turngym.cli import app
+
+    before = _mine()
+    d = make_task(tmp_path)
+    args = ["swe", "validate", "--tasks", str(d), "--base-image", base_image, "--concurrency", "1"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "1/1 tasks resolved by the expert" in res.output
+    (d / "solution" / "solve.sh").write_text("printf 'print(\"hello\")\\n' > greet.py\n")  # a wrong solution
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 1 and "FAILED demo/greet: gold patch reward 0.0" in res.output
+    assert _settled(before) == set()

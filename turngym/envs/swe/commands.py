@@ -36,7 +36,10 @@ def swe_synth(
 
 
 def swe_validate(
-    tasks: Path = typer.Option(None, help="Task file (default: the shipped task set)."),
+    tasks: Path = typer.Option(
+        None,
+        help="Task file (SWE-bench JSON/JSONL) or Harbor task directory (default: the shipped task set).",
+    ),
     limit: int = typer.Option(0, help="Only the first N tasks (0 = all)."),
     concurrency: int = typer.Option(2, help="Episodes at once."),
     snapshot: Path = typer.Option(
@@ -52,11 +55,12 @@ def swe_validate(
     empty: bool = typer.Option(
         True, help="Also check that an empty patch does not resolve any task (plain instances)."
     ),
+    base_image: str = typer.Option(None, help="Base image to build task images on (default: turngym's)."),
 ) -> None:
     """Run the scripted expert on every task: each must be resolved (reward 1).
 
     On plain SWE-bench instances the expert applies each instance's gold patch, and an empty patch
-    must not resolve the instance.
+    must not resolve the instance; on Harbor tasks it runs solution/solve.sh.
     """
     import asyncio
 
@@ -71,6 +75,7 @@ def swe_validate(
         "image": image,
         "src_root": src_root,
         "allow_unpinned": allow_unpinned,
+        "base_image": base_image,
     }
     try:
         results = asyncio.run(

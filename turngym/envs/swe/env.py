@@ -43,7 +43,7 @@ from turngym.core.env import Env, Task
 from turngym.core.types import Message, ToolResult
 from turngym.envs.swe import editor
 from turngym.envs.swe.packages import REPO_DIR
-from turngym.envs.swe.tasks import SweTask, load_instances
+from turngym.envs.swe.tasks import SweTask
 from turngym.tools import ToolError, tool
 
 _MALFORMED = frozenset({"parse_error", "no_call", "bad_arguments", "unknown_tool", "too_many_calls"})
@@ -637,5 +637,7 @@ def _load_tasks(
         "allow_unpinned": allow_unpinned,
     }
     if tasks is None or isinstance(tasks, str | Path):
-        return load_instances(tasks, base_image=base_image, **extra)
+        from turngym.envs.swe.formats import load_tasks
+
+        return load_tasks(tasks, base_image=base_image, **extra)
     return [t if isinstance(t, SweTask) else SweTask.from_swebench(t, **extra) for t in tasks]

@@ -441,11 +441,8 @@ def load_instances(
     src_root: str = "",
     test_requires: Iterable[str] = (),
     allow_unpinned: bool = False,
-    base_image: str | None = None,
 ) -> list[SweTask]:
-    """Tasks from a JSON list or JSONL file of SWE-bench instances (default: the shipped task set),
-    or from a directory of Harbor tasks (or one task directory: see :mod:`turngym.envs.swe.harbor`;
-    their images build on ``base_image``).
+    """Tasks from a JSON list or JSONL file of SWE-bench instances (default: the shipped task set).
 
     For plain SWE-bench instances give the repository: ``snapshot`` (one for all) or ``snapshots``
     (instance id -> directory or tarball); a git checkout is pinned to each instance's
@@ -454,10 +451,6 @@ def load_instances(
     ``test_requires``). Errors name the file, the instance and the field (:class:`InstanceError`).
     """
     p = Path(path) if path is not None else DEFAULT_TASKS
-    if p.is_dir():
-        from turngym.envs.swe.harbor import load_harbor_tasks
-
-        return load_harbor_tasks(p, base_image=base_image)
     raw = read_instance_file(p)
     tasks = []
     for where, d in raw:

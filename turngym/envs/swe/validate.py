@@ -11,7 +11,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from turngym.envs.swe.tasks import load_instances
+from turngym.envs.swe.formats import load_tasks
 
 
 async def expert_episode(env: Any, task_id: str, max_steps: int = 10) -> tuple[float, dict[str, Any]]:
@@ -37,10 +37,11 @@ async def run_expert(
     """Per task id: ``{"gold": expert reward, "grade": the expert's grade}`` plus, with
     ``check_empty`` and on loaded instances (no package), ``"empty"``: 1.0 if an empty patch resolves
     the task (it must not). ``concurrency`` episodes at once (one env each); ``load`` goes to
-    :func:`~turngym.envs.swe.tasks.load_instances` (``snapshot``, ``image``, ``src_root``, ...)."""
+    :func:`~turngym.envs.swe.formats.load_tasks` (``snapshot``, ``image``, ``src_root``, ``base_image``,
+    ...)."""
     from turngym.envs.swe.env import SweDockerEnv
 
-    all_tasks = load_instances(tasks, **load)[:limit]
+    all_tasks = load_tasks(tasks, **load)[:limit]
     queue: asyncio.Queue[str] = asyncio.Queue()
     for t in all_tasks:
         queue.put_nowait(t.instance_id)
@@ -48,7 +49,9 @@ async def run_expert(
     by_id = {t.instance_id: t for t in all_tasks}
 
     async def worker() -> None:
-        env = SweDockerEnv(all_tasks, pool_warm=1, max_active=concurrency * 2)
+        env = SweDockerEnv(
+            all_tasks, pool_warm=1, max_active=concurrency * 2, base_image=load.get("base_image")
+        )
         try:
             while not queue.empty():
                 task_id = queue.get_nowait()
