@@ -405,7 +405,7 @@ def read_instance_file(path: str | os.PathLike[str]) -> list[tuple[str, Any]]:
         raise InstanceError(f"cannot read SWE-bench instances from {p}: {e.strerror or e}") from None
     if p.suffix == ".jsonl":
         out = []
-        for n, line in enumerate(text.splitlines(), 1):
+        for n, line in enumerate(text.split("\n"), 1):  # not splitlines: JSON strings may hold U+2028
             if not line.strip():
                 continue
             try:
