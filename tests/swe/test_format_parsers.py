@@ -93,3 +93,43 @@ def test_instance_files_keep_where_each_entry_came_from(tmp_path_factory, entrie
     js = d / "x.json"
     js.write_text(json.dumps(entries))
     assert read_instance_file(js) == [(f"{js} entry {i}", e) for i, e in enumerate(entries)]
+
+
+def test_graders_are_checked_when_tasks_load():
+    from turngym.envs.swe.repo import GRADER_NEEDS, GRADERS, check_grader, grader
+
+    check_grader("swebench")  # installed here (the interop extra)
+    with pytest.raises(KeyError, match="unknown grader 'nope'"):
+        check_grader("nope")
+
+    @grader("needs-missing", needs="turngym_no_such_module")
+    def _g(sm, f2p, p2p):
+        return [], [], "RESOLVED_NO"
+
+    try:
+        with pytest.raises(ImportError, match="needs the turngym_no_such_module package"):
+            check_grader("needs-missing")
+    finally:
+        GRADERS.pop("needs-missing")
+        GRADER_NEEDS.pop("needs-missing")
+
+
+@settings(deadline=None, max_examples=60)
+@given(
+    st.dictionaries(
+        st.text(min_size=1, max_size=8), st.sampled_from(["PASSED", "FAILED", "ERROR", "SKIPPED"])
+    )
+)
+def test_swebench_grader_agrees_with_its_definition(sm):
+    """RESOLVED_FULL iff every FAIL_TO_PASS test PASSED (or XFAIL) and every PASS_TO_PASS test PASSED or
+    was SKIPPED; the strict grader also wants PASS_TO_PASS to pass."""
+    from turngym.envs.swe.repo import GRADERS
+
+    names = sorted(sm)
+    f2p, p2p = names[: len(names) // 2] + ["missing::t"] * (len(names) % 2), names[len(names) // 2 :]
+    f2p_ok, p2p_ok, status = GRADERS["swebench"](sm, f2p, p2p)
+    assert f2p_ok == [t for t in f2p if sm.get(t) == "PASSED"]
+    assert p2p_ok == [t for t in p2p if sm.get(t) in ("PASSED", "SKIPPED")]
+    assert (status == "RESOLVED_FULL") == (len(f2p_ok) == len(f2p) and len(p2p_ok) == len(p2p))
+    strict_ok = GRADERS["strict"](sm, f2p, p2p)[2] == "RESOLVED_FULL"
+    assert strict_ok == (all(sm.get(t) == "PASSED" for t in f2p + p2p))

@@ -121,6 +121,10 @@ class SweDockerEnv(Env):
             self.tasks = [t for t in self.tasks if t.instance_id in wanted]
         if not self.tasks:
             raise ValueError("no SWE tasks selected (check tasks=, task_ids=, packages=)")
+        from turngym.envs.swe.repo import check_grader
+
+        for name in {t.grader for t in self.tasks if t.harbor is None}:
+            check_grader(name)  # a missing grading package fails here, not mid-rollout
         self._by_id = {t.instance_id: t for t in self.tasks}
         self.base_image = base_image
         self.limits = limits or Limits()

@@ -211,16 +211,34 @@ RESOLVED_FULL, RESOLVED_PARTIAL, RESOLVED_NO = "RESOLVED_FULL", "RESOLVED_PARTIA
 #: resolution status); a task names its grader (``SweTask.grader``)
 Grader = Callable[[Mapping[str, str], list[str], list[str]], tuple[list[str], list[str], str]]
 GRADERS: dict[str, Grader] = {}
+#: grader name -> the module it needs (checked when tasks load, not first at grading)
+GRADER_NEEDS: dict[str, str] = {}
 
 
-def grader(name: str) -> Callable[[Grader], Grader]:
-    """Register a grader under ``name``."""
+def grader(name: str, needs: str = "") -> Callable[[Grader], Grader]:
+    """Register a grader under ``name`` (``needs``: a module it imports, checked by :func:`check_grader`)."""
 
     def register(fn: Grader) -> Grader:
         GRADERS[name] = fn
+        if needs:
+            GRADER_NEEDS[name] = needs
         return fn
 
     return register
+
+
+def check_grader(name: str) -> None:
+    """Raise now, with what to do, if grader ``name`` is unknown or its package is missing."""
+    import importlib.util
+
+    if name not in GRADERS:
+        raise KeyError(f"unknown grader {name!r}; known: {', '.join(GRADERS)}")
+    module = GRADER_NEEDS.get(name)
+    if module and importlib.util.find_spec(module) is None:
+        raise ImportError(
+            f"the {name!r} grader needs the {module} package, which is not installed: "
+            "pip install 'turngym[interop]'"
+        )
 
 
 @grader("strict")
@@ -232,7 +250,7 @@ def strict_grader(sm: Mapping[str, str], f2p: list[str], p2p: list[str]) -> tupl
     return f2p_ok, p2p_ok, RESOLVED_FULL if full else RESOLVED_NO
 
 
-@grader("swebench")
+@grader("swebench", needs="swebench")
 def swebench_grader(
     sm: Mapping[str, str], f2p: list[str], p2p: list[str]
 ) -> tuple[list[str], list[str], str]:
