@@ -81,7 +81,7 @@ def swe_validate(
         results = asyncio.run(
             run_expert(tasks, limit=limit or None, concurrency=concurrency, check_empty=empty, **load)
         )
-    except InstanceError as e:
+    except (InstanceError, FileNotFoundError, ImportError) as e:
         console.print(f"[red]{e}[/red]")
         raise typer.Exit(2) from None
     bad = {k: r for k, r in results.items() if r["gold"] != 1.0 or r.get("empty", 0.0) != 0.0}
