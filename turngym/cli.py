@@ -58,10 +58,11 @@ EXTERNAL_GROUPS: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
         ],
     ),
     "swe": (
-        "swe-docker: synthesise and validate bug-fix tasks from real packages.",
+        "swe-docker: synthesise, import (SWE-bench, Harbor) and validate bug-fix tasks.",
         [
             ("synth", "turngym.envs.swe.commands", "swe_synth"),
             ("validate", "turngym.envs.swe.commands", "swe_validate"),
+            ("import-swebench", "turngym.envs.swe.commands", "swe_import_swebench"),
         ],
     ),
     "travel": (

@@ -108,13 +108,17 @@ def test_base_commit_missing_from_the_git_snapshot_is_an_error(repo_past_base):
         load_instances(_write(path, inst), snapshot=str(repo))
 
 
-def test_snapshot_that_is_not_a_git_checkout_warns_and_is_used_as_is(repo_past_base, tmp_path):
-    _, _, _, path = repo_past_base
+def test_snapshot_that_is_not_a_git_checkout_is_refused_unless_opted_out(repo_past_base, tmp_path):
+    _, a, _, path = repo_past_base
     plain = tmp_path / "plain"
     (plain / "calc").mkdir(parents=True)
     (plain / "calc" / "__init__.py").write_text(BUGGY)
+    with pytest.raises(
+        ValueError, match=f"demo__calc-2: names base_commit {a}, but the snapshot .* is not a git"
+    ):
+        load_instances(path, snapshot=str(plain))
     with pytest.warns(UserWarning, match="not a git checkout, so it cannot be checked out at"):
-        (task,) = load_instances(path, snapshot=str(plain))
+        (task,) = load_instances(path, snapshot=str(plain), allow_unpinned=True)
     assert task.graded_commit is None and task.files() == {"calc/__init__.py": BUGGY.encode()}
 
 
@@ -171,6 +175,8 @@ def test_checkout_past_base_commit_is_graded_at_base_commit(repo_past_base):
         assert terminated and reward == 1.0, info.get("grade")
         assert info["grade"]["FAIL_TO_PASS"] == "1/1" and info["grade"]["PASS_TO_PASS"] == "2/2"
         assert info["reference"]["graded_commit"] == a  # which commit was graded is recorded
+        assert info["grade"]["status"] == "RESOLVED_FULL" and info["grade"]["grader"] == "swebench"
+        assert info["reward_components"]["fail_to_pass"] == 1.0
     finally:
         env.close()
 

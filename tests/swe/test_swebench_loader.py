@@ -56,7 +56,9 @@ def instance(tmp_path):
 
 def test_swebench_instance_with_snapshot(instance):
     path, snap, inst = instance
-    env = turngym.make("swe-docker-v0", tasks=str(path), snapshot=str(snap), src_root="src", max_turns=6)
+    env = turngym.make(
+        "swe-docker-v0", tasks=str(path), snapshot=str(snap), src_root="src", allow_unpinned=True, max_turns=6
+    )
     try:
         obs, info = env.reset(seed=0)
         assert "add(2, 3) returns -1" in obs[1].content

@@ -77,7 +77,10 @@ def test_plain_swebench_instance_needs_a_snapshot(tmp_path):
     (snap / "pkg").mkdir(parents=True)
     (snap / "pkg" / "m.py").write_text("x = 1\n")
     (snap / "t.py").write_text("def test_a(): pass\n")
-    (task,) = load_instances(p, snapshot=str(snap))
+    with pytest.raises(ValueError, match="o__r-1: names base_commit abc, but the snapshot .* is not a git"):
+        load_instances(p, snapshot=str(snap))
+    with pytest.warns(UserWarning, match="not a git checkout"):
+        (task,) = load_instances(p, snapshot=str(snap), allow_unpinned=True)
     assert task.files() == {"pkg/m.py": b"x = 1\n", "t.py": b"def test_a(): pass\n"}
     assert task.test_files == ["t.py"] and task.is_test_path("t.py") and not task.is_test_path("pkg/m.py")
     with pytest.raises(ValueError, match="missing"):

@@ -36,7 +36,10 @@ def swe_synth(
 
 
 def swe_validate(
-    tasks: Path = typer.Option(None, help="Task file (default: the shipped task set)."),
+    tasks: Path = typer.Option(
+        None,
+        help="Task file (SWE-bench JSON/JSONL) or Harbor task directory (default: the shipped task set).",
+    ),
     limit: int = typer.Option(0, help="Only the first N tasks (0 = all)."),
     concurrency: int = typer.Option(2, help="Episodes at once."),
     snapshot: Path = typer.Option(
@@ -46,26 +49,94 @@ def swe_validate(
     ),
     image: str = typer.Option(None, help="Image with the repository's dependencies (plain instances)."),
     src_root: str = typer.Option("", help="Import root inside the repository, e.g. src (plain instances)."),
+    allow_unpinned: bool = typer.Option(
+        False, help="Accept a snapshot that is not a git checkout although instances name a base_commit."
+    ),
+    empty: bool = typer.Option(
+        True, help="Also check that an empty patch does not resolve any task (plain instances)."
+    ),
+    base_image: str = typer.Option(None, help="Base image to build task images on (default: turngym's)."),
 ) -> None:
     """Run the scripted expert on every task: each must be resolved (reward 1).
 
-    On plain SWE-bench instances the expert applies each instance's gold patch.
+    On plain SWE-bench instances the expert applies each instance's gold patch, and an empty patch
+    must not resolve the instance; on Harbor tasks it runs solution/solve.sh.
     """
     import asyncio
 
     from rich.console import Console
 
+    from turngym.envs.swe.tasks import InstanceError
     from turngym.envs.swe.validate import run_expert
 
     console = Console()
-    load = {"snapshot": str(snapshot) if snapshot else None, "image": image, "src_root": src_root}
-    results = asyncio.run(run_expert(tasks, limit=limit or None, concurrency=concurrency, **load))
-    bad = {k: v for k, v in results.items() if v != 1.0}
+    load = {
+        "snapshot": str(snapshot) if snapshot else None,
+        "image": image,
+        "src_root": src_root,
+        "allow_unpinned": allow_unpinned,
+        "base_image": base_image,
+    }
+    try:
+        results = asyncio.run(
+            run_expert(tasks, limit=limit or None, concurrency=concurrency, check_empty=empty, **load)
+        )
+    except (InstanceError, FileNotFoundError, ImportError) as e:
+        console.print(f"[red]{e}[/red]")
+        raise typer.Exit(2) from None
+    bad = {k: r for k, r in results.items() if r["gold"] != 1.0 or r.get("empty", 0.0) != 0.0}
     console.print(f"{len(results) - len(bad)}/{len(results)} tasks resolved by the expert")
-    for k, v in bad.items():
-        console.print(f"  FAILED {k}: reward {v}")
+    for k, r in bad.items():
+        why = f"gold patch reward {r['gold']}" if r["gold"] != 1.0 else "an empty patch resolves it"
+        console.print(f"  FAILED {k}: {why} {r.get('grade') or ''}")
     if bad:
         raise typer.Exit(1)
+
+
+def swe_import_swebench(
+    file: Path = typer.Argument(..., help="SWE-bench instances: a JSON list or object, or JSONL."),
+    repo: Path = typer.Option(..., help="Local git checkout of the instances' repository (has base_commit)."),
+    out: Path = typer.Option(None, help="Output task file (default: FILE with suffix .turngym.json)."),
+    image: str = typer.Option(None, help="Image with the repository's dependencies (default: built)."),
+    src_root: str = typer.Option("", help="Import root inside the repository, e.g. src."),
+    test_requires: list[str] = typer.Option(None, help="pip requirements of the tests (image build)."),
+    allow_unpinned: bool = typer.Option(
+        False, help="Accept a repo that is not a git checkout although instances name a base_commit."
+    ),
+) -> None:
+    """Check SWE-bench instances against a local checkout and write them as a swe-docker task file.
+
+    Each instance's base_commit must be in the checkout (it is read from git, the checkout is not
+    changed), its patch and test_patch must apply there; the output remembers the repository so
+    `turngym swe validate --tasks OUT` and `turngym.make("swe-docker", tasks=OUT)` need nothing else.
+    """
+    from rich.console import Console
+
+    from turngym.envs.swe.tasks import InstanceError, import_swebench, save_instances
+
+    console = Console()
+    extra = {"image": image, "src_root": src_root, "test_requires": tuple(test_requires or ())}
+    try:
+        tasks, problems = import_swebench(file, repo, allow_unpinned=allow_unpinned, **extra)
+    except InstanceError as e:
+        console.print(f"[red]{e}[/red]")
+        raise typer.Exit(2) from None
+    for p in problems:
+        console.print(f"[red]{p}[/red]")
+    if problems:
+        console.print(f"{len(problems)} problem(s); nothing written")
+        raise typer.Exit(1)
+    dest = out or file.with_name(file.name.split(".")[0] + ".turngym.json")
+    save_instances(tasks, dest)
+    for t in tasks:
+        at = t.graded_commit[:12] if t.graded_commit else "as given (unpinned)"
+        console.print(
+            f"  {t.instance_id}: base_commit {at}, {len(t.fail_to_pass)} FAIL_TO_PASS, "
+            f"{len(t.pass_to_pass)} PASS_TO_PASS"
+        )
+    console.print(
+        f"{len(tasks)} instance(s) written to {dest}; check them with: turngym swe validate --tasks {dest}"
+    )
 
 
 def sandbox_build(

@@ -13,7 +13,12 @@ do not add to the reward (documented exception to the components-sum rule):
   3 patch passes them;
 * ``format_ok`` (every turn): the action held well-formed calls of known tools;
 * ``edit_applied`` (every turn): a file edit of the repository succeeded this turn;
-* ``tests_run`` (every turn): a bash command ran tests this turn.
+* ``tests_run`` (every turn): a bash command ran tests this turn;
+* ``fail_to_pass`` / ``pass_to_pass`` (final turn, when a patch was graded): the fraction of
+  FAIL_TO_PASS / PASS_TO_PASS tests that succeeded.
+
+Loaded SWE-bench instances are graded by the ``swebench`` package's rules (``repo.GRADERS``):
+RESOLVED_FULL pays 1.0; ``info["grade"]["status"]`` holds RESOLVED_FULL / PARTIAL / NO.
 
 A container that dies mid-episode (killed from outside) ends the episode with an error observation
 and ``info["sandbox_error"]`` plus ``info["masked"]`` (the rollout engine masks the trajectory: a
@@ -38,7 +43,7 @@ from turngym.core.env import Env, Task
 from turngym.core.types import Message, ToolResult
 from turngym.envs.swe import editor
 from turngym.envs.swe.packages import REPO_DIR
-from turngym.envs.swe.tasks import SweTask, load_instances
+from turngym.envs.swe.tasks import SweTask
 from turngym.tools import ToolError, tool
 
 _MALFORMED = frozenset({"parse_error", "no_call", "bad_arguments", "unknown_tool", "too_many_calls"})
@@ -63,6 +68,11 @@ I've uploaded a python code repository in the directory {repo_dir}. Consider the
 Make the minimal changes to non-test files in {repo_dir} so that the issue is resolved.
 Run the tests with `python3 -m pytest -q <path>`; when you are done, call submit."""
 
+HARBOR_USER_PROMPT = """{instruction}
+
+(You work in {workdir} in a sandboxed Linux container with no network; it is the same directory as
+{repo_dir}. Only changes under {workdir} count. When you are done, call submit.)"""
+
 
 class SweDockerEnv(Env):
     """One task per episode, one container per episode (from a warm pool), graded in a fresh one."""
@@ -83,6 +93,7 @@ class SweDockerEnv(Env):
         image: str | None = None,
         src_root: str = "",
         test_requires: Sequence[str] = (),
+        allow_unpinned: bool = False,
         base_image: str | None = None,
         limits: Any = None,
         pool_warm: int = 1,
@@ -95,7 +106,13 @@ class SweDockerEnv(Env):
         from turngym.sandboxes.docker import Limits
 
         self.tasks = _load_tasks(
-            tasks, snapshot=snapshot, image=image, src_root=src_root, test_requires=tuple(test_requires)
+            tasks,
+            base_image=base_image,
+            snapshot=snapshot,
+            image=image,
+            src_root=src_root,
+            test_requires=tuple(test_requires),
+            allow_unpinned=allow_unpinned,
         )
         if packages:
             self.tasks = [t for t in self.tasks if t.repo in set(packages) or t.package in set(packages)]
@@ -104,6 +121,10 @@ class SweDockerEnv(Env):
             self.tasks = [t for t in self.tasks if t.instance_id in wanted]
         if not self.tasks:
             raise ValueError("no SWE tasks selected (check tasks=, task_ids=, packages=)")
+        from turngym.envs.swe.repo import check_grader
+
+        for name in {t.grader for t in self.tasks if t.harbor is None}:
+            check_grader(name)  # a missing grading package fails here, not mid-rollout
         self._by_id = {t.instance_id: t for t in self.tasks}
         self.base_image = base_image
         self.limits = limits or Limits()
@@ -159,7 +180,7 @@ class SweDockerEnv(Env):
                 image,
                 warm=self.pool_warm,
                 max_active=self.max_active,
-                limits=self.limits,
+                limits=self._limits_for(task),
                 workdir=REPO_DIR,
                 prepare=partial(stage_repo, files=staged) if staged is not None else None,
                 prepare_key=f"stage:{spec.key}" if spec is not None else "",
@@ -167,6 +188,15 @@ class SweDockerEnv(Env):
             self._pools[pool_key] = pool
             self._staged[id(pool)] = staged
         return pool
+
+    def _limits_for(self, task: SweTask) -> Any:
+        """A Harbor task's verifier writes /tests and /logs: they are tmpfs mounts too."""
+        if task.harbor is None:
+            return self.limits
+        from dataclasses import replace
+
+        extra = tuple(p for p in ("/tests", "/logs") if p not in self.limits.writable)
+        return replace(self.limits, writable=self.limits.writable + extra)
 
     async def _sandbox_call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Run a blocking sandbox call; a dead container ends the episode with a clear error."""
@@ -229,7 +259,12 @@ class SweDockerEnv(Env):
                 self._release_sandbox()
                 raise
         system = SYSTEM_PROMPT + ("\n\n" + self.tool_instructions() if self.tools_in_prompt else "")
-        user = USER_PROMPT.format(repo_dir=REPO_DIR, issue=task.problem_statement.strip())
+        if task.harbor is not None:
+            user = HARBOR_USER_PROMPT.format(
+                instruction=task.problem_statement.strip(), workdir=task.harbor["workdir"], repo_dir=REPO_DIR
+            )
+        else:
+            user = USER_PROMPT.format(repo_dir=REPO_DIR, issue=task.problem_statement.strip())
         return Task(
             messages=[Message(role="system", content=system.strip()), Message(role="user", content=user)],
             task_id=task.instance_id,
@@ -240,7 +275,12 @@ class SweDockerEnv(Env):
                 "mutation": task.mutation,
                 "graded_commit": task.graded_commit,
             },
-            info={"repo": task.repo, "base_commit": head, "container": self._sb.name},
+            info={
+                "repo": task.repo,
+                "base_commit": head,
+                "graded_commit": task.graded_commit,
+                "container": self._sb.name,
+            },
         )
 
     def _reward(self, components: dict[str, float]) -> float:
@@ -269,19 +309,45 @@ class SweDockerEnv(Env):
                 level = 1.0
             else:
                 self._grade = await self._grade_patch(self._patch)
-                resolved = float(self._grade.resolved)
+                score = self._grade.score  # a Harbor verifier's own reward
+                resolved = float(self._grade.resolved) if score is None else float(score)
+                comps.update(self._grade.components())
                 level = 3.0 if self._grade.resolved else 2.0
         comps.update(outcome_level=level, resolved=resolved)
         return comps
 
-    async def _grade_patch(self, patch: str) -> Any:
-        from turngym.envs.swe.repo import grade_patch
+    async def agrade(self, patch: str, task_id: str) -> Any:
+        """Grade ``patch`` for task ``task_id`` outside an episode (a fresh container, as after
+        ``submit``); returns the :class:`~turngym.envs.swe.repo.Grade`. ``swe validate`` uses it to
+        check that an empty patch does not resolve an instance."""
         from turngym.sandboxes.docker import run_blocking
 
-        task = self._swe
-        assert task is not None
-        sb = await self._pool.aacquire(bounded=False)
+        if task_id not in self._by_id:
+            raise KeyError(f"unknown task_id {task_id!r}")
+        task = self._by_id[task_id]
+        pool = await run_blocking(self._pool_for, task)
+        return await self._grade_patch(patch, task, pool)
+
+    async def _grade_patch(self, patch: str, task: SweTask | None = None, pool: Any = None) -> Any:
+        from turngym.envs.swe.repo import grade_patch, run_verifier
+        from turngym.sandboxes.docker import run_blocking
+
+        task = task or self._swe
+        pool = pool or self._pool
+        assert task is not None and pool is not None
+        sb = await pool.aacquire(bounded=False)
         try:
+            if task.harbor is not None:
+                return await run_blocking(
+                    run_verifier,
+                    sb,
+                    task.files(),
+                    patch,
+                    tests=task.harbor["tests"],
+                    env=task.harbor["verifier_env"],
+                    timeout=task.harbor["verifier_timeout"],
+                    workdir=task.harbor["workdir"],
+                )
             return await run_blocking(
                 grade_patch,
                 sb,
@@ -292,10 +358,11 @@ class SweDockerEnv(Env):
                 test_files=task.test_files,
                 test_patch=task.test_patch,
                 timeout=self.test_timeout,
-                staged=self._staged.get(id(self._pool)),
+                staged=self._staged.get(id(pool)),
+                grader=task.grader,
             )
         finally:
-            self._pool.release_later(sb)
+            pool.release_later(sb)
 
     def _state_key(self) -> str:
         payload = json.dumps([self._swe.instance_id if self._swe else "", sorted(self._edited.items())])
@@ -323,7 +390,7 @@ class SweDockerEnv(Env):
         res = await self._exec(command)
         if _TEST_COMMAND.search(command):
             self._flags["tests_run"] = 1.0
-        if self._swe is not None and command == _apply_command(self._swe.patch):
+        if self._swe is not None and command == _gold_command(self._swe):
             self._gold_tried = True  # the expert submits next (a patch that does not apply then fails)
         text = f"<returncode>{res.exit_code}</returncode>\n<output>\n{res.output}</output>"
         if res.timed_out:
@@ -444,7 +511,10 @@ class SweDockerEnv(Env):
         task = self._swe
         assert task is not None
         patch = await self._sandbox_call(current_patch, self._sb)
-        self._patch, dropped = gradable_patch(patch, task.is_test_path, task.files())
+        if task.harbor is not None:  # its tests live outside the repository: every change counts
+            self._patch, dropped = patch, []
+        else:
+            self._patch, dropped = gradable_patch(patch, task.is_test_path, task.files())
         self._submitted = True
         files = changed_paths(self._patch)
         note = (
@@ -510,11 +580,13 @@ class SweDockerEnv(Env):
 
     def expert_action(self) -> str | None:
         """The gold patch, then ``submit``: a synthesised task's revert edits through ``file_editor``;
-        a loaded instance (no edits) applies its ``patch`` with ``git apply`` through ``bash``."""
+        a loaded instance (no edits) applies its ``patch`` with ``git apply`` through ``bash``; a
+        Harbor task runs its ``solution/solve.sh`` through ``bash``."""
         if self._swe is None:
             return None
-        if not self._swe.expert_edits and self._swe.patch.strip() and not self._gold_tried:
-            return self.format_call("bash", {"command": _apply_command(self._swe.patch)})
+        gold = _gold_command(self._swe)
+        if not self._swe.expert_edits and gold and not self._gold_tried:
+            return self.format_call("bash", {"command": gold})
         for i, e in enumerate(self._swe.expert_edits):
             if i not in self._expert_done:
                 args = {
@@ -525,6 +597,21 @@ class SweDockerEnv(Env):
                 }
                 return self.format_call("file_editor", args)
         return self.format_call("submit", {})
+
+
+def _gold_command(task: SweTask) -> str | None:
+    """The bash command of a loaded task's reference solution: ``git apply`` of its gold patch, or a
+    Harbor task's ``solution/solve.sh`` run in its working directory; None when it has neither."""
+    if task.harbor is not None:
+        script = task.harbor.get("solution")
+        if not script:
+            return None
+        end = "TURNGYM_SOLVE_EOF"
+        while end in script:
+            end += "_"
+        body = script if script.endswith("\n") else script + "\n"
+        return f"cd {shlex.quote(task.harbor['workdir'])} && bash -s <<'{end}'\n{body}{end}"
+    return _apply_command(task.patch) if task.patch.strip() else None
 
 
 def _apply_command(patch: str) -> str:
@@ -543,8 +630,18 @@ def _load_tasks(
     image: str | None,
     src_root: str,
     test_requires: tuple[str, ...],
+    allow_unpinned: bool = False,
+    base_image: str | None = None,
 ) -> list[SweTask]:
-    extra = {"snapshot": snapshot, "image": image, "src_root": src_root, "test_requires": test_requires}
+    extra: dict[str, Any] = {
+        "snapshot": snapshot,
+        "image": image,
+        "src_root": src_root,
+        "test_requires": test_requires,
+        "allow_unpinned": allow_unpinned,
+    }
     if tasks is None or isinstance(tasks, str | Path):
-        return load_instances(tasks, **extra)
+        from turngym.envs.swe.formats import load_tasks
+
+        return load_tasks(tasks, base_image=base_image, **extra)
     return [t if isinstance(t, SweTask) else SweTask.from_swebench(t, **extra) for t in tasks]

@@ -68,7 +68,7 @@ def seed_repo(
         )
     script = (
         prefix
-        + f"cd {REPO_DIR} && git add -A && {_GIT_ENV} git commit -q --no-verify -m 'base' && git rev-parse HEAD"
+        + f"cd {REPO_DIR} && git add -A && {_GIT_ENV} git commit -q --no-verify --allow-empty -m 'base' && git rev-parse HEAD"
     )
     res = sb.exec(script, timeout=timeout, stdin=tar_of(upload) if upload else None)
     if res.exit_code != 0:
@@ -197,9 +197,85 @@ def run_tests(
     )
 
 
+#: pytest outcomes (of the report plugin) as the ``swebench`` package's ``TestStatus`` values
+TEST_STATUS = {
+    "passed": "PASSED",
+    "failed": "FAILED",
+    "error": "ERROR",
+    "skipped": "SKIPPED",
+    "xfail": "XFAIL",
+}
+RESOLVED_FULL, RESOLVED_PARTIAL, RESOLVED_NO = "RESOLVED_FULL", "RESOLVED_PARTIAL", "RESOLVED_NO"
+
+#: a grader: (status map, FAIL_TO_PASS, PASS_TO_PASS) -> (F2P that succeeded, P2P that succeeded,
+#: resolution status); a task names its grader (``SweTask.grader``)
+Grader = Callable[[Mapping[str, str], list[str], list[str]], tuple[list[str], list[str], str]]
+GRADERS: dict[str, Grader] = {}
+#: grader name -> the module it needs (checked when tasks load, not first at grading)
+GRADER_NEEDS: dict[str, str] = {}
+
+
+def grader(name: str, needs: str = "") -> Callable[[Grader], Grader]:
+    """Register a grader under ``name`` (``needs``: a module it imports, checked by :func:`check_grader`)."""
+
+    def register(fn: Grader) -> Grader:
+        GRADERS[name] = fn
+        if needs:
+            GRADER_NEEDS[name] = needs
+        return fn
+
+    return register
+
+
+def check_grader(name: str) -> None:
+    """Raise now, with what to do, if grader ``name`` is unknown or its package is missing."""
+    import importlib.util
+
+    if name not in GRADERS:
+        raise KeyError(f"unknown grader {name!r}; known: {', '.join(GRADERS)}")
+    module = GRADER_NEEDS.get(name)
+    if module and importlib.util.find_spec(module) is None:
+        raise ImportError(
+            f"the {name!r} grader needs the {module} package, which is not installed: "
+            "pip install 'turngym[interop]'"
+        )
+
+
+@grader("strict")
+def strict_grader(sm: Mapping[str, str], f2p: list[str], p2p: list[str]) -> tuple[list[str], list[str], str]:
+    """Every FAIL_TO_PASS and PASS_TO_PASS test must pass (synthesised tasks: a skip is a failure)."""
+    f2p_ok = [t for t in f2p if sm.get(t) == "PASSED"]
+    p2p_ok = [t for t in p2p if sm.get(t) == "PASSED"]
+    full = len(f2p_ok) == len(f2p) and len(p2p_ok) == len(p2p)
+    return f2p_ok, p2p_ok, RESOLVED_FULL if full else RESOLVED_NO
+
+
+@grader("swebench", needs="swebench")
+def swebench_grader(
+    sm: Mapping[str, str], f2p: list[str], p2p: list[str]
+) -> tuple[list[str], list[str], str]:
+    """SWE-bench's own verdict (``swebench.harness.grading``): FAIL_TO_PASS must pass (or xfail),
+    PASS_TO_PASS must pass or be skipped; RESOLVED_FULL only when both hold for every test."""
+    try:
+        from swebench.harness.constants import FAIL_TO_PASS, PASS_TO_PASS
+        from swebench.harness.grading import get_eval_tests_report, get_resolution_status
+    except ImportError as e:
+        raise RuntimeError(
+            f"grading a SWE-bench instance as SWE-bench does needs the swebench package ({e}): "
+            "pip install 'turngym[interop]'"
+        ) from e
+    report = get_eval_tests_report(dict(sm), {FAIL_TO_PASS: list(f2p), PASS_TO_PASS: list(p2p)})
+    return report[FAIL_TO_PASS]["success"], report[PASS_TO_PASS]["success"], get_resolution_status(report)
+
+
+def status_map(run: TestRun) -> dict[str, str]:
+    """A test run's outcomes as SWE-bench status names."""
+    return {t: TEST_STATUS.get(o, "ERROR") for t, o in run.outcomes.items()}
+
+
 @dataclass
 class Grade:
-    """The verdict on a patch: ``resolved`` iff every FAIL_TO_PASS and PASS_TO_PASS test passed."""
+    """The verdict on a patch: ``resolved`` iff the grader says RESOLVED_FULL (``status``)."""
 
     resolved: bool
     applied: bool
@@ -209,15 +285,32 @@ class Grade:
     p2p_total: int = 0
     detail: str = ""
     failing: list[str] = field(default_factory=list)
+    status: str = RESOLVED_NO
+    grader: str = "strict"
+    #: the verifier's own reward (Harbor tasks); None when the verdict is pass/fail by tests
+    score: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "resolved": self.resolved,
+            "score": self.score,
+            "status": self.status,
+            "grader": self.grader,
             "applied": self.applied,
             "FAIL_TO_PASS": f"{self.f2p_passed}/{self.f2p_total}",
             "PASS_TO_PASS": f"{self.p2p_passed}/{self.p2p_total}",
             "detail": self.detail,
             "failing": self.failing[:20],
+        }
+
+    def components(self) -> dict[str, float]:
+        """Fractions of FAIL_TO_PASS / PASS_TO_PASS tests that succeeded (1.0 when there are none);
+        a verifier's score has no test lists (empty)."""
+        if self.score is not None:
+            return {}
+        return {
+            "fail_to_pass": self.f2p_passed / self.f2p_total if self.f2p_total else 1.0,
+            "pass_to_pass": self.p2p_passed / self.p2p_total if self.p2p_total else 1.0,
         }
 
 
@@ -232,8 +325,12 @@ def grade_patch(
     test_patch: str = "",
     timeout: float = 300.0,
     staged: Mapping[str, bytes] | None = None,
+    grader: str = "strict",
 ) -> Grade:
-    """Seed a fresh sandbox with the task's files, apply ``patch`` (+ ``test_patch``) and run the tests."""
+    """Seed a fresh sandbox with the task's files, apply ``patch`` (+ ``test_patch``) and run the tests;
+    ``grader`` (a name in :data:`GRADERS`) turns the per-test statuses into the verdict."""
+    if grader not in GRADERS:
+        raise KeyError(f"unknown grader {grader!r}; known: {', '.join(GRADERS)}")
     seed_repo(sb, files, staged=staged)
     for name, p in (("patch", patch), ("test_patch", test_patch)):
         if not p.strip():
@@ -249,14 +346,17 @@ def grade_patch(
                 f2p_total=len(fail_to_pass),
                 p2p_total=len(pass_to_pass),
                 detail=f"{name} does not apply: {res.output.strip()[:1000]}",
+                grader=grader,
             )
     run = run_tests(sb, test_files or sorted({t.split("::")[0] for t in fail_to_pass}), timeout=timeout)
-    f2p = [t for t in fail_to_pass if run.passed(t)]
-    p2p = [t for t in pass_to_pass if run.passed(t)]
-    failing = [t for t in fail_to_pass + pass_to_pass if not run.passed(t)]
+    f2p, p2p, status = GRADERS[grader](status_map(run), list(fail_to_pass), list(pass_to_pass))
+    ok = set(f2p) | set(p2p)
+    failing = [t for t in fail_to_pass + pass_to_pass if t not in ok]
     detail = "tests timed out" if run.timed_out else ("" if run.outcomes else run.output[-1000:])
     return Grade(
-        resolved=not failing,
+        resolved=status == RESOLVED_FULL,
+        status=status,
+        grader=grader,
         applied=True,
         f2p_passed=len(f2p),
         f2p_total=len(fail_to_pass),
@@ -264,4 +364,89 @@ def grade_patch(
         p2p_total=len(pass_to_pass),
         detail=detail,
         failing=failing,
+    )
+
+
+VERIFIER_LOGS = "/logs/verifier"
+TESTS_DIR = "/tests"
+
+
+def read_reward(text: str, name: str) -> float:
+    """The reward a Harbor verifier wrote: a number (``reward.txt``), or ``{"reward": x}`` or a
+    single numeric value (``reward.json``). Raises ``ValueError`` saying what was found."""
+    text = text.strip()
+    if name.endswith(".json"):
+        data = json.loads(text)
+        if isinstance(data, dict):
+            if "reward" in data:
+                data = data["reward"]
+            elif len(data) == 1:
+                (data,) = data.values()
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            raise ValueError(f"{name} holds no single numeric reward: {text[:200]}")
+        return float(data)
+    return float(text)
+
+
+def run_verifier(
+    sb: DockerSandbox,
+    files: Mapping[str, bytes],
+    patch: str,
+    *,
+    tests: Mapping[str, bytes],
+    env: Mapping[str, str] | None = None,
+    timeout: float = 600.0,
+    workdir: str = REPO_DIR,
+) -> Grade:
+    """Grade a Harbor task: seed a fresh sandbox with its files plus ``patch``, upload ``tests`` to
+    ``/tests``, run ``bash /tests/test.sh`` and read ``/logs/verifier/reward.txt`` (or ``.json``)."""
+    seed_repo(sb, files)
+    if patch.strip():
+        sb.put_files({"/tmp/.turngym-patch.diff": patch})
+        res = sb.exec(
+            f"cd {REPO_DIR} && git apply --binary --whitespace=nowarn /tmp/.turngym-patch.diff", timeout=60
+        )
+        if res.exit_code != 0:
+            return Grade(
+                False,
+                applied=False,
+                grader="harbor",
+                score=0.0,
+                detail=f"patch does not apply: {res.output[-1000:]}",
+            )
+    sb.exec(f"rm -rf {TESTS_DIR}/* {VERIFIER_LOGS} && mkdir -p {VERIFIER_LOGS} /logs/agent", timeout=30)
+    sb.put_files({f"{TESTS_DIR}/{rel}": data for rel, data in tests.items()})
+    assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in dict(env or {}).items())
+    res = sb.exec(
+        f"cd {shlex.quote(workdir)} && {assigns} bash {TESTS_DIR}/test.sh > {VERIFIER_LOGS}/test-stdout.txt 2>&1; "
+        f"echo $? ; tail -c 2000 {VERIFIER_LOGS}/test-stdout.txt",
+        timeout=timeout,
+        max_output_bytes=8000,
+    )
+    if res.timed_out:
+        return Grade(False, applied=True, grader="harbor", score=0.0, detail=f"test.sh ran past {timeout:g}s")
+    for name in ("reward.txt", "reward.json"):
+        try:
+            raw = sb.get_file(f"{VERIFIER_LOGS}/{name}").decode(errors="replace")
+        except SandboxError:
+            continue
+        try:
+            score = read_reward(raw, name)
+        except ValueError as e:
+            return Grade(False, applied=True, grader="harbor", score=0.0, detail=f"bad {name}: {e}")
+        full = score >= 1.0
+        return Grade(
+            full,
+            applied=True,
+            grader="harbor",
+            score=score,
+            status=RESOLVED_FULL if full else (RESOLVED_PARTIAL if score > 0 else RESOLVED_NO),
+            detail=res.output[-1000:],
+        )
+    return Grade(
+        False,
+        applied=True,
+        grader="harbor",
+        score=0.0,
+        detail=f"test.sh wrote no {VERIFIER_LOGS}/reward.txt or reward.json; its exit code and output: {res.output[-1000:]}",
     )

@@ -17,8 +17,12 @@ A snapshot that is a git checkout (a directory holding ``.git``) is pinned to th
 ``base_commit``: the files graded are that commit's, read from git's object store (the checkout
 itself is never changed), whatever the checkout's HEAD, and the resolved commit is recorded as
 ``SweTask.graded_commit``. A ``base_commit`` the repository lacks is an error. A snapshot that is
-not a git checkout (a plain directory or a tarball) cannot be checked against ``base_commit``: it
-is used as given, with a warning when the instance names a ``base_commit``.
+not a git checkout (a plain directory or a tarball) cannot be checked against ``base_commit``: an
+instance that names one is refused, unless the caller opts out with ``allow_unpinned=True`` (then
+the snapshot is used as given, with a warning).
+
+Malformed instances (bad JSON, a missing field, FAIL_TO_PASS that is not a list of test ids) raise
+:class:`InstanceError`, a ``ValueError`` whose message names the file, the instance and the field.
 """
 
 from __future__ import annotations
@@ -57,6 +61,16 @@ SWEBENCH_FIELDS = (
 )
 
 
+#: fields a plain SWE-bench instance must have (the ``swebench`` package's ``SWEbenchInstance``
+#: minus the descriptive ones); a synthesised instance (with a ``turngym`` field) needs the same
+REQUIRED_FIELDS = ("instance_id", "problem_statement", "patch", "FAIL_TO_PASS", "PASS_TO_PASS")
+_STRING_FIELDS = ("instance_id", "repo", "base_commit", "patch", "test_patch", "problem_statement", "version")
+
+
+class InstanceError(ValueError):
+    """A SWE-bench instance (or its file) that cannot be used; the message names where and which field."""
+
+
 @dataclass
 class SweTask:
     """One task: the repository at its buggy state, the tests that decide it, and the gold patch."""
@@ -83,11 +97,22 @@ class SweTask:
     #: the commit whose files are graded: ``base_commit`` resolved in a git snapshot; None when the
     #: files come from a package or a snapshot that is not a git checkout (see the module docstring)
     graded_commit: str | None = None
+    #: use a snapshot that is not a git checkout although the instance names a ``base_commit``
+    allow_unpinned: bool = False
+    #: how test statuses become the verdict (a name in ``repo.GRADERS``): ``swebench`` (the swebench
+    #: package's rules) for loaded instances, ``strict`` (every test passes) for synthesised ones
+    grader: str = ""
+    #: a Harbor task's verifier, solution and settings (``turngym.envs.swe.harbor``); None otherwise
+    harbor: dict[str, Any] | None = None
     _files: dict[str, bytes] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if not self.grader:
+            self.grader = "strict" if self.package is not None else "swebench"
         if self.snapshot and self.package is None and self.graded_commit is None:
-            self.graded_commit = pin_snapshot(self.snapshot, self.base_commit, self.instance_id)
+            self.graded_commit = pin_snapshot(
+                self.snapshot, self.base_commit, self.instance_id, allow_unpinned=self.allow_unpinned
+            )
 
     # ------------------------------------------------------------ the repository
     @property
@@ -120,6 +145,8 @@ class SweTask:
         return self._files
 
     def is_test_path(self, path: str) -> bool:
+        if self.harbor is not None:  # a Harbor task's tests live outside the repository (/tests)
+            return False
         spec = self.spec
         if spec is not None:
             return spec.is_test_path(path)
@@ -158,6 +185,14 @@ class SweTask:
             "mutation": self.mutation,
             "expert_edits": self.expert_edits,
         }
+        if self.package is None and self.snapshot:  # an imported instance: where its repository is
+            out["turngym"].update(
+                snapshot=str(Path(self.snapshot).resolve()),
+                graded_commit=self.graded_commit,
+                src_root=self.src_root,
+                image=self.image,
+                test_requires=list(self.test_requires),
+            )
         return out
 
     @classmethod
@@ -169,12 +204,29 @@ class SweTask:
         image: str | None = None,
         src_root: str = "",
         test_requires: Iterable[str] = (),
+        allow_unpinned: bool = False,
     ) -> SweTask:
-        missing = [k for k in ("instance_id", "patch", "FAIL_TO_PASS", "PASS_TO_PASS") if k not in d]
+        if not isinstance(d, dict):
+            raise InstanceError(
+                f"a SWE-bench instance must be a JSON object, got {type(d).__name__}: {str(d)[:100]}"
+            )
+        iid = d.get("instance_id", "?")
+        missing = [k for k in REQUIRED_FIELDS if k not in d or d[k] is None]
         if missing:
-            raise ValueError(f"not a SWE-bench instance (missing {missing}): {str(d)[:200]}")
+            raise InstanceError(
+                f"instance {iid}: missing field(s) {', '.join(missing)} (a SWE-bench instance has "
+                f"{', '.join(REQUIRED_FIELDS)}, and usually repo, base_commit, test_patch)"
+            )
+        for k in _STRING_FIELDS:
+            if k in d and d[k] is not None and not isinstance(d[k], str):
+                raise InstanceError(f"instance {iid}: field {k} must be a string, got {type(d[k]).__name__}")
         extra = d.get("turngym") or {}
-        f2p, p2p = _json_list(d["FAIL_TO_PASS"]), _json_list(d["PASS_TO_PASS"])
+        f2p = _json_list(d["FAIL_TO_PASS"], "FAIL_TO_PASS", iid)
+        p2p = _json_list(d["PASS_TO_PASS"], "PASS_TO_PASS", iid)
+        if not f2p:
+            raise InstanceError(
+                f"instance {iid}: FAIL_TO_PASS is empty: nothing would tell a fix from no fix"
+            )
         test_files = list(extra.get("test_files") or [])
         if not test_files:
             test_files = sorted(
@@ -199,16 +251,27 @@ class SweTask:
             image=image,
             src_root=src_root,
             test_requires=tuple(test_requires),
+            allow_unpinned=allow_unpinned,
             mutation=extra.get("mutation"),
             expert_edits=list(extra.get("expert_edits") or []),
         )
 
 
-def _json_list(value: Any) -> list[str]:
+def _json_list(value: Any, name: str = "FAIL_TO_PASS / PASS_TO_PASS", instance_id: Any = "?") -> list[str]:
+    """A test-id list, given as a list or (as SWE-bench stores it) a JSON string holding one."""
     if isinstance(value, str):
-        value = json.loads(value) if value.strip() else []
+        try:
+            value = json.loads(value) if value.strip() else []
+        except json.JSONDecodeError as e:
+            raise InstanceError(
+                f"instance {instance_id}: field {name} is a string but not a JSON list of test ids "
+                f"({e.msg} at column {e.colno}): {value[:100]!r}"
+            ) from None
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"FAIL_TO_PASS / PASS_TO_PASS must be a list of test ids, got {str(value)[:100]}")
+        raise InstanceError(
+            f"instance {instance_id}: field {name} must be a list of test ids (strings) or a JSON string "
+            f"of one, got {type(value).__name__}: {str(value)[:100]}"
+        )
     return list(value)
 
 
@@ -257,16 +320,27 @@ def _git(repo: str | os.PathLike[str], *args: str, stdin: bytes | None = None) -
     return subprocess.run(["git", "-C", str(repo), *args], input=stdin, capture_output=True, check=False)
 
 
-def pin_snapshot(snapshot: str | os.PathLike[str], base_commit: str, instance_id: str = "") -> str | None:
+def pin_snapshot(
+    snapshot: str | os.PathLike[str], base_commit: str, instance_id: str = "", *, allow_unpinned: bool = False
+) -> str | None:
     """The full id of ``base_commit`` in a git snapshot (the commit to grade), or None.
 
     Raises ``ValueError`` when the snapshot is a git checkout that lacks ``base_commit`` (or that git
-    cannot read); warns, once per snapshot, when an instance names a ``base_commit`` but the snapshot
-    is not a git checkout and so cannot be checked. Nothing in the checkout is changed.
+    cannot read), and when an instance names a ``base_commit`` but the snapshot is not a git
+    checkout, so the commit cannot be checked; with ``allow_unpinned`` the latter only warns (once
+    per snapshot). Nothing in the checkout is changed.
     """
     if not base_commit:
         return None
     if not is_git_checkout(snapshot):
+        if not allow_unpinned:
+            raise InstanceError(
+                f"instance {instance_id or '?'}: names base_commit {base_commit}, but the snapshot {snapshot} "
+                "is not a git checkout, so turngym cannot check out that commit and could grade the wrong "
+                "code. Pass a git checkout of the repository that has the commit (it is pinned "
+                "automatically), or opt out with allow_unpinned=True (CLI: --allow-unpinned) if the "
+                "snapshot is known to be at base_commit."
+            )
         _warn_unpinned(str(snapshot))
         return None
     return _resolve_commit(str(Path(snapshot).resolve()), base_commit, instance_id)
@@ -276,8 +350,8 @@ def pin_snapshot(snapshot: str | os.PathLike[str], base_commit: str, instance_id
 def _warn_unpinned(snapshot: str) -> None:
     warnings.warn(
         f"snapshot {snapshot} is not a git checkout, so it cannot be checked out at the instances' "
-        "base_commit: its files are graded as they are. Make sure it holds the repository at "
-        "base_commit (or pass a git checkout that has the commit, and it is pinned automatically).",
+        "base_commit: its files are graded as they are (allow_unpinned). Make sure it holds the "
+        "repository at base_commit (or pass a git checkout that has the commit: it is pinned).",
         stacklevel=3,
     )
 
@@ -287,7 +361,7 @@ def _resolve_commit(repo: str, commit: str, instance_id: str) -> str:
     res = _git(repo, "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")
     if res.returncode != 0:
         why = res.stderr.decode(errors="replace").strip()
-        raise ValueError(
+        raise InstanceError(
             f"instance {instance_id or '?'}: base_commit {commit} is not a commit of the git snapshot {repo}"
             + (f" (git: {why})" if why else "")
             + f"; fetch it (git -C {repo} fetch origin {commit}) or pass a snapshot at base_commit"
@@ -321,6 +395,35 @@ def read_git_tree(repo: str | os.PathLike[str], commit: str) -> dict[str, bytes]
     return files
 
 
+def read_instance_file(path: str | os.PathLike[str]) -> list[tuple[str, Any]]:
+    """The raw entries of a JSON (one object or a list) or JSONL file, each with where it came from
+    (``FILE line N`` / ``FILE entry N``); invalid JSON raises :class:`InstanceError` with the line."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise InstanceError(f"cannot read SWE-bench instances from {p}: {e.strerror or e}") from None
+    if p.suffix == ".jsonl":
+        out = []
+        for n, line in enumerate(text.split("\n"), 1):  # not splitlines: JSON strings may hold U+2028
+            if not line.strip():
+                continue
+            try:
+                out.append((f"{p} line {n}", json.loads(line)))
+            except json.JSONDecodeError as e:
+                raise InstanceError(f"{p} line {n}: not valid JSON ({e.msg} at column {e.colno})") from None
+        return out
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        hint = " (a JSONL file? name it .jsonl)" if e.msg == "Extra data" else ""
+        raise InstanceError(
+            f"{p}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}){hint}"
+        ) from None
+    entries = data if isinstance(data, list) else [data]
+    return [(f"{p} entry {i}", d) for i, d in enumerate(entries)]
+
+
 def save_instances(tasks: Iterable[SweTask], path: str | os.PathLike[str]) -> Path:
     """Write tasks as a JSON list of SWE-bench instances."""
     out = Path(path)
@@ -337,6 +440,7 @@ def load_instances(
     image: str | None = None,
     src_root: str = "",
     test_requires: Iterable[str] = (),
+    allow_unpinned: bool = False,
 ) -> list[SweTask]:
     """Tasks from a JSON list or JSONL file of SWE-bench instances (default: the shipped task set).
 
@@ -344,28 +448,85 @@ def load_instances(
     (instance id -> directory or tarball); a git checkout is pinned to each instance's
     ``base_commit``, a plain directory or tarball must already be at it (see the module docstring).
     ``image`` names an image that has the repository's dependencies (else one is built from
-    ``test_requires``).
+    ``test_requires``). Errors name the file, the instance and the field (:class:`InstanceError`).
     """
     p = Path(path) if path is not None else DEFAULT_TASKS
-    text = p.read_text()
-    if p.suffix == ".jsonl":
-        raw = [json.loads(line) for line in text.splitlines() if line.strip()]
-    else:
-        data = json.loads(text)
-        raw = data if isinstance(data, list) else [data]
+    raw = read_instance_file(p)
     tasks = []
-    for d in raw:
-        snap = (snapshots or {}).get(str(d.get("instance_id")), snapshot)
-        task = SweTask.from_swebench(
-            d, snapshot=snap, image=image, src_root=src_root, test_requires=test_requires
-        )
+    for where, d in raw:
+        snap = (snapshots or {}).get(str(d.get("instance_id")), snapshot) if isinstance(d, dict) else None
+        extra = d.get("turngym") if isinstance(d, dict) and isinstance(d.get("turngym"), dict) else {}
+        try:
+            task = SweTask.from_swebench(
+                d,
+                snapshot=snap or extra.get("snapshot"),
+                image=image or extra.get("image"),
+                src_root=src_root or extra.get("src_root", ""),
+                test_requires=tuple(test_requires) or tuple(extra.get("test_requires") or ()),
+                allow_unpinned=allow_unpinned,
+            )
+        except InstanceError as e:
+            raise InstanceError(f"{where}: {e}") from None
         if task.package is None and task.snapshot is None and task.image is None:
-            raise ValueError(
+            raise InstanceError(
                 f"instance {task.instance_id}: a SWE-bench instance needs the repository at base_commit "
                 "(snapshot=DIR_OR_TARBALL or snapshots={id: path})"
             )
         tasks.append(task)
     return tasks
+
+
+def check_instance(task: SweTask) -> list[str]:
+    """Problems of a loaded instance found without Docker: its ``patch`` or ``test_patch`` does not
+    apply to the repository at ``base_commit`` (checked with ``git apply --check`` in a temporary
+    copy), or a FAIL_TO_PASS / PASS_TO_PASS test lives in a file that neither exists nor is added."""
+    import tempfile
+
+    problems: list[str] = []
+    files = task.files()
+    with tempfile.TemporaryDirectory(prefix="turngym-check-") as tmp:
+        for rel, data in files.items():
+            dest = Path(tmp, rel)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(data)
+        for name in ("patch", "test_patch"):
+            text = getattr(task, name)
+            if not text.strip():
+                if name == "patch":
+                    problems.append(f"instance {task.instance_id}: field patch is empty (no gold patch)")
+                continue
+            res = subprocess.run(
+                ["git", "apply", "--check", "--whitespace=nowarn", "-"],
+                cwd=tmp,
+                input=text.encode() if text.endswith("\n") else (text + "\n").encode(),
+                capture_output=True,
+                check=False,
+            )
+            if res.returncode != 0:
+                why = res.stderr.decode(errors="replace").strip().splitlines()
+                problems.append(
+                    f"instance {task.instance_id}: field {name} does not apply at "
+                    f"{task.graded_commit or 'the snapshot'}: {'; '.join(why[:3])}"
+                )
+    known = set(files) | set(_diff_paths_only(task.test_patch))
+    for name, tests in (("FAIL_TO_PASS", task.fail_to_pass), ("PASS_TO_PASS", task.pass_to_pass)):
+        missing = sorted({t.split("::")[0] for t in tests if "::" in t} - known)
+        if missing:
+            problems.append(
+                f"instance {task.instance_id}: {name} names tests in files the repository at base_commit "
+                f"does not have and test_patch does not add: {', '.join(missing[:5])}"
+            )
+    return problems
+
+
+def import_swebench(
+    path: str | os.PathLike[str], repo: str | os.PathLike[str], **load: Any
+) -> tuple[list[SweTask], list[str]]:
+    """Load SWE-bench instances against the local checkout ``repo`` and check each one
+    (:func:`check_instance`); returns the tasks and the problems found (empty when all are usable)."""
+    tasks = load_instances(path, snapshot=str(repo), **load)
+    problems = [p for t in tasks for p in check_instance(t)]
+    return tasks, problems
 
 
 # ---------------------------------------------------------------- synthesis
