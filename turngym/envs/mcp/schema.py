@@ -21,11 +21,13 @@ wrong type is a ``bad_arguments`` observation naming the argument, the same as f
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from typing import Any
 
 import jsonschema
+import jsonschema.exceptions
 from jsonschema.validators import Draft202012Validator
 
 from turngym.core.types import ToolSpec
@@ -122,6 +124,12 @@ def _walk(tool: str, node: Any, parts: list[str], root: Mapping[str, Any]) -> No
             _walk(tool, child, [*parts, key, str(i)], root)
 
 
+@functools.cache
+def _meta_validator() -> Draft202012Validator:
+    """A validator of schemas against the draft 2020-12 meta-schema (built once: it is not cheap)."""
+    return Draft202012Validator(Draft202012Validator.META_SCHEMA)
+
+
 def check_schema(tool: str, schema: Any) -> dict[str, Any]:
     """The input schema as a function-call ``parameters`` object, or :class:`UnsupportedSchema`."""
     if schema is None:
@@ -134,12 +142,11 @@ def check_schema(tool: str, schema: Any) -> dict[str, Any]:
         raise UnsupportedSchema(
             tool, "#/type", f"the root must be an object schema (type 'object'), got type {root_type!r}"
         )
-    try:
-        Draft202012Validator.check_schema(schema)
-    except jsonschema.SchemaError as e:
-        where = _pointer([str(p) for p in e.absolute_path])
-        raise UnsupportedSchema(tool, where, f"not a valid JSON Schema: {e.message}") from None
     _walk(tool, schema, [], schema)
+    error = jsonschema.exceptions.best_match(_meta_validator().iter_errors(schema))
+    if error is not None:
+        where = _pointer([str(p) for p in error.absolute_path])
+        raise UnsupportedSchema(tool, where, f"not a valid JSON Schema: {error.message}")
     schema.pop("$schema", None)
     schema["type"] = "object"
     schema.setdefault("properties", {})
