@@ -1,7 +1,7 @@
 """A small MCP server (the official SDK's ``MCPServer``) and its tasks: the ``mcp`` family's default.
 
-``turngym.make("mcp")`` with no ``servers=`` starts this server over stdio (``python -m
-turngym.envs.mcp.demo_server``) and asks :data:`DEMO_TASKS`, so the family runs, plays and passes
+``turngym.make("mcp")`` with no ``servers=`` starts this server over stdio (``python
+<path of this file>``; it imports only ``mcp``) and asks :data:`DEMO_TASKS`, so the family runs, plays and passes
 ``turngym check`` with nothing to configure. ``python -m turngym.envs.mcp.demo_server --http PORT`` serves it
 over streamable HTTP at ``http://127.0.0.1:PORT/mcp`` instead.
 

@@ -102,8 +102,11 @@ class McpToolDef(ToolDef):
 
 
 def default_servers() -> list[ServerConfig]:
-    """The demo server over stdio (``turngym.envs.mcp.demo_server``)."""
-    return [ServerConfig(name="demo", command=sys.executable, args=["-m", "turngym.envs.mcp.demo_server"])]
+    """The demo server over stdio (``turngym.envs.mcp.demo_server``, run as a script)."""
+    from turngym.envs.mcp import demo_server
+
+    # by file path, not ``-m``: the SDK starts stdio servers with a minimal environment (no PYTHONPATH)
+    return [ServerConfig(name="demo", command=sys.executable, args=[str(demo_server.__file__)])]
 
 
 class McpEnv(Env):
