@@ -479,3 +479,12 @@ def test_default_env_is_the_demo_server():
         assert reward == 1.0 and {"lookup", "subtract", "answer"} == {s.name for s in env.tools}
     finally:
         env.close()
+
+
+@pytest.mark.slow
+def test_conformance_suite_passes():
+    from turngym.testing import check_env
+
+    report = check_env("mcp-v0")
+    report.raise_for_failures()
+    assert "NotForkable" in next(r for r in report.results if r.name == "fork").detail
