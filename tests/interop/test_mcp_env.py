@@ -344,6 +344,24 @@ def test_crashing_server_masks_the_episode_and_leaves_nothing():
         env.close()
 
 
+def test_a_shared_server_that_died_between_episodes_is_replaced_at_reset():
+    env = McpEnv(servers=[stdio()], tasks=TASKS)
+    try:
+        env.reset(options={"task_id": "py"})
+        ((_, _, _, _, info),) = play(env, [("pid", {})])
+        first = int(info["tool_results"][0].content)
+        psutil.Process(first).kill()  # not reaped here: the SDK's transport owns the child
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and psutil.Process(first).status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.05)
+        env.reset(options={"task_id": "py"})  # the ping fails: a new server, not a lost episode
+        ((_, _, term, _, info),) = play(env, [("pid", {})])
+        assert info["tool_results"][0].ok and int(info["tool_results"][0].content) != first
+        assert "masked" not in info and not term
+    finally:
+        env.close()
+
+
 def test_crash_through_the_engine_is_a_masked_trajectory():
     class CrashAgent:
         name = "crash"

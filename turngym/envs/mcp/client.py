@@ -21,13 +21,16 @@ import asyncio
 import atexit
 import threading
 import weakref
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 import mcp_types
 from mcp import Client, StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 
 from turngym.envs.mcp.config import ServerConfig
+
+T = TypeVar("T")
 
 #: stop() waits this long for the SDK's shutdown (stdin close, grace, SIGTERM, SIGKILL: about 6 s worst case)
 STOP_TIMEOUT = 15.0
@@ -146,10 +149,25 @@ class McpConnection:
         Raises ``TimeoutError`` after ``timeout`` seconds, :class:`ServerLost` if the server is gone, and
         ``MCPError`` for other protocol errors (e.g. the server rejects the request).
         """
+        return await self._request(
+            lambda client: client.call_tool(name, arguments, read_timeout_seconds=timeout), timeout
+        )
+
+    async def ping(self, timeout: float = 5.0) -> bool:
+        """Whether the server answers a ping within ``timeout``; a server that does not is marked lost."""
+        try:
+            await self._request(lambda client: client.send_ping(), min(timeout, self.config.timeout))
+        except (ServerLost, TimeoutError, MCPError) as e:
+            self.lost = self.lost or f"MCP server {self.config.name!r} did not answer a ping: {_describe(e)}"
+            return False
+        return True
+
+    async def _request(self, make: Callable[[Client], Coroutine[Any, Any, T]], timeout: float) -> T:
+        """Run ``make(client)`` on the connection's loop and await it here; transport faults -> ServerLost."""
         client, loop = self._client, self._loop
         if self.lost is not None or client is None or loop is None:
             raise ServerLost(self.lost or f"MCP server {self.config.name!r} is not running")
-        coro = client.call_tool(name, arguments, read_timeout_seconds=timeout)
+        coro = make(client)
         try:
             fut = asyncio.run_coroutine_threadsafe(coro, loop)
         except RuntimeError as e:  # the connection's loop is closed: its thread ended

@@ -19,7 +19,8 @@ masks the trajectory (``env_error``, the reason in ``metadata["error"]``) instea
 
 Servers: ``lifecycle="shared"`` (the default; read-only tools) connect when the env is built, through a
 per-process pool shared by every env with the same config, and stop when the last such env closes;
-``"per_episode"`` (stateful tools) start at every ``reset`` and stop at the next reset or ``close``.
+``"per_episode"`` (stateful tools) start at every ``reset`` and stop at the next reset or ``close`` (their
+tools join ``env.tools`` at the first reset). Each reset pings the shared servers and reconnects a dead one.
 
 Tasks (``turngym.envs.mcp.tasks``): a JSONL/JSON file or a list, each with a ``prompt``, the ``answer``(s)
 and optional ``metadata`` and expert ``solution``. With no ``servers`` and no ``tasks`` the env runs the
@@ -270,8 +271,8 @@ class McpEnv(Env):
         await self._stop_episode_servers()
         self._lost = None
         self._answer = None
-        for name, conn in list(self._shared.items()):  # a shared server lost last episode: reconnect
-            if not conn.alive:
+        for name, conn in list(self._shared.items()):  # a shared server that died meanwhile: reconnect
+            if not conn.alive or not await conn.ping():
                 config = conn.config
                 del self._shared[name]
                 await asyncio.to_thread(release_shared, conn)
