@@ -77,6 +77,14 @@ def no_leaks():
     assert shared_pool_size() == 0
 
 
+def gone(pid: int) -> bool:
+    """The process has exited (reaped, or a zombie waiting to be)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def play(env: McpEnv, calls: list[tuple[str, dict]]) -> list[tuple]:
     out = []
     for name, args in calls:
@@ -320,11 +328,10 @@ def test_per_episode_server_state_is_fresh_each_episode():
             steps = play(env, [("increment", {}), ("increment", {"by": 2}), ("pid", {})])
             assert [s[4]["tool_results"][0].content for s in steps[:2]] == ["1", "3"]
             pids.append(int(steps[2][4]["tool_results"][0].content))
-        assert pids[0] != pids[1]
-        assert not psutil.pid_exists(pids[0]) or psutil.Process(pids[0]).status() == psutil.STATUS_ZOMBIE
+        assert pids[0] != pids[1] and gone(pids[0])  # the first episode's server stopped at the reset
     finally:
         env.close()
-    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
+    assert all(gone(p) for p in pids)
 
 
 def test_crashing_server_masks_the_episode_and_leaves_nothing():
@@ -352,8 +359,9 @@ def test_a_shared_server_that_died_between_episodes_is_replaced_at_reset():
         first = int(info["tool_results"][0].content)
         psutil.Process(first).kill()  # not reaped here: the SDK's transport owns the child
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and psutil.Process(first).status() != psutil.STATUS_ZOMBIE:
+        while time.monotonic() < deadline and not gone(first):
             time.sleep(0.05)
+        assert gone(first)
         env.reset(options={"task_id": "py"})  # the ping fails: a new server, not a lost episode
         ((_, _, term, _, info),) = play(env, [("pid", {})])
         assert info["tool_results"][0].ok and int(info["tool_results"][0].content) != first
