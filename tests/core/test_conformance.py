@@ -9,7 +9,9 @@ import pytest
 import turngym
 from turngym.testing import check_env
 
-SERVICES = {"docker", "web"}
+#: families that need a service: docker, browsers, or (interop) external MCP servers, which hold state a
+#: fork cannot branch (tests/interop covers them, conformance included)
+SERVICES = {"docker", "web", "interop"}
 LIGHT = [s.id for s in turngym.registry.latest() if not SERVICES & set(s.requires)]
 
 

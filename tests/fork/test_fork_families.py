@@ -14,7 +14,9 @@ from turngym.core.env import Env, NotForkable
 from turngym.envs.arith.env import ArithEnv
 from turngym.testing import check_env
 
-SERVICES = {"docker", "web"}
+#: families that need a service: docker, browsers, or (interop) external MCP servers, which hold state a
+#: fork cannot branch (tests/interop covers them, conformance included)
+SERVICES = {"docker", "web", "interop"}
 LIGHT = [s.id for s in turngym.registry.latest() if not SERVICES & set(s.requires)]
 SEARCH = {"n_passages": 1500, "n_tasks": 150}
 TRAVEL = {"db_seed": 3, "n_cities": 150, "n_days": 14}

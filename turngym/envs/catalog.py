@@ -14,6 +14,16 @@ register(
 )
 
 register(
+    "mcp-v0",
+    "turngym.envs.mcp.env:McpEnv",
+    family="mcp",
+    requires=("interop",),
+    judge="turngym.envs.mcp.judge:JUDGE",
+    description="Tools from MCP servers (stdio commands or streamable-HTTP URLs, shared or one per episode) "
+    "plus answer(text); tasks from a JSONL/JSON file; EM/F1 answer reward (a demo server and tasks by default).",
+)
+
+register(
     "search-qa-v0",
     "turngym.envs.search.env:SearchQAEnv",
     family="search",

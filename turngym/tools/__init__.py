@@ -10,9 +10,10 @@ from turngym.tools.parsers import (
     ToolCallParser,
     get_parser,
 )
-from turngym.tools.toolbox import ToolBox, ToolError, ToolOutput, truncate
+from turngym.tools.toolbox import BadArguments, ToolBox, ToolError, ToolOutput, truncate
 
 __all__ = [
+    "BadArguments",
     "BoundTool",
     "HermesParser",
     "OpenAIParser",

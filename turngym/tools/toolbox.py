@@ -29,6 +29,11 @@ class ToolError(Exception):
     """Raise inside a tool for an expected failure; the message goes to the model as is."""
 
 
+class BadArguments(ValueError):
+    """Raised by a ``ToolDef.validate`` that does not use pydantic (e.g. a JSON-Schema validator for
+    a tool defined elsewhere, such as an MCP server's): the call is a ``bad_arguments`` error."""
+
+
 def truncate(text: str, limit: int) -> tuple[str, bool]:
     """Keep the head and tail of ``text`` within ``limit`` characters, with a marker between."""
     if limit <= 0 or len(text) <= limit:
@@ -141,6 +146,13 @@ class ToolBox:
         except pydantic.ValidationError as e:
             return ToolResult(
                 name=t.name, ok=False, error_kind="bad_arguments", error=_format_validation(t.name, e)
+            )
+        except BadArguments as e:
+            return ToolResult(
+                name=t.name,
+                ok=False,
+                error_kind="bad_arguments",
+                error=f"invalid arguments for {t.name!r}: {e}",
             )
         timeout = t.definition.timeout if t.definition.timeout is not None else self.timeout
         try:
