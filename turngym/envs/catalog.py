@@ -112,3 +112,12 @@ register(
     sites=["tracker"],
     description="web-arena-lite restricted to the issue-tracker (GitLab-like) site.",
 )
+
+register(
+    "remote-v0",
+    "turngym.remote.client:RemoteEnv",
+    family="remote",
+    requires=("interop",),
+    description="Any env served by `turngym serve` on another machine, over WebSocket "
+    "(make('remote', url=..., env_id=..., **env_kwargs)); episodes lost with the server are masked.",
+)
