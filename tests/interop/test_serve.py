@@ -17,19 +17,25 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from websockets.asyncio.client import connect
-
-import turngym
-from turngym.agents.scripted import ScriptedAgent
-from turngym.core.env import Env, NotForkable, Task
-from turngym.core.types import Message
-from turngym.remote import RemoteEnv, RemoteEnvError, RemoteEnvLost
-from turngym.remote.server import SessionManager, create_app
-from turngym.rollout import RolloutConfig, RolloutEngine
-from turngym.tools import tool
 
 pytest.importorskip("uvicorn")
+pytest.importorskip("fastapi")
+pytest.importorskip("websockets")
 pytest.importorskip("bm25s")
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from websockets.asyncio.client import connect  # noqa: E402
+
+import turngym  # noqa: E402
+from turngym.agents.scripted import ScriptedAgent  # noqa: E402
+from turngym.core.env import Env, NotForkable, Task  # noqa: E402
+from turngym.core.types import Message  # noqa: E402
+from turngym.remote import RemoteEnv, RemoteEnvError, RemoteEnvLost  # noqa: E402
+from turngym.remote.server import SessionManager, create_app  # noqa: E402
+from turngym.rollout import RolloutConfig, RolloutEngine  # noqa: E402
+from turngym.tools import tool  # noqa: E402
+
 pytestmark = pytest.mark.timeout(300)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -510,3 +516,54 @@ async def test_sessionless_mcp_clients_name_their_episode(served):
         assert bad.is_error and bad.structured_content["turn"] == 2
     async with httpx.AsyncClient(base_url=served.url) as http:
         assert (await http.delete(f"/sessions/{episode}")).json() == {"closed": True}
+
+
+# ------------------------------------------------------------------ the protocol, property-tested
+MESSAGES = st.builds(
+    Message,
+    role=st.sampled_from(["system", "user", "assistant", "tool"]),
+    content=st.text(max_size=40),
+    name=st.none() | st.text(max_size=8),
+    images=st.lists(st.binary(max_size=64), max_size=3),
+)
+
+
+@given(
+    st.lists(MESSAGES, max_size=4),
+    st.dictionaries(st.text(max_size=8), st.floats(allow_nan=False), max_size=4),
+)
+def test_messages_and_reward_components_round_trip_through_a_step_reply(messages, components):
+    from turngym.remote.protocol import StepReply, info_to_wire
+
+    info, results = info_to_wire({"reward_components": components, "tool_results": [], "turn": 1})
+    reply = StepReply(observation=messages, reward=0.5, terminated=False, truncated=True, info=info)
+    frame = json.dumps(reply.model_dump(mode="json"))  # what crosses the wire
+    again = StepReply.model_validate(json.loads(frame))
+    assert again.observation == messages and again.info["reward_components"] == components and results == []
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    frame=st.one_of(
+        st.text(max_size=200),
+        st.binary(max_size=200),
+        st.builds(
+            json.dumps,
+            st.dictionaries(
+                st.sampled_from(["id", "op", "session_id", "data", "x"]),
+                st.one_of(
+                    st.none(),
+                    st.integers(),
+                    st.text(max_size=10).filter(lambda t: t not in {"create", "attach"}),
+                    st.sampled_from(["reset", "step", "fork", "close"]),
+                ),
+            ),
+        ),
+    )
+)
+def test_any_websocket_frame_gets_a_reply_never_an_exception(frame):
+    manager = SessionManager(["arith"], max_sessions=2, idle_timeout=None)
+    reply = asyncio.run(manager.dispatch(frame, owner=object()))
+    if not reply.ok:
+        assert reply.error.kind in {"malformed", "unknown_session"} and reply.error.error
+    assert manager.sessions == {}  # nothing was opened by junk
