@@ -69,7 +69,7 @@ class PictureEnv(Env):
         return {"seen": 0.5, "cost": -0.25}
 
     def _step_info(self):
-        return {"raw": b"\x00\x01", "score": np.float32(1.5)}
+        return {"raw": b"\x00\x01", "score": np.float32(1.5), "bound": float("inf")}
 
     def expert_action(self):
         return self.format_call("look", {"at": "the sky"})
@@ -194,6 +194,7 @@ async def test_images_bytes_and_numpy_infos_cross_the_wire(served):
         assert rstep[4]["tool_results"] == lstep[4]["tool_results"]
         assert rstep[4]["reference"] == {"k": [1, 2]} and rstep[4]["state_key"] == lstep[4]["state_key"]
         assert rstep[4]["score"] == 1.5 and rstep[4]["raw"] == "AAE="  # JSON: numbers, bytes as base64
+        assert rstep[4]["bound"] == float("inf")  # not null: non-finite floats cross as Infinity
         with pytest.raises(NotForkable, match="cannot fork"):
             await remote.afork()
     finally:
@@ -567,3 +568,12 @@ def test_any_websocket_frame_gets_a_reply_never_an_exception(frame):
     if not reply.ok:
         assert reply.error.kind in {"malformed", "unknown_session"} and reply.error.error
     assert manager.sessions == {}  # nothing was opened by junk
+
+
+def test_non_finite_floats_survive_the_http_routes_too(served):
+    with httpx.Client(base_url=served.url, timeout=30) as http:
+        sid = http.post("/sessions", json={"env_id": "serve-picture"}).json()["session_id"]
+        http.post(f"/sessions/{sid}/reset", json={"seed": 0})
+        r = http.post(f"/sessions/{sid}/step", json={"action": "no call"})
+        assert r.status_code == 200 and json.loads(r.text)["info"]["bound"] == float("inf")
+        http.delete(f"/sessions/{sid}")

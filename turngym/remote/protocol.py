@@ -55,8 +55,15 @@ class ServeError(Exception):
         return ErrorBody(error=str(self), kind=self.kind)
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _Wire(BaseModel):
+    """Non-finite floats (a reward of ``inf``, a ``nan`` metric) cross the wire as JSON's ``Infinity``
+    and ``NaN`` tokens (which Python's and pydantic's JSON readers accept), never as ``null``."""
+
+    model_config = ConfigDict(ser_json_inf_nan="constants")
+
+
+class _Strict(_Wire):
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
 
 
 class CreateSession(_Strict):
@@ -67,7 +74,7 @@ class CreateSession(_Strict):
     max_turns: int | None = Field(default=None, ge=1)  # tightens the env's own limit (Env.limit_turns)
 
 
-class SessionInfo(BaseModel):
+class SessionInfo(_Wire):
     """What a client needs to drive a session's env like a local one."""
 
     session_id: str
@@ -86,7 +93,7 @@ class ResetRequest(_Strict):
     options: dict[str, Any] | None = None
 
 
-class ResetReply(BaseModel):
+class ResetReply(_Wire):
     observation: list[Message]
     info: dict[str, Any]
 
@@ -95,7 +102,7 @@ class StepRequest(_Strict):
     action: str | Message
 
 
-class StepReply(BaseModel):
+class StepReply(_Wire):
     observation: list[Message]
     reward: float
     terminated: bool
@@ -108,16 +115,16 @@ class LimitTurns(_Strict):
     max_turns: int = Field(ge=1)
 
 
-class LimitTurnsReply(BaseModel):
+class LimitTurnsReply(_Wire):
     max_turns: int
 
 
-class ToolsReply(BaseModel):
+class ToolsReply(_Wire):
     tools: list[ToolSpec]
     instructions: str
 
 
-class ExpertReply(BaseModel):
+class ExpertReply(_Wire):
     action: str | Message | None
 
 
@@ -125,16 +132,16 @@ class AttachRequest(_Strict):
     session_id: str
 
 
-class Closed(BaseModel):
+class Closed(_Wire):
     closed: bool
 
 
-class ErrorBody(BaseModel):
+class ErrorBody(_Wire):
     error: str
     kind: str
 
 
-class Health(BaseModel):
+class Health(_Wire):
     status: Literal["ok"] = "ok"
     envs: list[str]
     sessions: int
@@ -153,7 +160,7 @@ class WsRequest(_Strict):
     data: dict[str, Any] = Field(default_factory=dict)
 
 
-class WsReply(BaseModel):
+class WsReply(_Wire):
     id: int | str | None = None
     ok: bool
     data: dict[str, Any] | None = None

@@ -31,7 +31,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 from starlette.websockets import WebSocketDisconnect
 
@@ -433,42 +433,42 @@ def create_app(
         body = ErrorBody(error="malformed request: " + "; ".join(parts[:5]), kind="malformed")
         return JSONResponse(status_code=ERROR_STATUS["malformed"], content={"detail": body.model_dump()})
 
-    @app.get("/health")
-    async def health() -> Health:
-        return manager.health()
+    @app.get("/health", response_model=Health)
+    async def health() -> Response:
+        return _json(manager.health())
 
-    @app.post("/sessions")
-    async def create(req: CreateSession) -> SessionInfo:
-        return await manager.create(req)
+    @app.post("/sessions", response_model=SessionInfo)
+    async def create(req: CreateSession) -> Response:
+        return _json(await manager.create(req))
 
-    @app.post("/sessions/{session_id}/reset")
-    async def reset(session_id: str, req: ResetRequest | None = None) -> ResetReply:
-        return await manager.reset(session_id, req or ResetRequest())
+    @app.post("/sessions/{session_id}/reset", response_model=ResetReply)
+    async def reset(session_id: str, req: ResetRequest | None = None) -> Response:
+        return _json(await manager.reset(session_id, req or ResetRequest()))
 
-    @app.post("/sessions/{session_id}/step")
-    async def step(session_id: str, req: StepRequest) -> StepReply:
-        return await manager.step(session_id, req)
+    @app.post("/sessions/{session_id}/step", response_model=StepReply)
+    async def step(session_id: str, req: StepRequest) -> Response:
+        return _json(await manager.step(session_id, req))
 
-    @app.get("/sessions/{session_id}/tools")
-    async def tools(session_id: str) -> ToolsReply:
-        return await manager.tools(session_id)
+    @app.get("/sessions/{session_id}/tools", response_model=ToolsReply)
+    async def tools(session_id: str) -> Response:
+        return _json(await manager.tools(session_id))
 
-    @app.get("/sessions/{session_id}/expert")
-    async def expert(session_id: str) -> ExpertReply:
-        return await manager.expert(session_id)
+    @app.get("/sessions/{session_id}/expert", response_model=ExpertReply)
+    async def expert(session_id: str) -> Response:
+        return _json(await manager.expert(session_id))
 
-    @app.post("/sessions/{session_id}/limit_turns")
-    async def limit_turns(session_id: str, req: LimitTurns) -> LimitTurnsReply:
-        return await manager.limit_turns(session_id, req)
+    @app.post("/sessions/{session_id}/limit_turns", response_model=LimitTurnsReply)
+    async def limit_turns(session_id: str, req: LimitTurns) -> Response:
+        return _json(await manager.limit_turns(session_id, req))
 
-    @app.post("/sessions/{session_id}/fork")
-    async def fork(session_id: str) -> SessionInfo:
-        return await manager.fork(session_id)
+    @app.post("/sessions/{session_id}/fork", response_model=SessionInfo)
+    async def fork(session_id: str) -> Response:
+        return _json(await manager.fork(session_id))
 
-    @app.delete("/sessions/{session_id}")
-    async def close(session_id: str) -> Closed:
+    @app.delete("/sessions/{session_id}", response_model=Closed)
+    async def close(session_id: str) -> Response:
         manager.get(session_id)
-        return Closed(closed=await manager.close(session_id))
+        return _json(Closed(closed=await manager.close(session_id)))
 
     @app.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:
@@ -493,6 +493,11 @@ def create_app(
     for path, sub in mounts:
         app.mount(path, sub)
     return app
+
+
+def _json(model: BaseModel) -> Response:
+    """A reply as the protocol writes it (non-finite floats as ``Infinity``/``NaN``, not ``null``)."""
+    return Response(content=model.model_dump_json(), media_type="application/json")
 
 
 def _quiet_disconnects(app: Any) -> Any:
