@@ -577,3 +577,12 @@ def test_non_finite_floats_survive_the_http_routes_too(served):
         r = http.post(f"/sessions/{sid}/step", json={"action": "no call"})
         assert r.status_code == 200 and json.loads(r.text)["info"]["bound"] == float("inf")
         http.delete(f"/sessions/{sid}")
+
+
+def test_remote_env_passes_the_conformance_suite(served):
+    from turngym.testing import check_env
+
+    report = check_env("remote", url=served.url, env_id="arith")
+    report.raise_for_failures()  # sync API, determinism, hostile actions, turn limit, fork, gymnasium, close
+    assert {r.name for r in report.results} >= {"fork", "gymnasium", "close", "determinism"}
+    wait_for(lambda: served.manager.sessions == {})  # every env it opened (forks included) was closed

@@ -19,13 +19,15 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import itertools
 import json
 from typing import Any
 
+import gymnasium
 from pydantic import BaseModel
 
-from turngym.core.env import Env, ForkError, NotForkable
+from turngym.core.env import Env, ForkError, NotForkable, Task
 from turngym.core.types import Message, ToolSpec
 from turngym.remote.protocol import (
     CreateSession,
@@ -106,6 +108,7 @@ class RemoteEnv(Env):
         self.parser = get_parser(info.parser)
         self.tools_in_prompt = info.tools_in_prompt
         self.max_turns = info.max_turns
+        self.turn, self._done, self._remote_state_key = info.turn, info.done, info.state_key
         from turngym.core.spaces import ActionSpace
 
         self.action_space = ActionSpace(info.tools)
@@ -140,7 +143,10 @@ class RemoteEnv(Env):
             self.max_turns = capped.max_turns
             self._turn_cap = None
         reply = ResetReply.model_validate(await self._op("reset", {"seed": seed, "options": options}))
+        gymnasium.Env.reset(self, seed=seed)  # the local np_random follows the seed, as for any Env
         self.turn, self._done = 0, False
+        self.task = Task(reply.observation, str(reply.info.get("task_id", "")))
+        self._remote_state_key = reply.info.get("state_key")
         return reply.observation, reply.info
 
     async def astep(self, action: str | Message) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
@@ -150,12 +156,25 @@ class RemoteEnv(Env):
         info = {**reply.info, "tool_results": reply.tool_results}
         self.turn = int(info.get("turn", self.turn + 1))
         self._done = reply.terminated or reply.truncated
+        self._remote_state_key = info.get("state_key")
         return reply.observation, reply.reward, reply.terminated, reply.truncated, info
 
-    async def expert_action(self) -> str | Message | None:  # type: ignore[override]
-        """The server-side env's scripted expert action (awaitable; ``ScriptedAgent`` awaits it)."""
+    def expert_action(self) -> Any:
+        """The server-side env's scripted expert action: an awaitable when called from a running event
+        loop (``ScriptedAgent`` awaits it), else the action itself (the sync API)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._run(self._expert())
+        return self._expert()
+
+    async def _expert(self) -> str | Message | None:
         self._check_open()
         return ExpertReply.model_validate(await self._op("expert")).action
+
+    def _state_key(self) -> str | None:
+        """The remote env's state key, as of the last reply."""
+        return self._remote_state_key
 
     async def afork(self) -> RemoteEnv:
         """A new ``RemoteEnv`` on a server-side fork of this env (:meth:`Env.fork` semantics)."""
@@ -169,7 +188,10 @@ class RemoteEnv(Env):
             if e.kind == "env_error":
                 raise ForkError(str(e)) from e
             raise
-        return RemoteEnv(self.url, timeout=self.timeout, connect_timeout=self.connect_timeout, _session=info)
+        child = RemoteEnv(self.url, timeout=self.timeout, connect_timeout=self.connect_timeout, _session=info)
+        child.task = self.task
+        child._np_random = copy.deepcopy(self._np_random)  # the local RNG forks too (Env.fork semantics)
+        return child
 
     def fork(self) -> RemoteEnv:
         return self._run(self.afork())

@@ -85,6 +85,9 @@ class SessionInfo(_Wire):
     parser: str = "hermes"
     max_turns: int
     forkable: bool = False
+    turn: int = 0  # where the env is (a fork starts where its parent was)
+    done: bool = True  # no episode running (never reset, or over)
+    state_key: str | None = None
     protocol: int = PROTOCOL_VERSION
 
 

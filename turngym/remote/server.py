@@ -230,6 +230,9 @@ class SessionManager:
             parser=getattr(parser, "name", "hermes"),
             max_turns=int(base.max_turns),
             forkable=bool(getattr(base, "forkable", False)),
+            turn=int(getattr(base, "turn", 0)),
+            done=bool(getattr(base, "_done", True)),
+            state_key=_state_key(base),
         )
 
     async def _call(self, session_id: str | None, fn: Callable[[Session], Awaitable[BaseModel]]) -> BaseModel:
@@ -359,6 +362,13 @@ class SessionManager:
             return WsReply(
                 id=request_id, ok=False, error=ErrorBody(error=f"{type(e).__name__}: {e}", kind="internal")
             )
+
+
+def _state_key(base: Any) -> str | None:
+    if getattr(base, "task", None) is None:
+        return None
+    key = base._state_key()
+    return None if key is None else str(key)
 
 
 def _summary(e: ValidationError) -> str:
