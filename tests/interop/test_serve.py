@@ -424,6 +424,7 @@ async def test_server_restarted_under_a_rollout_masks_that_episode_and_the_run_c
         assert engine.stats.reconciles() and engine.stats.mask_reasons == {"env_lost": 1}
         health = httpx.get(f"http://127.0.0.1:{port}/health").json()
         assert health["sessions"] == 0  # the new server closed the envs of seeds 2 and 3
+        assert health["stats"]["opened"] == health["stats"]["closed"] == 2
     finally:
         for proc in procs:
             _stop(proc)

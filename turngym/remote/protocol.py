@@ -150,6 +150,7 @@ class Health(_Wire):
     sessions: int
     max_sessions: int
     idle_timeout: float | None
+    stats: dict[str, int] = Field(default_factory=dict)  # opened, closed (idle, disconnect), refused_full
     protocol: int = PROTOCOL_VERSION
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 import uuid
@@ -162,6 +163,7 @@ class SessionManager:
             sessions=len(self.sessions),
             max_sessions=self.max_sessions,
             idle_timeout=self.idle_timeout,
+            stats=dataclasses.asdict(self.stats),
         )
 
     def get(self, session_id: str | None) -> Session:
