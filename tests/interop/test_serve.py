@@ -57,6 +57,16 @@ class PictureEnv(Env):
         """
         return f"you see {at}"
 
+    @tool
+    async def pause(self, seconds: float) -> str:
+        """Wait a while.
+
+        Args:
+            seconds: how long
+        """
+        await asyncio.sleep(seconds)
+        return "waited"
+
     def _reset(self, rng, options):
         return Task(
             [Message(role="user", content="look", images=[PNG])], task_id="pic", reference={"k": [1, 2]}
@@ -587,3 +597,16 @@ def test_remote_env_passes_the_conformance_suite(served):
     report.raise_for_failures()  # sync API, determinism, hostile actions, turn limit, fork, gymnasium, close
     assert {r.name for r in report.results} >= {"fork", "gymnasium", "close", "determinism"}
     wait_for(lambda: served.manager.sessions == {})  # every env it opened (forks included) was closed
+
+
+async def test_a_call_past_the_client_timeout_drops_the_connection_and_the_server_closes_the_env(served):
+    remote = RemoteEnv(served.url, env_id="serve-picture", timeout=0.5)
+    await remote.areset(seed=0)
+    sid = remote.session.session_id
+    with pytest.raises(RemoteEnvError, match="no reply in 0.5s") as e:
+        await remote.astep(remote.format_call("pause", {"seconds": 3}))
+    assert e.value.kind == "timeout"
+    await asyncio.to_thread(wait_for, lambda: sid not in served.manager.sessions)  # closed with its socket
+    with pytest.raises(RemoteEnvLost, match="unknown session"):  # no desynchronised late reply
+        await remote.astep("hi")
+    await remote.aclose()

@@ -261,19 +261,19 @@ class RemoteEnv(Env):
         try:
             await self._ws.send(frame)
             raw = await asyncio.wait_for(self._ws.recv(), self.timeout)
-        except (ConnectionClosed, OSError) as e:
-            self._ws = None
-            raise RemoteEnvLost(
-                f"env server {self.url} went away during {op!r} (session {self.session.session_id}): "
-                f"{type(e).__name__}: {e}"
-            ) from e
-        except TimeoutError as e:
+        except TimeoutError as e:  # before OSError, its base class
             # the late reply would answer the next request: drop the connection (the server then
             # closes the session, so a later call is a RemoteEnvLost)
             ws, self._ws = self._ws, None
             await ws.close()
             raise RemoteEnvError(
                 f"env server {self.url}: {op!r} got no reply in {self.timeout}s", "timeout"
+            ) from e
+        except (ConnectionClosed, OSError) as e:
+            self._ws = None
+            raise RemoteEnvLost(
+                f"env server {self.url} went away during {op!r} (session {self.session.session_id}): "
+                f"{type(e).__name__}: {e}"
             ) from e
         reply = WsReply.model_validate_json(raw)
         if reply.id != request_id:
