@@ -278,7 +278,8 @@ def test_server_full_is_a_clear_error():
         envs = [RemoteEnv(server.url) for _ in range(2)]
         with pytest.raises(RemoteEnvError, match="server full: 2 sessions open") as e:
             RemoteEnv(server.url)
-        assert e.value.kind == "server_full" and manager.stats.refused_full == 1
+        assert e.value.kind == "server_full" and e.value.mask_reason == "env_error"
+        assert manager.stats.refused_full == 1
         envs.pop().close()
         envs.append(RemoteEnv(server.url))  # a freed slot is usable again
         for env in envs:
@@ -605,7 +606,7 @@ async def test_a_call_past_the_client_timeout_drops_the_connection_and_the_serve
     sid = remote.session.session_id
     with pytest.raises(RemoteEnvError, match="no reply in 0.5s") as e:
         await remote.astep(remote.format_call("pause", {"seconds": 3}))
-    assert e.value.kind == "timeout"
+    assert e.value.kind == "timeout" and e.value.mask_reason == "turn_timeout"
     await asyncio.to_thread(wait_for, lambda: sid not in served.manager.sessions)  # closed with its socket
     with pytest.raises(RemoteEnvLost, match="unknown session"):  # no desynchronised late reply
         await remote.astep("hi")

@@ -48,6 +48,12 @@ class RemoteEnvError(RuntimeError):
         super().__init__(message)
         self.kind = kind
 
+    @property
+    def mask_reason(self) -> str:
+        """How the rollout engine masks the episode: a call past the client timeout as ``turn_timeout``,
+        any other refusal as ``env_error``."""
+        return "turn_timeout" if self.kind == "timeout" else "env_error"
+
 
 class RemoteEnvLost(RemoteEnvError):
     """The server hosting the env is unreachable, restarted, or no longer has the session."""
