@@ -209,6 +209,7 @@ LAYERS = {
     "sandboxes": 1,
     "envs": 2,
     "rollout": 2,
+    "remote": 2,  # serves envs (turngym serve, RemoteEnv): beside envs and rollout
     "trainer": 3,
     "viewer": 3,
 }

@@ -9,8 +9,8 @@ import pytest
 import turngym
 from turngym.testing import check_env
 
-#: families that need a service: docker, browsers, or (interop) external MCP servers, which hold state a
-#: fork cannot branch (tests/interop covers them, conformance included)
+#: families that need a service: docker, browsers, or (interop) external MCP servers and remote envs
+#: served by `turngym serve` (tests/interop covers both, conformance included)
 SERVICES = {"docker", "web", "interop"}
 LIGHT = [s.id for s in turngym.registry.latest() if not SERVICES & set(s.requires)]
 

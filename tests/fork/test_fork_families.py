@@ -14,8 +14,8 @@ from turngym.core.env import Env, NotForkable
 from turngym.envs.arith.env import ArithEnv
 from turngym.testing import check_env
 
-#: families that need a service: docker, browsers, or (interop) external MCP servers, which hold state a
-#: fork cannot branch (tests/interop covers them, conformance included)
+#: families that need a service: docker, browsers, or (interop) external MCP servers and remote envs
+#: served by `turngym serve` (tests/interop covers both, conformance included)
 SERVICES = {"docker", "web", "interop"}
 LIGHT = [s.id for s in turngym.registry.latest() if not SERVICES & set(s.requires)]
 SEARCH = {"n_passages": 1500, "n_tasks": 150}

@@ -205,7 +205,7 @@ class Registry(Mapping[str, EnvSpec]):
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
         return f"unknown env {env_id!r}.{hint} Registered: {', '.join(names) or '(none)'}"
 
-    def make(self, env_id: str, **kwargs: Any) -> Any:
+    def make(self, env_id: str, /, **kwargs: Any) -> Any:
         return self.spec(env_id).make(**kwargs)
 
     def latest(self) -> list[EnvSpec]:
@@ -259,8 +259,10 @@ def register(env_id: str, entry_point: str | Callable[..., Any], **kwargs: Any) 
     return registry.register(env_id, entry_point, **kwargs)
 
 
-def make(env_id: str, **kwargs: Any) -> Any:
-    """Make an env by id (``name`` = latest version, ``name-vN``, or ``turngym/name-vN``)."""
+def make(env_id: str, /, **kwargs: Any) -> Any:
+    """Make an env by id (``name`` = latest version, ``name-vN``, or ``turngym/name-vN``).
+
+    ``env_id`` is positional-only, so an env may take an ``env_id`` keyword of its own (``remote``)."""
     return registry.make(env_id, **kwargs)
 
 

@@ -124,6 +124,15 @@ register(
     description="web-arena-lite restricted to the issue-tracker (GitLab-like) site.",
 )
 
+register(
+    "remote-v0",
+    "turngym.remote.client:RemoteEnv",
+    family="remote",
+    requires=("interop",),
+    description="Any env served by `turngym serve` on another machine, over WebSocket "
+    "(make('remote', url=..., env_id=..., **env_kwargs)); episodes lost with the server are masked.",
+)
+
 # the local sites a person can serve (`turngym web serve SITE`); string entry points, like the envs
 register_site("shop", "turngym.envs.webshop.app:serve_shop", "web-shop's store over the seeded catalog")
 register_site("forum", "turngym.envs.webarena.sites:serve_site", "web-arena-lite's Reddit-like forum")
