@@ -82,3 +82,11 @@ def test_typed_calls_are_written_in_the_envs_own_convention():
     # a structured-call parser gets a Message with tool_calls
     msg = parse_typed_call("search(query='q')", tools, get_parser("openai"))
     assert isinstance(msg, Message) and msg.tool_calls[0].arguments == {"query": "q"}
+
+
+def test_check_without_targets_names_the_envs_that_need_arguments():
+    from turngym.core.registry import spec
+    from turngym.sdk.commands import required_arguments
+
+    assert required_arguments(spec("remote")) == ["url"]  # a server's address: no default exists
+    assert required_arguments(spec("arith")) == [] and required_arguments(spec("search-r1")) == []

@@ -42,8 +42,18 @@ def check_command(
     from turngym.testing import check_env
 
     envs: list[Any] = []
-    for target in targets or [s.id for s in registry.latest()]:
-        envs.extend(load_envs_from_path(target) if Path(target).exists() else [target])
+    if targets:
+        for target in targets:
+            envs.extend(load_envs_from_path(target) if Path(target).exists() else [target])
+    else:  # every registered env that can be made without arguments; the others are named
+        for s in registry.latest():
+            missing = required_arguments(s)
+            if missing:
+                console.print(
+                    f"[yellow]{s.id}: skipped, needs {', '.join(missing)} (check it by name with --env-arg)"
+                )
+            else:
+                envs.append(s.id)
     reports = [check_env(e, **(parse_key_values(kw or []) if isinstance(e, str) else {})) for e in envs]
     if as_json:
         print(json.dumps([r.to_dict() for r in reports], indent=2))
@@ -60,3 +70,21 @@ def check_command(
             console.print(table)
     if not all(r.ok for r in reports):
         raise typer.Exit(1)
+
+
+def required_arguments(spec: Any) -> list[str]:
+    """The constructor arguments an env needs that its registration does not give (e.g. ``url`` of
+    ``remote-v0``); [] when its entry point cannot be inspected."""
+    import inspect
+
+    try:
+        init = inspect.signature(spec.load())
+    except Exception:  # noqa: BLE001 - an entry point that does not load is check_env's to report
+        return []
+    return [
+        name
+        for name, p in init.parameters.items()
+        if p.default is inspect.Parameter.empty
+        and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        and name not in spec.kwargs
+    ]

@@ -154,9 +154,10 @@ class McpConnection:
         )
 
     async def ping(self, timeout: float = 5.0) -> bool:
-        """Whether the server answers a ping within ``timeout``; a server that does not is marked lost."""
+        """Whether the server answers within ``timeout``; a server that does not is marked lost. (A
+        ``tools/list`` request: the protocol's ``ping`` is gone from its 2026-07-28 version.)"""
         try:
-            await self._request(lambda client: client.send_ping(), min(timeout, self.config.timeout))
+            await self._request(lambda client: client.list_tools(), min(timeout, self.config.timeout))
         except (ServerLost, TimeoutError, MCPError) as e:
             self.lost = self.lost or f"MCP server {self.config.name!r} did not answer a ping: {_describe(e)}"
             return False
