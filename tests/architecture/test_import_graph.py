@@ -211,6 +211,7 @@ LAYERS = {
     "rollout": 2,
     "trainer": 3,
     "viewer": 3,
+    "interop": 3,  # trainer adapters (TRL, verifiers): may import envs/rollout/agents; only the CLI imports them
 }
 
 #: Imports that run up a layer today, each with its reason; a new one fails.
@@ -249,3 +250,16 @@ def test_no_import_runs_up_a_layer():
 def test_the_layer_check_sees_an_upward_import():
     graph = {"turngym.sandboxes.commands": {"turngym.envs.swe.packages", "turngym.core.env"}}
     assert upward_imports(graph) == {("turngym.sandboxes.commands", "turngym.envs.swe.packages")}
+
+
+def test_only_the_cli_imports_the_trainer_adapters():
+    """``turngym.interop`` (TRL/verifiers adapters) pulls in third-party trainers: nothing but the CLI and
+    the package itself may import it."""
+    graph = import_graph(PACKAGE, lazy=True)
+    found = {
+        (a, b)
+        for a, deps in graph.items()
+        for b in deps
+        if b.startswith("turngym.interop") and not a.startswith("turngym.interop") and a != "turngym.cli"
+    }
+    assert found == set(), "modules importing turngym.interop"

@@ -1,0 +1,209 @@
+"""TRL adapter: turngym envs in the real ``trl.GRPOTrainer`` (environment_factory hook), on CPU.
+
+The tiny random-init model is first taught the Hermes tool-call format on the rendered TRL prompts (a
+few SFT steps), so that its sampled completions call the env's tools; then the real GRPO trainer runs
+two steps on ``arith``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+pytest.importorskip("trl")
+pytest.importorskip("datasets")
+
+import turngym  # noqa: E402
+from turngym.core.types import ToolSpec  # noqa: E402
+from turngym.interop.trl import (  # noqa: E402
+    EpisodeError,
+    component_reward,
+    environment_class,
+    grpo_trainer,
+    hermes_response_template,
+    prompt_dataset,
+    schema_type,
+    tool_method,
+)
+
+ENV_KWARGS = {"depth": 1, "max_turns": 3}
+
+
+def _register_crashing() -> str:
+    from turngym.envs.arith.env import ArithEnv
+
+    class _Crash(ArithEnv):
+        def _turn_reward(self, results, done):
+            if self.turn >= 2:
+                raise RuntimeError("reward service unreachable")
+            return super()._turn_reward(results, done)
+
+    turngym.register("arith-crashing-trl", _Crash, override=True, description="test: raises on turn 2")
+    return "arith-crashing-trl"
+
+
+def test_tools_become_methods_with_the_schema_transformers_renders():
+    from transformers.utils.chat_template_utils import get_json_schema
+
+    cls = environment_class("arith", **ENV_KWARGS)
+    env = cls()
+    schema = get_json_schema(env.calculate)["function"]
+    assert schema["name"] == "calculate"
+    assert schema["parameters"]["required"] == ["a", "op", "b"]
+    assert schema["parameters"]["properties"]["op"]["enum"] == ["+", "-", "*"]
+    assert schema["parameters"]["properties"]["a"] == {"type": "integer", "description": "left operand"}
+    # TRL lists public functions of the class as tools: exactly the env's tools besides reset/get_reward
+    import inspect
+
+    public = {n for n, _ in inspect.getmembers(cls, inspect.isfunction) if not n.startswith("_")}
+    assert public == {"reset", "get_reward", "calculate", "answer"}
+
+
+def test_a_tool_schema_with_optional_arrays_and_unions_round_trips():
+    from transformers.utils.chat_template_utils import get_json_schema
+
+    spec = ToolSpec(
+        name="lookup",
+        description="Look\n things up.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "ids": {"type": "array", "items": {"type": "integer"}, "description": "ids"},
+                "mode": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
+                "limit": {"type": "integer", "default": 5, "description": "how many"},
+            },
+            "required": ["ids"],
+        },
+    )
+    schema = get_json_schema(tool_method(spec))["function"]
+    assert schema["description"] == "Look things up."
+    assert schema["parameters"]["required"] == ["ids"]
+    props = schema["parameters"]["properties"]
+    assert props["ids"]["type"] == "array" and props["ids"]["items"] == {"type": "integer"}
+    assert props["mode"]["type"] == "string" and props["mode"]["nullable"] is True
+    assert schema_type({"type": ["integer", "string"]}) == (int | str)
+    with pytest.raises(ValueError, match="reserves"):
+        tool_method(ToolSpec(name="reset"))
+
+
+def test_an_episode_through_the_environment_class():
+    ds = prompt_dataset("arith", range(2), **ENV_KWARGS)
+    assert ds.column_names == ["prompt", "seed", "task_id"]
+    assert [m["role"] for m in ds[0]["prompt"]] == ["system", "user"]
+    assert "<tool_call>" not in ds[0]["prompt"][0]["content"]  # TRL renders the tools, not turngym
+    env = environment_class("arith", **ENV_KWARGS)()
+    assert env.reset(**ds[0]) is None
+    expression = ds[0]["prompt"][-1]["content"].removeprefix("Evaluate: ")
+    a, op, b = expression.strip("()").split()
+    assert env.calculate(a=int(a), op=op, b=int(b)) == str(eval(expression))
+    # bad arguments: turngym's error observation, a counted invalid action, no Python error
+    text = env.calculate(a="x", op="/", b=1)
+    assert text.startswith("Error: invalid arguments for 'calculate'") and env._invalid == 1
+    assert env.answer(value=eval(expression)).endswith("(The episode is over.)")
+    assert env.get_reward() == 1.0 and component_reward("correct")(environments=[env]) == [1.0]
+    with pytest.raises(EpisodeError, match="episode is over"):
+        env.calculate(a=1, op="+", b=1)
+    # a row built for another task is refused, never scored against the wrong task
+    with pytest.raises(ValueError, match="dataset row was built"):
+        env.reset(seed=0, task_id="arith-d1-0000000000")
+
+
+def test_an_env_that_raises_mid_episode_makes_the_completion_unscorable(caplog):
+    env_id = _register_crashing()
+    env = environment_class(env_id, **ENV_KWARGS)()
+    env.reset(**prompt_dataset(env_id, [0], **ENV_KWARGS)[0])
+    env.calculate(a=1, op="+", b=1)
+    with pytest.raises(EpisodeError, match="reward service unreachable"):
+        env.calculate(a=1, op="+", b=1)
+    with pytest.raises(EpisodeError, match="failed earlier"):
+        env.answer(value=2)
+    assert env.get_reward() is None and component_reward("correct")(environments=[env]) == [None]
+    assert "unscorable" in caplog.text
+
+
+def test_unknown_env_ids_are_clear_errors():
+    with pytest.raises(turngym.UnknownEnvError, match="Did you mean: arith"):
+        environment_class("arithh")
+    with pytest.raises(turngym.UnknownEnvError):
+        prompt_dataset("no-such-env", [0])
+
+
+def _warm_start(model, tok, dataset, tools, steps=60):
+    """A few SFT steps so the random model writes Hermes tool calls after TRL's rendered prompts."""
+    from turngym.trainer.sft import TokenSequence, sft_train
+
+    seqs = []
+    for row in dataset:
+        env = turngym.make("arith", **ENV_KWARGS)
+        env.reset(seed=row["seed"])
+        call = json.loads(env.expert_action().removeprefix("<tool_call>").removesuffix("</tool_call>"))
+        prompt = tok.apply_chat_template(
+            row["prompt"], tools=tools, add_generation_prompt=True, tokenize=False
+        )
+        target = f"<tool_call>\n{json.dumps(call)}\n</tool_call><|im_end|>"
+        p, t = tok(prompt)["input_ids"], tok(target)["input_ids"]
+        seqs.append(TokenSequence(p + t, [0] * len(p) + [1] * len(t)))
+    losses = sft_train(model, seqs, steps=steps, batch_size=4, lr=5e-3)
+    assert losses[-1] < 0.3 * losses[0]
+
+
+@pytest.mark.slow
+def test_grpo_trainer_runs_on_arith_steps_the_env_and_trains(tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils.chat_template_utils import get_json_schema
+    from trl import GRPOConfig
+
+    from turngym.agents.tiny import tiny_model_path
+
+    torch.manual_seed(0)
+    path = tiny_model_path()
+    tok = AutoTokenizer.from_pretrained(path, padding_side="left")
+    tok.response_template = hermes_response_template()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    seeds = range(16)
+    env = environment_class("arith", **ENV_KWARGS)()
+    tools = [get_json_schema(env.calculate), get_json_schema(env.answer)]
+    _warm_start(model, tok, prompt_dataset("arith", seeds, **ENV_KWARGS), tools)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        max_steps=2,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=96,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to="none",
+        use_cpu=True,
+        save_strategy="no",
+        temperature=0.7,
+        beta=0.0,
+    )
+    trainer = grpo_trainer(
+        "arith",
+        model,
+        seeds=seeds,
+        args=args,
+        components=["correct"],
+        env_kwargs=ENV_KWARGS,
+        processing_class=tok,
+    )
+    assert args.max_tool_calling_iterations == 3  # the env's turn limit
+    trainer.train()
+
+    logs = [row for row in trainer.state.log_history if "rewards/turngym_arith/mean" in row]
+    assert len(logs) == 2, trainer.state.log_history
+    for row in logs:
+        assert math.isfinite(row["rewards/turngym_arith/mean"])
+        assert math.isfinite(row["rewards/turngym_correct/mean"])
+    # the env was stepped: TRL called its tools and turngym counted the steps
+    assert sum(row["tools/call_frequency"] for row in logs) > 0, logs
+    assert sum(row["turngym/steps"] for row in logs) > 0, logs
+    stepped = [e for e in trainer._environment_pool[None] if e._steps > 0]
+    assert stepped and all(e._task_id is not None for e in stepped)
+    changed = [n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])]
+    assert changed, "GRPO did not change any weight"
