@@ -313,6 +313,23 @@ def hermes_response_template() -> dict[str, Any]:
     return copy.deepcopy(qwen3_template)
 
 
+def tool_call_bias(tokenizer: Any, calls: Sequence[dict[str, Any]], step: float = 10.0) -> list[list[Any]]:
+    """A ``sequence_bias`` (``GRPOConfig(generation_kwargs={"sequence_bias": ...})``) that steers a
+    random-init demo model (turngym's tiny models) to write one of ``calls`` as a Hermes tool call,
+    ``<tool_call>{json}</tool_call>`` and the end-of-turn token, so TRL has tool calls to run. Each token
+    of a call is biased by ``step`` times the length of the call prefix it continues, so the longest match
+    wins; where calls diverge the model's own logits pick. Not for a real model, which calls tools itself."""
+    import json
+
+    bias: dict[tuple[int, ...], float] = {}
+    for call in calls:
+        text = f"<tool_call>\n{json.dumps(call)}\n</tool_call>{tokenizer.eos_token}"
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        for k in range(1, len(ids) + 1):
+            bias[tuple(ids[:k])] = step * k
+    return [[list(ids), value] for ids, value in bias.items()]
+
+
 def _ensure_response_template(tokenizer: Any) -> None:
     """TRL parses tool calls with the tokenizer's response template; set one when TRL cannot."""
     if getattr(tokenizer, "response_template", None) is not None:
