@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("trl")
 pytest.importorskip("datasets")
@@ -21,11 +23,13 @@ from turngym.interop.trl import (  # noqa: E402
     EpisodeError,
     component_reward,
     environment_class,
+    episode_stats,
     grpo_trainer,
     prompt_dataset,
     schema_type,
     tool_call_bias,
     tool_method,
+    unparsed_tool_call,
 )
 
 ENV_KWARGS = {"depth": 1, "max_turns": 3}
@@ -123,6 +127,37 @@ def test_an_env_that_raises_mid_episode_makes_the_completion_unscorable(caplog):
     assert "unscorable" in caplog.text
 
 
+def test_tool_calls_trl_could_not_parse_are_counted():
+    logged = {}
+    env = environment_class("arith", **ENV_KWARGS)()
+    completions = [
+        [
+            {
+                "role": "assistant",
+                "content": '<tool_call>{"name": "calculate", "arguments": {"a": 1,</tool_call>',
+            }
+        ],
+        [
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"type": "function", "function": {"name": "x"}}],
+            },
+            {"role": "tool", "name": "x", "content": "ok"},
+            {"role": "assistant", "content": "the answer is 3"},
+        ],
+    ]
+    out = episode_stats(
+        environments=[env, env],
+        completions=completions,
+        prompts=[[], []],
+        log_metric=lambda k, v: logged.__setitem__(k, v),
+    )
+    assert out == [None, None]
+    assert logged["turngym/unparsed_calls"] == 0.5 and logged["turngym/steps"] == 0.0
+    assert unparsed_tool_call(completions[0]) and not unparsed_tool_call(completions[1])
+
+
 def test_unknown_env_ids_are_clear_errors():
     with pytest.raises(turngym.UnknownEnvError, match="Did you mean: arith"):
         environment_class("arithh")
@@ -197,3 +232,36 @@ def test_grpo_trainer_runs_on_arith_steps_the_env_and_trains(tmp_path):
     assert {e.get_reward() for e in trainer._environment_pool[None]} <= {-0.1, 0.0, 1.0}
     changed = [n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])]
     assert changed, "GRPO did not change any weight"
+
+
+_SCALARS = ["string", "integer", "number", "boolean"]
+_names = st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True).filter(lambda n: n not in {"self", "cls"})
+_prop = st.one_of(
+    st.sampled_from(_SCALARS).map(lambda t: {"type": t}),
+    st.sampled_from(_SCALARS).map(lambda t: {"type": "array", "items": {"type": t}}),
+    st.lists(st.text("abcxyz+-*", min_size=1, max_size=3), min_size=1, max_size=4, unique=True).map(
+        lambda v: {"type": "string", "enum": v}
+    ),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(props=st.dictionaries(_names, _prop, min_size=1, max_size=5), data=st.data())
+def test_tool_schemas_survive_the_round_trip_through_transformers(props, data):
+    """Whatever a turngym tool schema says (scalars, arrays, enums, optional arguments), the method built
+    for TRL renders, through transformers' ``get_json_schema``, to the same types and required set."""
+    from transformers.utils.chat_template_utils import get_json_schema
+
+    required = data.draw(st.lists(st.sampled_from(sorted(props)), unique=True))
+    spec = ToolSpec(
+        name="tool",
+        description="A tool.",
+        parameters={"type": "object", "properties": props, "required": required},
+    )
+    rendered = get_json_schema(tool_method(spec))["function"]["parameters"]
+    assert set(rendered.get("required", [])) == set(required)
+    for name, schema in props.items():
+        got = rendered["properties"][name]
+        assert got["type"] == schema["type"]
+        assert got.get("items") == schema.get("items")
+        assert got.get("enum") == schema.get("enum")

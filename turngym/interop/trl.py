@@ -286,17 +286,31 @@ def component_reward(component: str) -> Callable[..., list[float | None]]:
     return reward
 
 
+def unparsed_tool_call(completion: Any) -> bool:
+    """Whether a TRL completion ends with an assistant message whose text holds a ``<tool_call>`` that
+    TRL's response parser could not read (malformed JSON, an unclosed tag): TRL then ends the rollout
+    with that text, so the env never sees the call."""
+    if not isinstance(completion, list):
+        return False
+    last = next((m for m in reversed(completion) if m.get("role") == "assistant"), None)
+    return bool(last) and not last.get("tool_calls") and "<tool_call>" in str(last.get("content") or "")
+
+
 def episode_stats(environments: Sequence[TurngymEnvironment] | None = None, **kwargs: Any) -> list[None]:
     """A reward function that pays nothing (all None) and logs the episodes' turngym metrics through
-    TRL's ``log_metric``: ``turngym/steps``, ``turngym/done``, ``turngym/invalid_actions``, ``turngym/failed``."""
+    TRL's ``log_metric``: ``turngym/steps``, ``turngym/done``, ``turngym/invalid_actions``, ``turngym/failed``
+    and ``turngym/unparsed_calls`` (completions ending in a tool call TRL could not parse)."""
     log = kwargs.get("log_metric")
     envs = list(environments or [])
+    completions = kwargs.get("completions") or []
     if log is not None and envs:
         n = len(envs)
         log("turngym/steps", sum(e._steps for e in envs) / n)
         log("turngym/done", sum(e._done for e in envs) / n)
         log("turngym/invalid_actions", sum(e._invalid for e in envs) / n)
         log("turngym/failed", sum(e._error is not None for e in envs) / n)
+        if completions:
+            log("turngym/unparsed_calls", sum(map(unparsed_tool_call, completions)) / len(completions))
     return [None] * len(kwargs.get("prompts", envs))
 
 
