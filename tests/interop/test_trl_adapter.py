@@ -8,6 +8,8 @@ the model's own log-probs, changes the weights.
 
 from __future__ import annotations
 
+import inspect
+import keyword
 import math
 
 import pytest
@@ -59,8 +61,6 @@ def test_tools_become_methods_with_the_schema_transformers_renders():
     assert schema["parameters"]["properties"]["op"]["enum"] == ["+", "-", "*"]
     assert schema["parameters"]["properties"]["a"] == {"type": "integer", "description": "left operand"}
     # TRL lists public functions of the class as tools: exactly the env's tools besides reset/get_reward
-    import inspect
-
     public = {n for n, _ in inspect.getmembers(cls, inspect.isfunction) if not n.startswith("_")}
     assert public == {"reset", "get_reward", "calculate", "answer"}
 
@@ -90,6 +90,10 @@ def test_a_tool_schema_with_optional_arrays_and_unions_round_trips():
     assert schema_type({"type": ["integer", "string"]}) == (int | str)
     with pytest.raises(ValueError, match="reserves"):
         tool_method(ToolSpec(name="reset"))
+    with pytest.raises(ValueError, match="'from' cannot be a Python parameter name"):
+        tool_method(
+            ToolSpec(name="route", parameters={"type": "object", "properties": {"from": {"type": "string"}}})
+        )
 
 
 def test_an_episode_through_the_environment_class():
@@ -235,7 +239,9 @@ def test_grpo_trainer_runs_on_arith_steps_the_env_and_trains(tmp_path):
 
 
 _SCALARS = ["string", "integer", "number", "boolean"]
-_names = st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True).filter(lambda n: n not in {"self", "cls"})
+_names = st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True).filter(
+    lambda n: n not in {"self", "cls"} and not keyword.iskeyword(n)
+)
 _prop = st.one_of(
     st.sampled_from(_SCALARS).map(lambda t: {"type": t}),
     st.sampled_from(_SCALARS).map(lambda t: {"type": "array", "items": {"type": t}}),
@@ -265,3 +271,18 @@ def test_tool_schemas_survive_the_round_trip_through_transformers(props, data):
         assert got["type"] == schema["type"]
         assert got.get("items") == schema.get("items")
         assert got.get("enum") == schema.get("enum")
+
+
+def test_tool_names_that_are_not_identifiers_still_reach_trl():
+    """MCP-style names (``read-file``) are attribute names TRL can list and call by name."""
+    from transformers.utils.chat_template_utils import get_json_schema
+
+    method = tool_method(
+        ToolSpec(name="read-file", description="Read.", parameters={"type": "object", "properties": {}})
+    )
+    assert get_json_schema(method)["function"]["name"] == "read-file"
+    cls = type("Env", (), {"read-file": method, "reset": lambda self: None})
+    assert [n for n, _ in inspect.getmembers(cls, inspect.isfunction)] == [
+        "read-file",
+        "reset",
+    ]

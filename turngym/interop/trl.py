@@ -40,6 +40,7 @@ How a turngym episode maps onto TRL's multi-turn loop:
 from __future__ import annotations
 
 import inspect
+import keyword
 import logging
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -109,7 +110,7 @@ def tool_method(spec: ToolSpec) -> Callable[..., str]:
     """A method ``name(self, **arguments) -> str`` for TRL: its signature, hints and Google docstring come
     from the tool's JSON schema, and a call steps the env with ``spec.name`` and the arguments given
     (checked by turngym, so a wrong or missing argument is an error observation, not a Python error)."""
-    if spec.name in RESERVED or spec.name.startswith("_") or not spec.name.isidentifier():
+    if spec.name in RESERVED or spec.name.startswith("_"):
         raise ValueError(
             f"tool {spec.name!r} cannot be a TRL environment method: TRL exposes public methods by name and "
             f"reserves {sorted(RESERVED)}; rename the tool"
@@ -128,8 +129,11 @@ def tool_method(spec: ToolSpec) -> Callable[..., str]:
     if ordered:
         lines += ["", "Args:"]
     for arg in ordered:
-        if not arg.isidentifier():
-            raise ValueError(f"tool {name!r}: argument {arg!r} is not a Python identifier")
+        if not arg.isidentifier() or keyword.iskeyword(arg):
+            raise ValueError(
+                f"tool {name!r}: argument {arg!r} cannot be a Python parameter name, and TRL builds tool schemas "
+                "from Python signatures (transformers' get_json_schema); rename the argument"
+            )
         hint = schema_type(props[arg])
         annotations[arg] = hint
         default = inspect.Parameter.empty if arg in required else props[arg].get("default")
