@@ -48,6 +48,33 @@ def _reply(messages: list[dict]) -> str:
     return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
 
 
+def _native(body: dict, n: int) -> dict:
+    """The same policy with structured ``tool_calls`` (OpenAI function calling) instead of Hermes text."""
+    messages = body["messages"]
+    expr = next(m["content"] for m in messages if m["role"] == "user" and "Evaluate:" in m["content"])
+    a, op, b = expr.split("Evaluate:")[1].strip().strip("()").split()
+    results = [m for m in messages if m["role"] == "tool"]
+    if not results:
+        name, args = "calculate", {"a": int(a), "op": op, "b": int(b)}
+    else:
+        name, args = "answer", {"value": int(results[-1]["content"])}
+    call = {"id": f"call-{n}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+    return {
+        "id": f"chatcmpl-{n}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body["model"],
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {"role": "assistant", "content": "", "tool_calls": [call]},
+            }
+        ],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
+    }
+
+
 @pytest.fixture(scope="module")
 def policy_server():
     app = fastapi.FastAPI()
@@ -57,6 +84,8 @@ def policy_server():
     async def chat(request: fastapi.Request) -> dict:
         body = await request.json()
         seen.append(body["messages"])
+        if body.get("model") == "scripted-native":
+            return _native(body, len(seen))
         text = _reply(body["messages"])
         return {
             "id": f"chatcmpl-{len(seen)}",
@@ -167,3 +196,26 @@ def test_an_env_that_raises_mid_episode_fails_that_episode_only(policy_server, t
         assert not episode.ok
         assert "reward service unreachable" in json.dumps(episode.model_dump(mode="json"), default=str)
         assert all(t.rewards.get("turngym_return") is None for t in episode.traces)
+
+
+def test_structured_tool_calls_are_answered_with_tool_messages(policy_server, tmp_path):
+    url, seen = policy_server
+    before = len(seen)
+    episodes = asyncio.run(
+        evaluate(
+            "arith",
+            model="scripted-native",
+            base_url=url,
+            num_tasks=1,
+            env_kwargs=ENV_KWARGS,
+            output_dir=str(tmp_path),
+        )
+    )
+    (episode,) = episodes
+    assert episode.ok, episode.errors
+    (trace,) = episode.traces
+    assert trace.rewards["turngym_return"].score == 1.0 and trace.info["turngym_steps"] == 2
+    second = seen[before + 1]
+    calls = [m for m in second if m["role"] == "assistant" and m.get("tool_calls")]
+    results = [m for m in second if m["role"] == "tool"]
+    assert calls and results and results[-1]["tool_call_id"] == calls[-1]["tool_calls"][0]["id"]

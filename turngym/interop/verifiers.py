@@ -14,8 +14,8 @@ verifiers' own TextArena and OpenEnv tasksets wrap a stepped engine:
 * :class:`TurngymEnv`: the turngym env plays the model's user. Each model reply is one ``env.step`` (the
   env parses its tool calls with its own parser, so a malformed call, an unknown tool or bad arguments come
   back as turngym's error observation, exactly as in turngym's own rollouts); the step's observation is the
-  next user turn (tool results as ``<tool_response>`` blocks); the episode ends when the env terminates
-  or truncates it. Rewards land on the trace: ``turngym_return`` (weight 1, the episode's return) and one
+  next user turn (tool results as ``<tool_response>`` blocks; after a reply with structured tool calls,
+  as ``tool`` messages answering each call id); the episode ends when the env terminates or truncates it. Rewards land on the trace: ``turngym_return`` (weight 1, the episode's return) and one
   ``turngym/<component>`` per reward component (weight 0: reported, not summed); ``trace.info`` keeps
   ``turngym_task_id``, ``turngym_steps``, ``turngym_done``, ``turngym_invalid_actions``. An env that raises
   mid-episode fails the episode (verifiers records the error on the episode; no reward is recorded).
@@ -179,6 +179,22 @@ def observation_text(obs: list[TgMessage]) -> str:
     return "\n".join(parts) or "(no observation)"
 
 
+def observation_messages(obs: list[TgMessage]) -> list[dict[str, Any]]:
+    """A step's observation after a reply with structured (native) tool calls: each tool result as a
+    ``tool`` message answering its call id (what chat APIs require after ``tool_calls``), anything else
+    (an error with no call id, an extra observation) as one user message."""
+    out: list[dict[str, Any]] = []
+    rest = []
+    for m in obs:
+        if m.role == "tool" and m.tool_call_id:
+            out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content})
+        else:
+            rest.append(m)
+    if rest or not out:
+        out.append({"role": "user", "content": observation_text(rest)})
+    return out
+
+
 class TurngymEnv(vf.Env[TurngymEnvConfig]):
     """The turngym env plays the user: each model reply is one ``step``; its observation is the next turn."""
 
@@ -197,7 +213,8 @@ class TurngymEnv(vf.Env[TurngymEnvConfig]):
             async with agents.player.interaction(task) as interaction:
                 segment = await interaction.turn()
                 while not segment.terminated:
-                    obs, reward, terminated, truncated, info = await env.astep(_reply_message(segment))
+                    action = _reply_message(segment)
+                    obs, reward, terminated, truncated, info = await env.astep(action)
                     steps += 1
                     total += float(reward)
                     invalid += bool(info.get("invalid_action"))
@@ -206,7 +223,8 @@ class TurngymEnv(vf.Env[TurngymEnvConfig]):
                     if terminated or truncated:
                         done = True
                         break
-                    segment = await interaction.turn(observation_text(obs))
+                    turn = observation_messages(obs) if action.tool_calls else observation_text(obs)
+                    segment = await interaction.turn(turn)
         finally:
             await env.aclose()
         trace = interaction.trace
@@ -229,7 +247,7 @@ def _reply_message(segment: Any) -> TgMessage:
             calls = []
             for call in getattr(message, "tool_calls", None) or []:
                 args = _json_args(call.arguments)
-                calls.append(ToolCall(name=call.name, arguments=args))
+                calls.append(ToolCall(id=call.id, name=call.name, arguments=args))
             return TgMessage(role="assistant", content=message.content or "", tool_calls=calls)
     return TgMessage(role="assistant", content=segment.last_reply)
 
