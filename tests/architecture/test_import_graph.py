@@ -212,6 +212,7 @@ LAYERS = {
     "remote": 2,  # serves envs (turngym serve, RemoteEnv): beside envs and rollout
     "trainer": 3,
     "viewer": 3,
+    "interop": 3,  # trainer adapters (TRL, verifiers): may import envs/rollout/agents; only the CLI imports them
 }
 
 #: Imports that run up a layer today, each with its reason; a new one fails.
@@ -296,3 +297,16 @@ def test_the_leaf_check_sees_a_cross_family_import():
         ("turngym.envs.webshop.env", "turngym.envs.webarena.sites"),
         ("turngym.envs.browser.env", "turngym.envs.web.page"),
     }
+
+
+def test_only_the_cli_imports_the_trainer_adapters():
+    """``turngym.interop`` (TRL/verifiers adapters) pulls in third-party trainers: nothing but the CLI and
+    the package itself may import it."""
+    graph = import_graph(PACKAGE, lazy=True)
+    found = {
+        (a, b)
+        for a, deps in graph.items()
+        for b in deps
+        if b.startswith("turngym.interop") and not a.startswith("turngym.interop") and a != "turngym.cli"
+    }
+    assert found == set(), "modules importing turngym.interop"

@@ -122,3 +122,27 @@ def test_rollout_against_a_local_vllm_server(tmp_path):
             assert len(t.token_ids) == len(t.loss_mask) == len(t.logprobs)
             a, b = t.turns[0].gen_span
             assert b > a and all(m == 1 for m in t.loss_mask[a:b])
+
+
+def test_trl_grpo_example_trains_on_arith(tmp_path):
+    pytest.importorskip("trl")
+    rc, out, summary = run_example(
+        "trl_grpo_arith.py", "--steps", "2", "--out", "run", cwd=tmp_path, timeout=600
+    )
+    assert rc == 0, out
+    assert summary["steps"] == 2 and summary["tool_calls"] > 0 and summary["turngym_steps"] > 0, out
+    assert -0.1 <= summary["mean_reward"] <= 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_verifiers_example_against_a_local_vllm_server(tmp_path):
+    pytest.importorskip("verifiers")
+    rc, out, summary = run_example(
+        "verifiers_env.py", "--tasks", "2", "--rollouts", "1", "--max-turns", "2", "--out", "vf", cwd=tmp_path
+    )
+    assert rc == 0, out
+    # the random model's replies are rarely tool calls: the env answers with error observations and
+    # truncates; every episode still ends ok and is scored with the env's own reward
+    assert summary["episodes"] == 2 and summary["ok"] == 2 and summary["scored"] == 2, out
+    assert list((tmp_path / "vf").rglob("traces.jsonl"))
