@@ -57,12 +57,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from turngym.core.env import NotForkable
+from turngym.core.types import TREE_ROOT as ROOT
 from turngym.core.types import Trajectory
 from turngym.rollout.engine import RolloutConfig, RolloutEngine, _Fault, _mask, _turn_timeout
 
 log = logging.getLogger("turngym.rollout.tree")
-
-ROOT = "root"
 
 
 class TreeError(RuntimeError):
