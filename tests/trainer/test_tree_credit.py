@@ -32,6 +32,7 @@ def same(a, b, tol=1e-6):
 PATHS = [["root.0", "root.0.0"], ["root.0", "root.0.1"], ["root.1", "root.1.0"]]
 PARENTS = [["root", "root.0"], ["root", "root.0"], ["root", "root.1"]]
 RETURNS = [1.0, 0.0, 0.0]
+TREE = ["rollout.tree={k: 2}"]
 
 
 def test_node_values_hand_computed():
@@ -168,7 +169,7 @@ def tree_group(returns=RETURNS, paths=PATHS, parents=PARENTS):
 
 @pytest.mark.parametrize("method", ["tree", "tree_gigpo"])
 def test_registered_tree_methods_broadcast_to_tokens(method):
-    cfg = load_config(None, [f"credit.method={method}", "credit.norm_by_std=false"])
+    cfg = load_config(None, [f"credit.method={method}", "credit.norm_by_std=false", *TREE])
     pipeline = build_credit_pipeline(cfg.credit)
     assert isinstance(pipeline, CreditPipeline) and pipeline.method_name == method
     group = tree_group()
@@ -189,11 +190,20 @@ def test_masked_branch_changes_no_value():
     group = tree_group()
     extra = tree_group([9.0], [["root.2"]], [["root"]])[0]
     extra.masked, extra.mask_reason = True, "fork_error"
-    pipeline = build_credit_pipeline(load_config(None, ["credit.method=tree"]).credit)
+    pipeline = build_credit_pipeline(load_config(None, ["credit.method=tree", *TREE]).credit)
     same(pipeline(group + [extra]).turn_advantages[:3], pipeline(group).turn_advantages)
 
 
 def test_flat_trajectories_are_refused_with_a_clear_error():
-    pipeline = build_credit_pipeline(load_config(None, ["credit.method=tree"]).credit)
+    pipeline = build_credit_pipeline(load_config(None, ["credit.method=tree", *TREE]).credit)
     with pytest.raises(ValueError, match="tree credit needs tree rollouts"):
         pipeline([make_traj([1.0]), make_traj([0.0])])
+
+
+def test_tree_methods_need_tree_rollouts_in_the_config():
+    with pytest.raises(ValueError, match="credit.method=tree_gigpo needs tree rollouts: set rollout.tree"):
+        load_config(None, ["credit.method=tree_gigpo"])
+    with pytest.raises(ValueError, match="k must be >= 2"):
+        load_config(None, ["credit.method=tree", "rollout.tree={k: 1}"])
+    cfg = load_config(None, ["credit.method=tree", "rollout.tree={k: 3, turns: [0, 2], branch: schedule}"])
+    assert cfg.rollout.tree.config().k == 3 and cfg.rollout.tree.config().turns == (0, 2)

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -162,11 +163,15 @@ class TreeSettings(MethodSettings):
     """``credit.tree``: ``episode_weight`` (weight of the leaf's GRPO advantage added to every turn;
     0 = pure branch-gated credit). Reads the shared ``credit.norm_by_std``."""
 
+    needs_tree_rollouts: ClassVar[bool] = True  # TrainConfig refuses it without rollout.tree
+
     episode_weight: float = 0.0
 
 
 class TreeGiGPOSettings(MethodSettings):
     """``credit.tree_gigpo``: GiGPO's options (``credit.gigpo``), anchor groups from the tree."""
+
+    needs_tree_rollouts: ClassVar[bool] = True
 
     gamma: float = 0.95
     omega: float = 1.0
