@@ -13,9 +13,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Role = Literal["system", "user", "assistant", "tool"]
 
-#: The ``parent_id`` of a tree rollout's first turn: the reset state (see ``Turn.node_id``).
-TREE_ROOT = "root"
-
 _BYTES_AS_BASE64 = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
 
 

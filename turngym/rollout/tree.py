@@ -57,7 +57,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from turngym.core.env import NotForkable
-from turngym.core.types import TREE_ROOT as ROOT
+from turngym.core.tree import TREE_ROOT as ROOT
 from turngym.core.types import Trajectory
 from turngym.rollout.engine import RolloutConfig, RolloutEngine, _Fault, _mask, _turn_timeout
 

@@ -30,25 +30,12 @@ from typing import ClassVar
 
 import numpy as np
 
-from turngym.core.types import TREE_ROOT as ROOT
+from turngym.core.tree import node_values
 from turngym.trainer.credit.base import GroupCredit, OutcomeReward, TurnRewards
 from turngym.trainer.credit.gigpo import Mode, gigpo
 from turngym.trainer.credit.grpo import grpo
 from turngym.trainer.credit.normalize import EPS
 from turngym.trainer.credit.registry import CreditContext, MethodSettings, credit_method
-
-
-def node_values(paths: Sequence[Sequence[str]], returns: Sequence[float]) -> dict[str, float]:
-    """``V(n)`` = the mean of ``returns[i]`` over the leaves i whose ``paths[i]`` (node ids from the
-    first turn to the last) contains n; ``V("root")`` = the mean of all returns (absent if none)."""
-    if len(paths) != len(returns):
-        raise ValueError(f"{len(paths)} paths but {len(returns)} returns")
-    below: dict[str, list[float]] = defaultdict(list)
-    for path, r in zip(paths, returns, strict=True):
-        for node in dict.fromkeys(path):  # a node counts a leaf once
-            below[node].append(float(r))
-        below[ROOT].append(float(r))
-    return {n: float(np.mean(rs)) for n, rs in below.items()}
 
 
 def branched_parents(paths: Sequence[Sequence[str]], parents: Sequence[Sequence[str]]) -> set[str]:
