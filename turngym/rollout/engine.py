@@ -173,9 +173,7 @@ class RolloutEngine:
         episode starts (or runs flat groups of K if ``tree.fallback_flat``)."""
         sem = asyncio.Semaphore(self.config.max_concurrency)
         if self.config.tree is not None:
-            from turngym.rollout.tree import TreeRunner
-
-            runner = TreeRunner(self, self.config.tree)
+            runner = self.config.tree.runner(self)  # a TreeRunner (turngym.rollout.tree imports the engine)
             flat = await runner.preflight()
             self.stats = RolloutStats()
             if flat is not None:

@@ -171,6 +171,10 @@ class TreeConfig:
     def policy(self) -> BranchPolicy:
         return _POLICIES[self.branch](self)
 
+    def runner(self, engine: RolloutEngine) -> TreeRunner:
+        """What ``engine`` grows its trees with."""
+        return TreeRunner(engine, self)
+
 
 # ------------------------------------------------------------------ growing
 @dataclass
