@@ -168,7 +168,7 @@ def rollout(
     tree_max_tokens: TreeTokensOpt = None,
     tree_fallback_flat: TreeFlatOpt = False,
 ) -> None:
-    """Generate trajectories and save them as JSONL and parquet (``--tree``: tree rollouts)."""
+    """Generate trajectories and save them as JSONL and parquet (--tree: a tree per task)."""
     stats, _ = _run(**locals())
     typer.echo(json.dumps(stats, indent=2))
 
