@@ -18,8 +18,9 @@ Branch policies (a registry, ``@branch_policy``; ``TreeConfig.branch``):
   ARPO-style methods branch);
 * ``entropy``: after sampling a turn whose sampled tokens have a mean negative log-probability
   ``-mean(logprob) >= entropy_threshold`` nats. The backends report each sampled token's logprob
-  under the raw distribution (temperature 1), so the mean NLL of the sampled tokens is an unbiased
-  Monte-Carlo estimate of the policy's per-token entropy on that turn. The sampled turn stays child
+  under the raw distribution (temperature 1), so when sampling at temperature 1 the mean NLL of the
+  sampled tokens is an unbiased Monte-Carlo estimate of the policy's per-token entropy on that turn
+  (at other temperatures, of the cross-entropy of the sampling distribution to the raw one). The sampled turn stays child
   0; the K-1 siblings sample turn t afresh from the snapshot taken before it. Needs a token-level
   agent (``LLMAgent``).
 
