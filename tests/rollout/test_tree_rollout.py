@@ -198,6 +198,8 @@ async def test_siblings_share_the_token_prefix_and_count_reused_tokens(hf_backen
         firsts = {leaf.turns[0].node_id: leaf.turns[0].action.content for leaf in tree}
         assert len(firsts) == 2
     assert generated == sum(leaf.metadata["tree"]["generated_tokens"] for leaf in leaves if leaf.sample == 0)
+    # the HF backend started each sibling from a copy of its parent's KV row (share_prefix)
+    assert hf_backend.stats["shared_rows"] >= 1
 
 
 async def test_entropy_policy_branches_on_uncertain_turns_only(hf_backend, tokenizer):

@@ -104,6 +104,9 @@ class LLMSession:
         seed and route: a branch of a tree rollout. ``env`` is unused (the tokens are the state)."""
         child = LLMSession(self.agent, self.tokens.copy(), seed=seed, route=route)
         child.turn, child.generated = self.turn, self.generated
+        share = getattr(self.agent.backend, "share_prefix", None)  # HFBackend: copy the KV, not prefill
+        if share is not None and route != self.route:
+            share(self.route, route)
         return child
 
     def sampled_logprobs(self, span: tuple[int, int]) -> list[float]:

@@ -322,7 +322,8 @@ class TreeRunner:
                 await self._spawn(env, session, traj, tree, parent)
             snapshot = None
             if deciding and self.policy.after_sampling and tree.can_branch():
-                snapshot = _fork_session(session, env, seed=_seed(tree.seed, f"{parent}~"), route="snapshot")
+                route = getattr(session, "route", "snapshot")  # the snapshot never generates
+                snapshot = _fork_session(session, env, seed=_seed(tree.seed, f"{parent}~"), route=route)
             async with _turn_timeout(cfg.turn_timeout, f"turn {t}"):
                 acted = await eng._act(session, traj)
             if acted is None:
@@ -368,7 +369,7 @@ class TreeRunner:
                 msg = "the fork timed out" if isinstance(e, TimeoutError) else e
                 _mask(branch, "fork_error", msg)
                 branch.metadata["tree_node"] = node  # the node this branch would have started
-                _fork_session(session, env, seed=None, route="masked").export(branch)
+                _fork_session(session, env, seed=None, route=getattr(session, "route", "")).export(branch)
                 self._leaf(tree, branch)
                 continue
             finally:
