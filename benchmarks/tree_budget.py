@@ -11,7 +11,8 @@ Per env, in the same run and with the same backend (the HF continuous engine, pr
 
 Printed per mode: trajectories (leaves), tree nodes, tokens the policy sampled, sampled tokens reused
 through shared prefixes (flat: 0), prefix tokens a branch started with, the backend's prompt tokens
-fed and those whose KV came from a parked row (``HFBackend.stats``), wall time, and trajectories per
+fed, those whose KV came from a parked row or a copy of the parent's (``reused_tokens``) and the
+branches that started from such a copy (``shared_rows``; ``HFBackend.stats``), wall time, trajectories per
 1k sampled tokens (what the budget bought). Runs are interleaved (flat, tree, flat, tree) over
 ``--repeats``; the load average is printed before and after.
 """
@@ -59,6 +60,7 @@ async def one(env_id: str, mode: str, args, backend, tokenizer, budget: int | No
         "reused_prefix": s.tree.get("reused_prefix_tokens", 0),
         "prefill_fed": backend.stats["prompt_tokens"] - before.get("prompt_tokens", 0),
         "kv_reused": backend.stats["reused_tokens"] - before.get("reused_tokens", 0),
+        "kv_shared_rows": backend.stats["shared_rows"] - before.get("shared_rows", 0),
         "wall_s": wall,
         "traj_per_1k_tokens": 1000 * len(trajs) / max(generated, 1),
     }

@@ -671,11 +671,12 @@ class HFBackend:
         if self.trace is not None:
             t = time.perf_counter()
             self.trace.append(("req", r.route, r.submitted, r.admitted, t, len(r.prompt_ids), len(r.tokens)))
-        r.done(self._result(r))
-        if park and r.route is not None:
+        result = self._result(r)
+        parked = park and r.route is not None
+        if parked:  # before the caller hears back: a reset_prefix_cache() it then calls must see this row
             r.parked, r.epoch, r.generator = time.perf_counter(), self._epoch, None
-            return True
-        return False
+        r.done(result)
+        return parked
 
     def _keep(self, batch: _Batch, keep: list[int]) -> None:
         """Keep only these rows, and trim the leading cache columns none of them uses."""
