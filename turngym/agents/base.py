@@ -19,7 +19,7 @@ failures (the engine masks it).
 Tree rollouts (``turngym.rollout.tree``) also need ``session.fork(env, seed=..., route=...)``: a new,
 independent session in the same state (same messages and tokens so far) that acts on ``env`` (the
 forked env) with its own sampling seed and route. ``TextSession`` and ``LLMSession`` implement it; a
-session without ``fork`` cannot branch (the tree engine says so before the run).
+session without ``fork`` cannot branch (the tree engine raises ``TreeError`` at its first branch).
 """
 
 from __future__ import annotations
