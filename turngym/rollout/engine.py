@@ -24,6 +24,9 @@
   exception may name its own reason in a ``mask_reason`` attribute (e.g. ``"env_lost"`` when the
   Ray actor hosting the env died, see ``turngym.rollout.ray_envs``). Running out
   of context truncates the trajectory (not masked; ``metrics["context_full"] = 1``).
+* ``RolloutConfig(tree=TreeConfig(...))`` grows a tree per task instead of ``group_size`` samples:
+  K children continue from ``env.afork()`` at chosen turns, every root-to-leaf path is a trajectory
+  with ``node_id``/``parent_id`` per turn (``turngym.rollout.tree``).
 * ``engine.stats`` is updated live (for progress bars) and reconciles at the end:
   ``requested == completed + masked``; ``stats.time_s`` sums the time ledger (env start, reset,
   generate and the backend's queued/prefill/decode, env step, observe, close), which each turn
