@@ -120,3 +120,55 @@ def test_wilson_interval_contains_the_estimate(n, data):
     assert 0.0 <= lo <= k / n <= hi <= 1.0
     lo2, hi2 = wilson_interval(4 * k, 4 * n)  # same rate, four times the data: a narrower interval
     assert hi2 - lo2 < hi - lo
+
+
+# ------------------------------------------------------------------ --tree
+def test_rollout_tree_writes_every_leaf_with_node_ids(tmp_path):
+    args = ["rollout", "search-qa", "--backend", "scripted", "-n", "2", "--out", str(tmp_path)]
+    res = runner.invoke(app, [*args, "--tree", "--tree-k", "3", "--tree-turns", "0,1"])
+    assert res.exit_code == 0, res.output
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    trajs = load_trajectories(tmp_path)
+    assert stats["tree"]["trees"] == 2 and stats["requested"] == len(trajs) == stats["completed"]
+    for seed in (0, 1):
+        leaves = [t for t in trajs if t.seed == seed]
+        # the expert answers in >= 2 turns: 3 children at turn 0, each branching into 3 at turn 1
+        assert len(leaves) == 9 and {t.turns[1].parent_id for t in leaves} == {"root.0", "root.1", "root.2"}
+
+
+def test_rollout_tree_options_are_checked(tmp_path):
+    res = runner.invoke(app, ["rollout", "arith", "--out", str(tmp_path), "--tree", "--tree-k", "1"])
+    assert res.exit_code == 2 and "k must be >= 2" in res.output
+    res = runner.invoke(app, ["rollout", "arith", "--out", str(tmp_path), "--tree", "--tree-branch", "dice"])
+    assert res.exit_code == 2 and "unknown branch policy 'dice'" in res.output
+
+
+def test_rollout_tree_of_a_non_forkable_env_fails_before_any_episode(tmp_path):
+    from turngym.core.registry import registry
+
+    registry.register("unforkable-toy-v0", "faulty_env:FaultyEnv", override=True)
+    try:
+        res = runner.invoke(app, ["rollout", "unforkable-toy", "--out", str(tmp_path), "--tree"])
+        assert res.exit_code == 2 and "tree rollouts need a forkable env" in res.output
+        assert "--tree-fallback-flat" in res.output
+        assert (
+            not (tmp_path / "trajectories.jsonl").exists()
+            or not (tmp_path / "trajectories.jsonl").read_text()
+        )
+        res = runner.invoke(
+            app,
+            [
+                "rollout",
+                "unforkable-toy",
+                "--out",
+                str(tmp_path),
+                "--tree",
+                "--tree-fallback-flat",
+                "-n",
+                "1",
+            ],
+        )
+        assert res.exit_code == 0, res.output
+        assert len(load_trajectories(tmp_path)) == 2  # a flat group of K=2
+    finally:
+        registry.unregister("unforkable-toy-v0")

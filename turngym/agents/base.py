@@ -15,10 +15,16 @@ LLM agents (``turngym.agents.llm.LLMAgent``) keep token bookkeeping; scripted, r
 chat-API agents produce text-only trajectories. ``act`` raises ``ContextFull`` when there is no
 room left to generate (the engine truncates the trajectory), ``BackendError`` on inference
 failures (the engine masks it).
+
+Tree rollouts (``turngym.rollout.tree``) also need ``session.fork(env, seed=..., route=...)``: a new,
+independent session in the same state (same messages and tokens so far) that acts on ``env`` (the
+forked env) with its own sampling seed and route. ``TextSession`` and ``LLMSession`` implement it; a
+session without ``fork`` cannot branch (the tree engine raises ``TreeError`` at its first branch).
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -69,3 +75,16 @@ class TextSession:
 
     def export(self, trajectory: Trajectory) -> None:
         return None
+
+    def fork(self, env: Any, *, seed: int | None, route: str) -> TextSession:
+        """A copy in the same state that acts on ``env``; subclasses with per-session randomness
+        reseed it in ``_forked``."""
+        child = copy.copy(self)
+        child.messages = list(self.messages)
+        if hasattr(child, "env"):
+            child.env = env
+        child._forked(seed, route)
+        return child
+
+    def _forked(self, seed: int | None, route: str) -> None:
+        """Hook: reseed the fork's own randomness (its seed and route are new)."""

@@ -251,6 +251,19 @@ class ChatTokens:
     def __len__(self) -> int:
         return len(self.token_ids)
 
+    def copy(self) -> ChatTokens:
+        """An independent copy (the arrays and lists copied; the format shared): a tree branch."""
+        new = object.__new__(ChatTokens)
+        new.__dict__.update(self.__dict__)
+        new.messages = list(self.messages)
+        new._chat = list(self._chat)
+        new._rendered = array("i", self._rendered)
+        new.token_ids = array("i", self.token_ids)
+        new.loss_mask = array("b", self.loss_mask)
+        new.logprobs = array("d", self.logprobs)
+        new._last_gen = list(self._last_gen)
+        return new
+
     def add_generation(self, token_ids: list[int], logprobs: list[float]) -> tuple[int, int]:
         """Append sampled ids (loss mask 1); returns their span."""
         if len(token_ids) != len(logprobs):

@@ -27,7 +27,10 @@ while RL needs per-request seeds and settings and the raw model logprobs.)
   masked out). Parked rows feed nothing, are dropped when the trajectory ends (``release(route)``),
   after ``park_s`` seconds, when their space is needed for new rows (oldest first), after
   ``update_weights`` or ``reset_prefix_cache()`` (their KV came from the old weights), and never
-  serve another route. ``reuse_prefix=False`` turns it off.
+  serve another route, with one exception: ``share_prefix(route, child)`` (a tree rollout's branch,
+  ``LLMSession.fork``) lets ``child``'s first request start from a *copy* of ``route``'s row (parked
+  or running) and feed only the prompt after their common prefix (``stats["shared_rows"]``).
+  ``reuse_prefix=False`` turns it off.
 * On CUDA the passes run SDPA without cuDNN's attention kernel (``cudnn_attention=True`` allows
   it; torch's process-wide flag is off while passes run and restored after the last). cuDNN
   builds an execution plan for every new (batch, query, key) shape, ~4 ms of host time per layer,
@@ -66,6 +69,7 @@ prompt_len, tokens)``; ``benchmarks/rollout.py`` turns it into a latency breakdo
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import queue
 import threading
@@ -172,6 +176,7 @@ class HFBackend:
         self.weights_version = 0
         self._epoch = 0  # bumped by reset_prefix_cache: rows parked before it are dropped
         self._released: set[str] = set()  # routes whose trajectories ended (see release)
+        self._donors: dict[str, str] = {}  # a forked route -> the route whose row it may copy (share_prefix)
         self.trace: list[tuple] | None = None  # a timeline when set to a list, see the module doc
         self.stats: dict[str, Any] = {
             "prefills": 0,  # prefill-only passes
@@ -181,6 +186,7 @@ class HFBackend:
             "prompt_tokens": 0,  # prompt tokens fed to the model
             "reused_tokens": 0,  # prompt tokens whose KV came from a parked row instead
             "parked_dropped": 0,  # parked rows dropped unused (expired, evicted for room, stale)
+            "shared_rows": 0,  # first requests of forked routes that started from a copy of their donor's row
             "widths": Counter(),  # decode passes by batch width
             "idle_s": 0.0,  # seconds the scheduler thread waited with nothing to run
         }
@@ -273,6 +279,13 @@ class HFBackend:
         """The trajectory behind ``route`` is over: its parked row is dropped at the next iteration
         (the rollout engine calls this, through ``LLMSession.end``, when a trajectory ends)."""
         self._released.add(route)
+        self._donors.pop(route, None)
+
+    def share_prefix(self, route: str, child: str) -> None:
+        """``child`` was forked from ``route`` (a tree rollout's branch: the same tokens so far): its
+        first request may start from a copy of ``route``'s row instead of a full prefill."""
+        if route != child:
+            self._donors[child] = route
 
     def reset_prefix_cache(self) -> None:
         """Drop every parked row (e.g. after changing the model's weights in place, not through
@@ -453,11 +466,51 @@ class HFBackend:
             self._keep(batch, keep)
             new_index = {old: j for j, old in enumerate(keep)}
             resumes = {new_index[i]: r for i, r in resumes.items()}
+        if self._donors and self.reuse_prefix and fresh:
+            fresh = self._share(batch, resumes, fresh)
         for i, r in resumes.items():
             if r.reuse < len(batch.rows[i].cached_ids):  # the prompt diverges: mask the row's later tokens
                 m = batch.mask[i]
                 batch.mask[i] = m * (m.cumsum(0) <= r.reuse)
         return resumes, fresh
+
+    def _share(self, batch: _Batch, resumes: dict[int, _Request], fresh: list[_Request]) -> list[_Request]:
+        """Fresh requests of forked routes (``share_prefix``) whose donor route has a row in the batch
+        (parked or running, KV of the current weights) get a copy of that row and resume it like a
+        parked row of their own (added to ``resumes``); returns the others."""
+        import torch
+
+        rows = {r.route: i for i, r in enumerate(batch.rows) if r.route is not None}
+        rest = []
+        for r in fresh:
+            src = self._donors.pop(r.route, None) if r.route is not None else None
+            i = rows.get(src) if src is not None else None
+            donor = batch.rows[i] if i is not None else None
+            if donor is None or not donor.versions or donor.versions[-1] != self.weights_version:
+                rest.append(r)
+                continue
+            if donor.parked is not None and donor.epoch != self._epoch:
+                rest.append(r)
+                continue
+            reuse = min(_common_prefix(donor.cached_ids, r.prompt_ids), len(r.prompt_ids) - 1)
+            if reuse <= 0:
+                rest.append(r)
+                continue
+            idx = torch.tensor([i], device=self.device)
+            for layer in batch.cache.layers:
+                layer.keys = torch.cat([layer.keys, layer.keys[idx]])
+                layer.values = torch.cat([layer.values, layer.values[idx]])
+            batch.mask = torch.cat([batch.mask, batch.mask[idx]])
+            batch.pos = torch.cat([batch.pos, batch.pos[idx]])
+            batch.pending = torch.cat([batch.pending, batch.pending[idx]])
+            holder = copy.copy(donor)  # stands for the copied row until ``_pass`` puts ``r`` there
+            holder.tokens, holder.route = list(donor.tokens), r.route
+            holder.parked = holder.parked if holder.parked is not None else time.perf_counter()
+            batch.rows.append(holder)
+            r.reuse = reuse
+            resumes[len(batch.rows) - 1] = r
+            self.stats["shared_rows"] += 1
+        return rest
 
     def _admit(self, batch: _Batch, joiners: list[_Request]) -> None:
         """Prefill the joiners in a pass of their own and merge them in; a failing group is retried
@@ -618,11 +671,12 @@ class HFBackend:
         if self.trace is not None:
             t = time.perf_counter()
             self.trace.append(("req", r.route, r.submitted, r.admitted, t, len(r.prompt_ids), len(r.tokens)))
-        r.done(self._result(r))
-        if park and r.route is not None:
+        result = self._result(r)
+        parked = park and r.route is not None
+        if parked:  # before the caller hears back: a reset_prefix_cache() it then calls must see this row
             r.parked, r.epoch, r.generator = time.perf_counter(), self._epoch, None
-            return True
-        return False
+        r.done(result)
+        return parked
 
     def _keep(self, batch: _Batch, keep: list[int]) -> None:
         """Keep only these rows, and trim the leading cache columns none of them uses."""

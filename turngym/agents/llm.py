@@ -99,6 +99,20 @@ class LLMSession:
     def observe(self, action: Message, observation: list[Message]) -> tuple[int, int]:
         return self.tokens.add_observation(action, observation)
 
+    def fork(self, env: Any, *, seed: int | None, route: str) -> LLMSession:
+        """A new session with the same tokens so far (copied, not shared) that samples with its own
+        seed and route: a branch of a tree rollout. ``env`` is unused (the tokens are the state)."""
+        child = LLMSession(self.agent, self.tokens.copy(), seed=seed, route=route)
+        child.turn, child.generated = self.turn, self.generated
+        share = getattr(self.agent.backend, "share_prefix", None)  # HFBackend: copy the KV, not prefill
+        if share is not None and route != self.route:
+            share(self.route, route)
+        return child
+
+    def sampled_logprobs(self, span: tuple[int, int]) -> list[float]:
+        """The logprobs of the ids sampled in ``span`` (a turn's ``gen_span``)."""
+        return self.tokens.logprobs[span[0] : span[1]].tolist()
+
     def end(self) -> None:
         """The trajectory is over: a backend that keeps a trajectory's KV cache (``HFBackend``)
         frees it now instead of when it expires."""

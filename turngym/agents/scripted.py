@@ -59,15 +59,21 @@ class RandomAgent:
 
     def start(self, env: Any, prompt: list[Message], *, seed: int | None, route: str) -> _RandomSession:
         rng = random.Random(f"{self.seed}:{seed}:{route}")  # str seeds are stable across processes
-        return _RandomSession(env, prompt, rng, self.p_malformed)
+        return _RandomSession(env, prompt, rng, self.p_malformed, self.seed)
 
 
 class _RandomSession(TextSession):
-    def __init__(self, env: Any, prompt: list[Message], rng: random.Random, p_malformed: float):
+    def __init__(
+        self, env: Any, prompt: list[Message], rng: random.Random, p_malformed: float, agent_seed: int = 0
+    ):
         super().__init__(prompt)
         self.env = env
         self.rng = rng
         self.p_malformed = p_malformed
+        self.agent_seed = agent_seed
+
+    def _forked(self, seed: int | None, route: str) -> None:
+        self.rng = random.Random(f"{self.agent_seed}:{seed}:{route}")  # a branch draws its own actions
 
     async def act(self) -> AgentStep:
         rng = self.rng

@@ -120,6 +120,11 @@ class Turn(BaseModel):
     # seconds per phase of this turn: generate, env_step, observe, generate/queued|prefill|decode
     # (see turngym.rollout.ledger)
     timing: dict[str, float] = Field(default_factory=dict)
+    # tree rollouts (turngym.rollout.tree): this turn's node and the node it continued from (the state
+    # it acted in; ``"root"`` for the first turn). Siblings of one branch point share ``parent_id``.
+    # None in flat rollouts.
+    node_id: str | None = None
+    parent_id: str | None = None
 
 
 class Trajectory(BaseModel):

@@ -3,12 +3,15 @@
     turngym rollout arith --backend hf --model tiny -n 8 -g 4 --out runs/arith
     turngym rollout arith --backend vllm --model /ckpt --url http://127.0.0.1:8000 -n 64 -g 8 --out runs/x
     turngym eval arith --backend scripted -n 100
+    turngym rollout search-qa --backend hf --model tiny -n 4 --tree --tree-k 2 --tree-turns 0,2 --out runs/tree
 
 Backends: ``vllm`` (``--url`` servers, or a local server started for ``--model``), ``hf``
 (transformers in-process), ``openai`` (chat API with native tools; ``--base-url``), ``scripted``
 (the env's expert), ``random``. ``--model tiny`` builds a tiny random model. Both commands show a
 progress bar (trajectories, turns, tokens/s, errors) and write ``trajectories.jsonl`` +
-``trajectories.parquet`` (+ ``stats.json``; ``eval.json`` for eval) to ``--out``.
+``trajectories.parquet`` (+ ``stats.json``; ``eval.json`` for eval) to ``--out``. ``rollout --tree``
+grows a tree per task instead of ``-g`` samples (``turngym.rollout.tree``): every root-to-leaf path is
+a trajectory, and ``turngym view`` draws the tree.
 Heavy imports happen inside the functions.
 """
 
@@ -48,6 +51,62 @@ EnvKwOpt = Annotated[
 TurnTOpt = Annotated[float, typer.Option("--turn-timeout", help="Seconds per turn (generation + step).")]
 TrajTOpt = Annotated[float, typer.Option("--trajectory-timeout", help="Seconds per trajectory.")]
 DtypeOpt = Annotated[str, typer.Option("--dtype", help="Model dtype (auto, float32, bfloat16).")]
+TreeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--tree",
+        help="Grow a tree per task (K children from env forks at branching turns) instead of -g samples.",
+    ),
+]
+TreeKOpt = Annotated[int, typer.Option("--tree-k", help="Children per branch point.")]
+TreeBranchOpt = Annotated[
+    str,
+    typer.Option(
+        "--tree-branch",
+        help="Where to branch: schedule (the --tree-turns), tool_call (every turn after a tool result) or "
+        "entropy (turns whose sampled tokens' mean -logprob >= --tree-entropy; token-level backends).",
+    ),
+]
+TreeTurnsOpt = Annotated[
+    str, typer.Option("--tree-turns", help="schedule: branching turns, comma-separated.")
+]
+TreeEntropyOpt = Annotated[
+    float,
+    typer.Option("--tree-entropy", help="entropy: mean sampled-token NLL (nats) that triggers a branch."),
+]
+TreeNodesOpt = Annotated[
+    int | None, typer.Option("--tree-max-nodes", help="Branch only while a tree has fewer nodes (turns).")
+]
+TreeTokensOpt = Annotated[
+    int | None, typer.Option("--tree-max-tokens", help="Branch only while a tree sampled fewer tokens.")
+]
+TreeFlatOpt = Annotated[
+    bool,
+    typer.Option(
+        "--tree-fallback-flat", help="An env that cannot fork runs flat groups of K instead of failing."
+    ),
+]
+
+
+def tree_config(a: dict[str, Any]) -> Any:
+    """The ``TreeConfig`` of the ``--tree*`` options (None without ``--tree``)."""
+    if not a.get("tree"):
+        return None
+    from turngym.rollout.tree import TreeConfig
+
+    try:
+        turns = tuple(int(x) for x in str(a["tree_turns"]).split(",") if x.strip())
+        return TreeConfig(
+            k=a["tree_k"],
+            branch=a["tree_branch"],
+            turns=turns,
+            entropy_threshold=a["tree_entropy"],
+            max_nodes=a["tree_max_nodes"],
+            max_tokens=a["tree_max_tokens"],
+            fallback_flat=a["tree_fallback_flat"],
+        )
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from e
 
 
 def use_hf_worker(flag: bool | None) -> bool:
@@ -100,8 +159,16 @@ def rollout(
     dtype: DtypeOpt = "auto",
     hf_worker: WorkerOpt = None,
     hf_engine: EngineOpt = "auto",
+    tree: TreeOpt = False,
+    tree_k: TreeKOpt = 2,
+    tree_branch: TreeBranchOpt = "schedule",
+    tree_turns: TreeTurnsOpt = "0",
+    tree_entropy: TreeEntropyOpt = 1.0,
+    tree_max_nodes: TreeNodesOpt = 64,
+    tree_max_tokens: TreeTokensOpt = None,
+    tree_fallback_flat: TreeFlatOpt = False,
 ) -> None:
-    """Generate trajectories and save them as JSONL and parquet."""
+    """Generate trajectories and save them as JSONL and parquet (--tree: a tree per task)."""
     stats, _ = _run(**locals())
     typer.echo(json.dumps(stats, indent=2))
 
@@ -200,7 +267,12 @@ def _run(**a: Any) -> tuple[dict[str, Any], list[Any]]:
         raise typer.BadParameter(f"--backend must be one of {', '.join(BACKENDS)}")
     if a["backend"] in ("vllm", "hf", "openai") and not a["model"]:
         raise typer.BadParameter(f"--backend {a['backend']} needs --model")
-    return asyncio.run(_run_async(a))
+    from turngym.core.env import NotForkable
+
+    try:
+        return asyncio.run(_run_async(a))
+    except NotForkable as e:  # --tree on an env that cannot fork: said before any episode ran
+        raise typer.BadParameter(str(e), param_hint="--tree") from e
 
 
 async def _run_async(a: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
@@ -215,6 +287,7 @@ async def _run_async(a: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
         max_concurrency=a["concurrency"],
         turn_timeout=a["turn_timeout"],
         trajectory_timeout=a["trajectory_timeout"],
+        tree=tree_config(a),
     )
     async with AsyncExitStack() as stack:
         agent = await _make_agent(a, stack)
@@ -286,6 +359,8 @@ async def _with_progress(engine: Any, seeds: range) -> list[Any]:
 
         def refresh() -> None:
             s = engine.stats
+            if engine.config.tree is not None:  # a tree's paths are known as it branches
+                progress.update(bar, total=max(s.requested, len(seeds)))
             progress.update(bar, completed=s.finished, turns=s.turns, tps=s.tokens_per_s, errors=s.masked)
 
         run = asyncio.ensure_future(engine.run(seeds))

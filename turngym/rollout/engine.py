@@ -24,6 +24,9 @@
   exception may name its own reason in a ``mask_reason`` attribute (e.g. ``"env_lost"`` when the
   Ray actor hosting the env died, see ``turngym.rollout.ray_envs``). Running out
   of context truncates the trajectory (not masked; ``metrics["context_full"] = 1``).
+* ``RolloutConfig(tree=TreeConfig(...))`` grows a tree per task instead of ``group_size`` samples:
+  K children continue from ``env.afork()`` at chosen turns, every root-to-leaf path is a trajectory
+  with ``node_id``/``parent_id`` per turn (``turngym.rollout.tree``).
 * ``engine.stats`` is updated live (for progress bars) and reconciles at the end:
   ``requested == completed + masked``; ``stats.time_s`` sums the time ledger (env start, reset,
   generate and the backend's queued/prefill/decode, env step, observe, close), which each turn
@@ -39,13 +42,16 @@ import traceback
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from turngym.agents.backend import BackendError
-from turngym.agents.base import Agent, AgentSession, ContextFull
+from turngym.agents.base import Agent, AgentSession, AgentStep, ContextFull
 from turngym.agents.chat import TokenMismatch
 from turngym.core.registry import make
 from turngym.core.types import Trajectory
+
+if TYPE_CHECKING:
+    from turngym.rollout.tree import TreeConfig
 
 MASK_REASONS = (
     "env_error",
@@ -55,6 +61,7 @@ MASK_REASONS = (
     "token_mismatch",
     "turn_timeout",
     "trajectory_timeout",
+    "fork_error",
 )
 
 
@@ -66,6 +73,8 @@ class RolloutConfig:
     trajectory_timeout: float | None = 3600.0
     close_timeout: float = 30.0
     max_turns: int | None = None  # tightens each env's own turn limit (``env.limit_turns``), never loosens it
+    # grow a tree per task instead of ``group_size`` independent samples (turngym.rollout.tree)
+    tree: TreeConfig | None = None
 
     def __post_init__(self) -> None:
         if self.group_size < 1 or self.max_concurrency < 1:
@@ -86,6 +95,8 @@ class RolloutStats:
     generated_tokens: int = 0
     mask_reasons: Counter = field(default_factory=Counter)
     time_s: Counter = field(default_factory=Counter)  # the time ledger, summed (turngym.rollout.ledger)
+    # tree rollouts: nodes, forks, fork_errors, branch_points, reused_sampled_tokens, reused_prefix_tokens
+    tree: Counter = field(default_factory=Counter)
     started: float = field(default_factory=time.monotonic)
     finished_at: float | None = None
 
@@ -117,6 +128,7 @@ class RolloutStats:
             "wall_s": round(self.wall_s, 3),
             "tokens_per_s": round(self.tokens_per_s, 1),
             "time_s": {k: round(v, 3) for k, v in sorted(self.time_s.items())},
+            **({"tree": dict(self.tree)} if self.tree else {}),
         }
 
 
@@ -157,17 +169,31 @@ class RolloutEngine:
         return sorted(out, key=lambda t: (order.get(t.seed, 0), t.sample))
 
     async def stream(self, seeds: int | Iterable[int]) -> AsyncIterator[Trajectory]:
-        """Trajectories as they finish. Leaving the loop early cancels and closes the rest."""
-        jobs = [(s, k) for s in _seeds(seeds) for k in range(self.config.group_size)]
-        self.stats = RolloutStats(requested=len(jobs))
+        """Trajectories as they finish. Leaving the loop early cancels and closes the rest.
+
+        With ``config.tree`` the leaves of each task's tree come out together once it is grown
+        (``turngym.rollout.tree``); an env that cannot fork raises ``NotForkable`` here, before any
+        episode starts (or runs flat groups of K if ``tree.fallback_flat``)."""
         sem = asyncio.Semaphore(self.config.max_concurrency)
-        tasks = [asyncio.create_task(self._bounded(sem, s, k)) for s, k in jobs]
+        if self.config.tree is not None:
+            runner = self.config.tree.runner(self)  # a TreeRunner (turngym.rollout.tree imports the engine)
+            flat = await runner.preflight()
+            self.stats = RolloutStats()
+            if flat is not None:
+                self.config = flat
+        if self.config.tree is not None:
+            tasks = [asyncio.create_task(self._bounded_tree(sem, runner, s)) for s in _seeds(seeds)]
+        else:
+            jobs = [(s, k) for s in _seeds(seeds) for k in range(self.config.group_size)]
+            self.stats = RolloutStats(requested=len(jobs))
+            tasks = [asyncio.create_task(self._bounded(sem, s, k)) for s, k in jobs]
         try:
             for fut in asyncio.as_completed(tasks):
-                traj = await fut
-                if self.on_trajectory is not None:
-                    self.on_trajectory(traj)
-                yield traj
+                done = await fut
+                for traj in done if isinstance(done, list) else [done]:
+                    if self.on_trajectory is not None:
+                        self.on_trajectory(traj)
+                    yield traj
         finally:
             pending = [t for t in tasks if not t.done()]
             for t in pending:
@@ -184,12 +210,20 @@ class RolloutEngine:
                 traj = await self._one(seed, sample)
             finally:
                 self.stats.live -= 1
+        self._count(traj)
+        return traj
+
+    async def _bounded_tree(self, sem: asyncio.Semaphore, runner: Any, seed: int) -> list[Trajectory]:
+        """One task's tree (its paths count in ``stats`` as they finish, see ``TreeRunner``)."""
+        async with sem:
+            return await runner.grow(seed)
+
+    def _count(self, traj: Trajectory) -> None:
         if traj.masked:
             self.stats.masked += 1
             self.stats.mask_reasons[traj.mask_reason] += 1
         else:
             self.stats.completed += 1
-        return traj
 
     def _make_env(self) -> Any:
         if isinstance(self.env, str):
@@ -214,7 +248,8 @@ class RolloutEngine:
         self._orphans.add(task)
         task.add_done_callback(self._orphans.discard)
 
-    async def _one(self, seed: int, sample: int) -> Trajectory:
+    async def _one(self, seed: int, sample: int, turns: Callable[..., Any] | None = None) -> Trajectory:
+        """One episode; ``turns(env, session, traj)`` plays it after the reset (default ``_turns``)."""
         cfg = self.config
         traj = Trajectory(env_id=self.env_id, seed=seed, group=f"{self.env_id}/{seed}", sample=sample)
         t0 = time.monotonic()
@@ -229,26 +264,36 @@ class RolloutEngine:
                     raise _Fault(_reason(e, "env_error"), e) from e
                 finally:
                     self._ledger(traj, "env_start", time.monotonic() - t_env)
-                await self._episode(env, traj, seed, sample, sessions)
+                await self._episode(env, traj, seed, sample, sessions, turns or self._turns)
         except _Fault as f:
             _mask(traj, f.reason, f.error)
         except TimeoutError as e:
             _mask(traj, "trajectory_timeout", f"the episode exceeded {cfg.trajectory_timeout}s: {e}")
         finally:
-            if env is not None:
-                t_close = time.monotonic()
-                await self._close(env, traj)
-                self._ledger(traj, "close", time.monotonic() - t_close)
+            await self._finish(env, traj, sessions, t0)
+        return traj
+
+    async def _finish(self, env: Any, traj: Trajectory, sessions: list[AgentSession], t0: float) -> None:
+        """Close the env, export the sessions' tokens into ``traj`` and end them."""
+        if env is not None:
+            t_close = time.monotonic()
+            await self._close(env, traj)
+            self._ledger(traj, "close", time.monotonic() - t_close)
         for session in sessions:
             session.export(traj)
             end = getattr(session, "end", None)  # optional: lets a backend free the trajectory's cache
             if end is not None:
                 end()
         traj.metrics["wall_s"] = time.monotonic() - t0
-        return traj
 
     async def _episode(
-        self, env: Any, traj: Trajectory, seed: int, sample: int, sessions: list[AgentSession]
+        self,
+        env: Any,
+        traj: Trajectory,
+        seed: int,
+        sample: int,
+        sessions: list[AgentSession],
+        turns: Callable[..., Any],
     ) -> None:
         cfg = self.config
         route = f"{traj.group}#{sample}"
@@ -270,52 +315,74 @@ class RolloutEngine:
         except Exception as e:  # noqa: BLE001
             raise _Fault("agent_error", e) from e
         sessions.append(session)
+        await turns(env, session, traj)
+
+    async def _turns(self, env: Any, session: AgentSession, traj: Trajectory) -> None:
+        """The turn loop of a flat episode."""
+        cfg = self.config
         while True:
             async with _turn_timeout(cfg.turn_timeout, f"turn {len(traj.turns)}"):
-                t_act = time.monotonic()
-                try:
-                    step = await session.act()
-                except ContextFull as e:
-                    traj.truncated = True
-                    traj.metrics["context_full"] = 1.0
-                    traj.metadata["truncation"] = str(e)
+                acted = await self._act(session, traj)
+                if acted is None:
                     break
-                except BackendError as e:
-                    raise _Fault("backend_error", e) from e
-                except Exception as e:  # noqa: BLE001 - an env fault seen by the agent keeps its reason
-                    raise _Fault(_reason(e, "agent_error"), e) from e
-                t_step = time.monotonic()
-                try:
-                    obs, reward, terminated, truncated, info = await env.astep(step.action)
-                except Exception as e:  # noqa: BLE001
-                    raise _Fault(_reason(e, "env_error"), e) from e
-                t_done = time.monotonic()
-            turn = traj.record_step(step.action, obs, reward, terminated, truncated, info)
-            turn.timing = {
-                "generate": t_step - t_act,
-                **{f"generate/{k}": v for k, v in step.timing.items()},
-                "env_step": t_done - t_step,
-            }
-            self.stats.time_s.update(turn.timing)
-            turn.gen_span = step.gen_span
-            turn.finish_reason = step.finish_reason
-            if step.info:
-                turn.info["agent"] = step.info
-            self.stats.turns += 1
-            if step.gen_span is not None:
-                self.stats.generated_tokens += step.gen_span[1] - step.gen_span[0]
-            if info.get("masked"):  # the env reports an infrastructure fault (crashed browser, ...)
-                raise _Fault("env_error", str(info.get("mask_reason") or "the env masked this episode"))
-            if terminated or truncated:
+                done = await self._apply(env, session, traj, *acted)
+            if done:
                 break
-            t_obs = time.monotonic()
-            try:
-                turn.obs_span = session.observe(step.action, obs)
-            except TokenMismatch as e:
-                raise _Fault("token_mismatch", e) from e
-            finally:
-                turn.timing["observe"] = time.monotonic() - t_obs
-                self.stats.time_s["observe"] += turn.timing["observe"]
+
+    async def _act(self, session: AgentSession, traj: Trajectory) -> tuple[AgentStep, float] | None:
+        """The agent's next action and when it was asked, or None when the context is full (the
+        trajectory is then truncated)."""
+        t_act = time.monotonic()
+        try:
+            step = await session.act()
+        except ContextFull as e:
+            traj.truncated = True
+            traj.metrics["context_full"] = 1.0
+            traj.metadata["truncation"] = str(e)
+            return None
+        except BackendError as e:
+            raise _Fault("backend_error", e) from e
+        except Exception as e:  # noqa: BLE001 - an env fault seen by the agent keeps its reason
+            raise _Fault(_reason(e, "agent_error"), e) from e
+        return step, t_act
+
+    async def _apply(
+        self, env: Any, session: AgentSession, traj: Trajectory, step: AgentStep, t_act: float
+    ) -> bool:
+        """Step the env with ``step``'s action, record the turn and observe; True when the episode ended."""
+        t_step = time.monotonic()
+        try:
+            obs, reward, terminated, truncated, info = await env.astep(step.action)
+        except Exception as e:  # noqa: BLE001
+            raise _Fault(_reason(e, "env_error"), e) from e
+        t_done = time.monotonic()
+        turn = traj.record_step(step.action, obs, reward, terminated, truncated, info)
+        turn.timing = {
+            "generate": t_step - t_act,
+            **{f"generate/{k}": v for k, v in step.timing.items()},
+            "env_step": t_done - t_step,
+        }
+        self.stats.time_s.update(turn.timing)
+        turn.gen_span = step.gen_span
+        turn.finish_reason = step.finish_reason
+        if step.info:
+            turn.info["agent"] = step.info
+        self.stats.turns += 1
+        if step.gen_span is not None:
+            self.stats.generated_tokens += step.gen_span[1] - step.gen_span[0]
+        if info.get("masked"):  # the env reports an infrastructure fault (crashed browser, ...)
+            raise _Fault("env_error", str(info.get("mask_reason") or "the env masked this episode"))
+        if terminated or truncated:
+            return True
+        t_obs = time.monotonic()
+        try:
+            turn.obs_span = session.observe(step.action, obs)
+        except TokenMismatch as e:
+            raise _Fault("token_mismatch", e) from e
+        finally:
+            turn.timing["observe"] = time.monotonic() - t_obs
+            self.stats.time_s["observe"] += turn.timing["observe"]
+        return False
 
     def _ledger(self, traj: Trajectory, phase: str, seconds: float) -> None:
         """A per-trajectory phase of the time ledger (``turngym.rollout.ledger``)."""

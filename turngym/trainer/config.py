@@ -42,6 +42,35 @@ class ModelSettings(_Strict):
     gpu_memory_fraction: float | None = Field(default=None, gt=0.0, le=1.0)
 
 
+class TreeRolloutSettings(_Strict):
+    """``rollout.tree``: grow a tree per task instead of ``group_size`` samples (training rollouts
+    only; evaluation stays flat). The fields of ``turngym.rollout.tree.TreeConfig``."""
+
+    k: int = 2
+    branch: str = "schedule"  # schedule | tool_call | entropy (turngym.rollout.tree branch policies)
+    turns: list[int] = Field(default_factory=lambda: [0])
+    entropy_threshold: float = 1.0
+    max_nodes: int | None = 64
+    max_tokens: int | None = None
+
+    @model_validator(mode="after")
+    def _valid(self) -> TreeRolloutSettings:
+        self.config()  # the engine's own checks (k >= 2, a known policy, budgets >= 1)
+        return self
+
+    def config(self) -> Any:
+        from turngym.rollout.tree import TreeConfig
+
+        return TreeConfig(
+            k=self.k,
+            branch=self.branch,
+            turns=tuple(self.turns),
+            entropy_threshold=self.entropy_threshold,
+            max_nodes=self.max_nodes,
+            max_tokens=self.max_tokens,
+        )
+
+
 class RolloutSettings(_Strict):
     env: str = "arith"
     env_kwargs: dict[str, Any] = Field(default_factory=dict)
@@ -70,6 +99,7 @@ class RolloutSettings(_Strict):
     eval_env_kwargs: dict[str, Any] = Field(default_factory=dict)  # merged over env_kwargs (e.g. split: test)
     # eval metrics also per value of this key of the tasks' reference (search-qa: "hops", "kind")
     eval_breakdown: str | None = None
+    tree: TreeRolloutSettings | None = None  # tree rollouts for training (turngym.rollout.tree)
 
 
 class CreditSettings(BaseModel):
@@ -244,6 +274,11 @@ class TrainConfig(_Strict):
             raise ValueError("weight_sync=vllm_lora needs model.lora and vllm_urls")
         if self.weight_sync == "vllm_full" and (self.model.lora is not None or not self.vllm_urls):
             raise ValueError("weight_sync=vllm_full needs vllm_urls and a full model (no model.lora)")
+        from turngym.trainer.credit.registry import get_credit_method
+
+        settings = get_credit_method(self.credit.method).settings
+        if getattr(settings, "needs_tree_rollouts", False) and self.rollout.tree is None:
+            raise ValueError(f"credit.method={self.credit.method} needs tree rollouts: set rollout.tree")
         return self
 
     def _backend_urls(self) -> list[str]:

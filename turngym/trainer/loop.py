@@ -192,8 +192,14 @@ class Trainer:
 
     # ---------------------------------------------------------------- rollout
     def rollout(
-        self, seeds: list[int], group_size: int, temperature: float, env_kwargs: dict | None = None
+        self,
+        seeds: list[int],
+        group_size: int,
+        temperature: float,
+        env_kwargs: dict | None = None,
+        tree: Any = None,
     ) -> tuple[list[Trajectory], dict]:
+        """One rollout of ``seeds`` (``tree``: a ``TreeConfig``, a tree per task instead of groups)."""
         from turngym.agents.backend import SamplingParams
         from turngym.agents.llm import LLMAgent
         from turngym.rollout.engine import RolloutConfig, RolloutEngine
@@ -215,6 +221,7 @@ class Trainer:
                 max_concurrency=r.max_concurrency,
                 turn_timeout=r.turn_timeout,
                 max_turns=r.max_turns,
+                tree=tree,
             ),
             env_kwargs=r.env_kwargs if env_kwargs is None else env_kwargs,
             env_id=r.env,
@@ -348,7 +355,8 @@ class Trainer:
         torch.manual_seed(_derive(cfg.seed, step))
         timings = {}
         t0 = time.perf_counter()
-        trajs, rstats = self.rollout(seeds, r.group_size, r.temperature)
+        tree = r.tree.config() if r.tree is not None else None
+        trajs, rstats = self.rollout(seeds, r.group_size, r.temperature, tree=tree)
         timings["time/rollout"] = time.perf_counter() - t0
         t1 = time.perf_counter()
         self.credit.begin_step(step, _derive(cfg.seed, step))
@@ -372,6 +380,7 @@ class Trainer:
             "rollout/generated_tokens": float(rstats["generated_tokens"]),
             **ledger_metrics(trajs, timings["time/rollout"]),
             **{f"rollout/masked/{k}": float(v) for k, v in rstats["mask_reasons"].items()},
+            **{f"rollout/tree/{k}": float(v) for k, v in rstats.get("tree", {}).items()},
             "time/step": time.perf_counter() - t0,
         }
         metrics = merge_metrics(
@@ -383,6 +392,7 @@ class Trainer:
                 "rollout/tokens_per_s",
                 "rollout/time/",
                 "rollout/trajectories_per_hour",
+                "rollout/tree/",
             ),
         )
         if cfg.log.save_trajectories:

@@ -4,6 +4,9 @@ Per task, the group of trajectories side by side; per turn the assistant text, p
 calls, observations (screenshots inline), reward components, per-method turn advantages and
 token counts; filters by outcome; run-level plots (held-out eval and training reward and success
 over steps, turns per episode, tool-error rate by turn index) rendered by matplotlib as inline SVG.
+A tree rollout's group (turns with ``node_id``/``parent_id``, ``turngym.rollout.tree``) also gets
+its tree drawn as inline SVG (``tree_view``): nodes with their value (the mean return of the
+unmasked leaves below), edges parent -> child, the turn each branch point branched at.
 A training run's held-out before/after numbers (first and last ``eval/`` rows of ``metrics.jsonl``)
 head the report (``eval_summary``).
 
@@ -22,6 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from turngym.core.tree import TREE_ROOT, node_values
 from turngym.core.types import Trajectory, Turn
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
@@ -94,6 +98,108 @@ def ledger_view(trajs: list[Trajectory]) -> list[tuple[str, float, float | None]
     ]
     rows += [(k, v, None) for k, v in sorted(totals.items()) if k not in PHASES and v]
     return rows
+
+
+TREE_DX, TREE_DY, TREE_PAD = 120, 30, 24
+
+
+def tree_view(members: list[Trajectory]) -> dict[str, Any] | None:
+    """The layout of a tree group for the report (None when no turn has a node id): ``nodes``
+    (``id, x, y, value, leaves, label, title, masked, branch``), ``edges`` (``x1, y1, x2, y2``),
+    ``width``/``height``. Depth = turn index + 1 (the root, the reset state, at depth 0); leaves are
+    stacked in node-id order and a parent sits at the mean height of its children. ``value`` is the
+    mean return of the unmasked leaves below (None if all are masked); a branch point says the turn
+    it branched at and its number of children."""
+    if not any(turn.node_id for t in members for turn in t.turns):
+        return None
+    info: dict[str, dict[str, Any]] = {TREE_ROOT: {"parent": None, "depth": 0, "title": "reset state"}}
+    leaf_of: list[tuple[Trajectory, str]] = []
+    for t in members:
+        for turn in t.turns:
+            if turn.node_id and turn.node_id not in info:
+                snippet = turn.action.content.strip().replace("\n", " ")
+                info[turn.node_id] = {
+                    "parent": turn.parent_id or TREE_ROOT,
+                    "depth": turn.index + 1,
+                    "title": f"turn {turn.index} · r={turn.reward:.3g} · {snippet[:160]}",
+                }
+        leaf = str(t.metadata.get("tree_node") or (t.turns[-1].node_id if t.turns else "") or TREE_ROOT)
+        if leaf not in info:  # a branch whose fork failed: a node without a turn
+            parent = leaf.rsplit(".", 1)[0] if "." in leaf else TREE_ROOT
+            depth = info.get(parent, {"depth": 0})["depth"] + 1
+            info[leaf] = {"parent": parent, "depth": depth, "title": f"not started: {t.mask_reason}"}
+        leaf_of.append((t, leaf))
+    live = [(t, leaf) for t, leaf in leaf_of if not t.masked]
+    paths = [[turn.node_id for turn in t.turns if turn.node_id] for t, _ in live]
+    values = node_values(paths, [t.total_reward for t, _ in live]) if live else {}
+    leaves_below: dict[str, int] = defaultdict(int)
+    masked_leaf = {leaf for t, leaf in leaf_of if t.masked}
+    for _, leaf in leaf_of:
+        node = leaf
+        while node is not None:
+            leaves_below[node] += 1
+            node = info[node]["parent"]
+    children: dict[str, list[str]] = defaultdict(list)
+    for node, d in info.items():
+        if d["parent"] is not None:
+            children[d["parent"]].append(node)
+
+    def order(node: str) -> tuple[int, ...]:
+        return tuple(int(p) for p in node.split(".")[1:] if p.isdigit())
+
+    ys: dict[str, float] = {}
+    next_y = [0]
+
+    def place(node: str) -> float:
+        kids = sorted(children.get(node, []), key=order)
+        if not kids:
+            ys[node] = float(next_y[0])
+            next_y[0] += 1
+        else:
+            ys[node] = sum(place(k) for k in kids) / len(kids)
+        return ys[node]
+
+    place(TREE_ROOT)
+    nodes = []
+    for node, d in info.items():
+        kids = children.get(node, [])
+        value = values.get(node)
+        x, y = TREE_PAD + d["depth"] * TREE_DX, TREE_PAD + ys[node] * TREE_DY
+        branch = f"branch @ turn {d['depth']} ×{len(kids)}" if len(kids) >= 2 else ""
+        title = f"{node} · value {'—' if value is None else f'{value:.3g}'} · {leaves_below[node]} leaves · {d['title']}"
+        nodes.append(
+            {
+                "id": node,
+                "x": x,
+                "y": y,
+                "value": value,
+                "leaves": leaves_below[node],
+                "label": "masked" if value is None else f"V={value:.2f}",
+                "title": title + (f" · {branch}" if branch else ""),
+                "masked": node in masked_leaf or value is None,
+                "branch": branch,
+            }
+        )
+    lo = min((n["value"] for n in nodes if n["value"] is not None), default=0.0)
+    hi = max((n["value"] for n in nodes if n["value"] is not None), default=1.0)
+    for n in nodes:  # red (lowest value) -> green (highest)
+        f = 0.5 if n["value"] is None or hi == lo else (n["value"] - lo) / (hi - lo)
+        n["color"] = "#bbbbbb" if n["value"] is None else f"hsl({int(120 * f)}, 60%, 45%)"
+    pos = {n["id"]: (n["x"], n["y"]) for n in nodes}
+    edges = [
+        {"x1": pos[d["parent"]][0], "y1": pos[d["parent"]][1], "x2": pos[node][0], "y2": pos[node][1]}
+        for node, d in info.items()
+        if d["parent"] is not None
+    ]
+    depth = max(d["depth"] for d in info.values())
+    return {
+        "nodes": nodes,
+        "edges": edges,
+        "width": 2 * TREE_PAD + depth * TREE_DX + 80,
+        "height": 2 * TREE_PAD + max(next_y[0] - 1, 0) * TREE_DY + 10,
+        "leaves": len(leaf_of),
+        "branch_points": sum(1 for n in nodes if n["branch"]),
+    }
 
 
 EVAL_KEYS = ("eval/reward/outcome", "eval/reward/success")
@@ -242,6 +348,7 @@ def build_report(
                 "env_id": members[0].env_id,
                 "prompt": [{"role": m.role, "content": m.content} for m in members[0].prompt],
                 "reference": json.dumps(members[0].reference, default=str)[:2000],
+                "tree": tree_view(members),
                 "trajs": [
                     {
                         "sample": t.sample,

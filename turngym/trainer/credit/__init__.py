@@ -30,6 +30,15 @@ from turngym.trainer.credit.registry import (
     credit_method,
     registered_credit_methods,
 )
+from turngym.trainer.credit.tree import (
+    TreeCredit,
+    TreeGiGPO,
+    TreeGiGPOSettings,
+    TreeSettings,
+    node_values,
+    tree_advantages,
+    tree_anchor_keys,
+)
 
 __all__ = [
     "GRPO",
@@ -52,6 +61,10 @@ __all__ = [
     "MethodSettings",
     "OutcomeReward",
     "TournamentResult",
+    "TreeCredit",
+    "TreeGiGPO",
+    "TreeGiGPOSettings",
+    "TreeSettings",
     "TurnRewards",
     "TurnSettings",
     "anchor",
@@ -65,6 +78,7 @@ __all__ = [
     "gigpo",
     "grpo",
     "igpo",
+    "node_values",
     "rank_advantages",
     "registered_credit_methods",
     "round_robin",
@@ -72,4 +86,6 @@ __all__ = [
     "single_elimination",
     "swiss",
     "token_advantages",
+    "tree_advantages",
+    "tree_anchor_keys",
 ]

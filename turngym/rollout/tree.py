@@ -1,0 +1,412 @@
+"""Tree rollouts: per task, one episode that branches into K continuations at chosen turns.
+
+    engine = RolloutEngine("arith", agent, RolloutConfig(tree=TreeConfig(k=2, turns=(0, 2))))
+    leaves = await engine.run(seeds=range(8))       # every root-to-leaf path of every tree
+
+How a tree grows. The root path resets the env and plays turns like a flat episode. Before turn t
+(or, for the ``entropy`` policy, after sampling it) the branch policy may say *branch*: then
+``await env.afork()`` is called K-1 times while the env is between steps, and each fork gets a
+fork of the agent session (``session.fork``: the same messages and tokens so far, its own sampling
+seed and route); the original path goes on as child 0 and each fork as child j = 1..K-1, all
+sampling turn t from the same state. Branches branch again at later chosen turns, while the budget
+lasts.
+
+Branch policies (a registry, ``@branch_policy``; ``TreeConfig.branch``):
+
+* ``schedule``: before the turns listed in ``TreeConfig.turns`` (e.g. ``(0, 2)``);
+* ``tool_call``: before every turn that follows a tool call (the reaction to a tool result, where
+  ARPO-style methods branch);
+* ``entropy``: after sampling a turn whose sampled tokens have a mean negative log-probability
+  ``-mean(logprob) >= entropy_threshold`` nats. The backends report each sampled token's logprob
+  under the raw distribution (temperature 1), so when sampling at temperature 1 the mean NLL of the
+  sampled tokens is an unbiased Monte-Carlo estimate of the policy's per-token entropy on that turn
+  (at other temperatures, of the cross-entropy of the sampling distribution to the raw one). The sampled turn stays child
+  0; the K-1 siblings sample turn t afresh from the snapshot taken before it. Needs a token-level
+  agent (``LLMAgent``).
+
+Budgets (per tree): a branch happens only while the tree has fewer than ``max_nodes`` nodes (turns)
+and fewer than ``max_tokens`` sampled tokens; paths already running always finish (bounded by the
+env's turn limit), so a tree may end above its budget by what its live paths still sample.
+
+Ids. Each ``Turn`` of a leaf trajectory has ``node_id`` and ``parent_id``: the root (the reset state)
+is ``"root"``, the node of child j of node p is ``f"{p}.{j}"`` (j = 0 where the path did not
+branch). Siblings of one branch point share ``parent_id``: they acted in the same state. Every leaf
+of a tree has the group ``"<env_id>/<seed>"`` and ``sample`` = its rank in node-id order, so group
+credit (``grpo``, ``tree``, ``tree_gigpo``) sees a tree as one group.
+
+Token counts (``metadata["tree"]`` of each leaf, ``engine.stats.tree`` summed): ``generated_tokens``
+is what the tree sampled; ``reused_sampled_tokens`` the sampled tokens of the shared prefixes copied
+into branches instead of being sampled again (what flat rollouts of the same leaves would have
+sampled on top); ``reused_prefix_tokens`` every prefix token a branch starts with (prompt,
+observations and sampled ids: the prefill a shared KV prefix saves). Child 0 keeps its parent's
+``route``, so the HF backend resumes its parked KV row; vLLM's prefix cache serves every sibling.
+
+Faults. A non-forkable env is refused before the run (``NotForkable``), or runs flat groups of K
+with ``fallback_flat``. A fork that fails or times out gives a masked leaf (``mask_reason
+"fork_error"``, the prefix turns and the error) and the parent goes on untouched (a fork never
+changes its parent). A path that crashes later is masked like a flat episode (its env is its own).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from turngym.core.env import NotForkable
+from turngym.core.tree import TREE_ROOT as ROOT
+from turngym.core.types import Trajectory
+from turngym.rollout.engine import RolloutConfig, RolloutEngine, _Fault, _mask, _turn_timeout
+
+log = logging.getLogger("turngym.rollout.tree")
+
+
+class TreeError(RuntimeError):
+    """The tree cannot be grown as configured (a session that cannot fork, no logprobs for the
+    entropy policy): a configuration error, raised, never masked."""
+
+
+# ------------------------------------------------------------------ branch policies
+class BranchPolicy(Protocol):
+    """Where a path branches. ``after_sampling``: decide from the sampled turn (``after``) instead
+    of before sampling it (``before``)."""
+
+    after_sampling: bool
+
+    def before(self, turn: int, traj: Trajectory) -> bool: ...
+
+    def after(self, turn: int, traj: Trajectory, logprobs: list[float]) -> bool: ...
+
+
+_POLICIES: dict[str, Callable[[TreeConfig], BranchPolicy]] = {}
+
+
+def branch_policy(name: str) -> Callable[[Callable[[TreeConfig], BranchPolicy]], Callable]:
+    """Register ``factory(tree_config) -> BranchPolicy`` as ``TreeConfig.branch = name``."""
+
+    def register(factory: Callable[[TreeConfig], BranchPolicy]) -> Callable:
+        _POLICIES[name] = factory
+        return factory
+
+    return register
+
+
+def branch_policies() -> list[str]:
+    return sorted(_POLICIES)
+
+
+@dataclass(frozen=True)
+class _Schedule:
+    turns: frozenset[int]
+    after_sampling: bool = False
+
+    def before(self, turn: int, traj: Trajectory) -> bool:
+        return turn in self.turns
+
+    def after(self, turn: int, traj: Trajectory, logprobs: list[float]) -> bool:
+        return False
+
+
+@dataclass(frozen=True)
+class _AfterToolCall:
+    after_sampling: bool = False
+
+    def before(self, turn: int, traj: Trajectory) -> bool:
+        return bool(traj.turns) and bool(traj.turns[-1].tool_results)
+
+    def after(self, turn: int, traj: Trajectory, logprobs: list[float]) -> bool:
+        return False
+
+
+@dataclass(frozen=True)
+class _Entropy:
+    threshold: float
+    after_sampling: bool = True
+
+    def before(self, turn: int, traj: Trajectory) -> bool:
+        return False
+
+    def after(self, turn: int, traj: Trajectory, logprobs: list[float]) -> bool:
+        return bool(logprobs) and mean_nll(logprobs) >= self.threshold
+
+
+def mean_nll(logprobs: list[float]) -> float:
+    """The entropy proxy: mean negative log-probability of a turn's sampled tokens (nats)."""
+    return -sum(logprobs) / len(logprobs) if logprobs else 0.0
+
+
+branch_policy("schedule")(lambda c: _Schedule(frozenset(c.turns)))
+branch_policy("tool_call")(lambda c: _AfterToolCall())
+branch_policy("entropy")(lambda c: _Entropy(c.entropy_threshold))
+
+
+@dataclass(frozen=True)
+class TreeConfig:
+    """How trees grow: K children per branch point, where (``branch`` + its options), how far."""
+
+    k: int = 2
+    branch: str = "schedule"
+    turns: tuple[int, ...] = (0,)  # the ``schedule`` policy's branching turns
+    entropy_threshold: float = 1.0  # the ``entropy`` policy's mean sampled NLL (nats) to branch at
+    max_nodes: int | None = 64  # branch only while the tree has fewer nodes (turns)
+    max_tokens: int | None = None  # branch only while the tree has sampled fewer tokens
+    fallback_flat: bool = False  # a non-forkable env runs flat groups of k instead of failing
+
+    def __post_init__(self) -> None:
+        if self.k < 2:
+            raise ValueError(f"tree k must be >= 2 (children per branch point), got {self.k}")
+        if self.branch not in _POLICIES:
+            raise ValueError(f"unknown branch policy {self.branch!r}; known: {', '.join(branch_policies())}")
+        if any(t < 0 for t in self.turns):
+            raise ValueError(f"branching turns must be >= 0, got {list(self.turns)}")
+        for name in ("max_nodes", "max_tokens"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ValueError(f"tree {name} must be >= 1 (or None: no limit), got {v}")
+        object.__setattr__(self, "turns", tuple(sorted(set(self.turns))))
+
+    def policy(self) -> BranchPolicy:
+        return _POLICIES[self.branch](self)
+
+    def runner(self, engine: RolloutEngine) -> TreeRunner:
+        """What ``engine`` grows its trees with."""
+        return TreeRunner(engine, self)
+
+
+# ------------------------------------------------------------------ growing
+@dataclass
+class _Tree:
+    seed: int
+    cfg: TreeConfig
+    nodes: int = 0
+    generated: int = 0
+    reused_sampled: int = 0
+    reused_prefix: int = 0
+    forks: int = 0
+    fork_errors: int = 0
+    fork_s: float = 0.0
+    branch_points: int = 0
+    tasks: list[asyncio.Task] = field(default_factory=list)
+    leaves: list[Trajectory] = field(default_factory=list)
+
+    def can_branch(self) -> bool:
+        c = self.cfg
+        return (c.max_nodes is None or self.nodes < c.max_nodes) and (
+            c.max_tokens is None or self.generated < c.max_tokens
+        )
+
+    def summary(self) -> dict[str, float]:
+        return {
+            "nodes": self.nodes,
+            "leaves": len(self.leaves),
+            "branch_points": self.branch_points,
+            "forks": self.forks,
+            "fork_errors": self.fork_errors,
+            "fork_s": round(self.fork_s, 6),
+            "generated_tokens": self.generated,
+            "reused_sampled_tokens": self.reused_sampled,
+            "reused_prefix_tokens": self.reused_prefix,
+        }
+
+
+class TreeRunner:
+    """Grows trees with a ``RolloutEngine``'s env factory, agent, timeouts and stats."""
+
+    def __init__(self, engine: RolloutEngine, cfg: TreeConfig):
+        self.engine = engine
+        self.cfg = cfg
+        self.policy = cfg.policy()
+
+    async def preflight(self) -> RolloutConfig | None:
+        """Build one env and check that it can fork, before any episode. Returns None (grow trees),
+        or the flat config to run instead (``fallback_flat``); raises ``NotForkable`` otherwise."""
+        env = await self.engine._build_env()
+        try:
+            forkable = bool(getattr(env, "forkable", False))
+            base = getattr(env, "unwrapped", env)
+            why = getattr(base, "_not_forkable_reason", "it has no fork()")
+        finally:
+            await self.engine._close_env(env)
+        if forkable:
+            return None
+        msg = f"tree rollouts need a forkable env: {self.engine.env_id} cannot fork ({why})"
+        if not self.cfg.fallback_flat:
+            raise NotForkable(msg + "; pass fallback_flat (--tree-fallback-flat) to run flat groups of K")
+        log.warning("%s; running flat groups of %d instead (fallback_flat)", msg, self.cfg.k)
+        return replace(self.engine.config, tree=None, group_size=self.cfg.k)
+
+    async def grow(self, seed: int) -> list[Trajectory]:
+        """Every root-to-leaf path of the tree of task ``seed``, ranked by node id (``sample``)."""
+        eng = self.engine
+        tree = _Tree(seed, self.cfg)
+        eng.stats.requested += 1
+        tree.tasks.append(asyncio.create_task(self._root(tree)))
+        try:
+            k = 0
+            while k < len(tree.tasks):  # paths add their branches' tasks while they run
+                await tree.tasks[k]
+                k += 1
+        finally:
+            pending = [t for t in tree.tasks if not t.done()]
+            for t in pending:
+                t.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+        leaves = sorted(tree.leaves, key=_leaf_order)
+        summary = tree.summary()
+        for rank, traj in enumerate(leaves):
+            traj.sample = rank
+            traj.metadata["tree"] = {"leaf": _leaf_id(traj), **summary}
+        eng.stats.tree["fork_s"] += tree.fork_s
+        for key in ("nodes", "forks", "fork_errors", "branch_points"):
+            eng.stats.tree[key] += summary[key]
+        eng.stats.tree["trees"] += 1
+        eng.stats.tree["reused_sampled_tokens"] += tree.reused_sampled
+        eng.stats.tree["reused_prefix_tokens"] += tree.reused_prefix
+        return leaves
+
+    # ---- paths
+    async def _root(self, tree: _Tree) -> None:
+        eng = self.engine
+
+        async def turns(env: Any, session: Any, traj: Trajectory) -> None:
+            await self._turns(env, session, traj, tree, ROOT, None)
+
+        eng.stats.live += 1
+        try:
+            traj = await eng._one(tree.seed, 0, turns)
+        finally:
+            eng.stats.live -= 1
+        self._leaf(tree, traj)
+
+    async def _branch_path(
+        self, env: Any, session: Any, traj: Trajectory, tree: _Tree, parent: str, j: int
+    ) -> None:
+        """A branch: child ``j`` of ``parent``, on its own env fork and session fork."""
+        eng = self.engine
+        t0 = time.monotonic()
+        eng.stats.live += 1
+        try:
+            async with asyncio.timeout(eng.config.trajectory_timeout):
+                await self._turns(env, session, traj, tree, parent, j)
+        except _Fault as f:
+            _mask(traj, f.reason, f.error)
+        except TimeoutError as e:
+            _mask(traj, "trajectory_timeout", f"the branch exceeded {eng.config.trajectory_timeout}s: {e}")
+        finally:
+            eng.stats.live -= 1
+            await eng._finish(env, traj, [session], t0)
+        self._leaf(tree, traj)
+
+    def _leaf(self, tree: _Tree, traj: Trajectory) -> None:
+        tree.leaves.append(traj)
+        self.engine._count(traj)
+
+    async def _turns(
+        self, env: Any, session: Any, traj: Trajectory, tree: _Tree, parent: str, first: int | None
+    ) -> None:
+        """The turn loop of one path. ``first``: this path is child ``first`` of ``parent`` at its
+        next turn (a branch already made); None: the root, which decides every turn."""
+        eng, cfg = self.engine, self.engine.config
+        while True:
+            t = len(traj.turns)
+            parent = traj.turns[-1].node_id if traj.turns else parent
+            child = first if first is not None else 0
+            deciding = first is None
+            first = None
+            if deciding and self.policy.before(t, traj) and tree.can_branch():
+                await self._spawn(env, session, traj, tree, parent)
+            snapshot = None
+            if deciding and self.policy.after_sampling and tree.can_branch():
+                route = getattr(session, "route", "snapshot")  # the snapshot never generates
+                snapshot = _fork_session(session, env, seed=_seed(tree.seed, f"{parent}~"), route=route)
+            async with _turn_timeout(cfg.turn_timeout, f"turn {t}"):
+                acted = await eng._act(session, traj)
+            if acted is None:
+                return
+            step, t_act = acted
+            if snapshot is not None and tree.can_branch():
+                if step.gen_span is None or not hasattr(session, "sampled_logprobs"):
+                    raise TreeError(
+                        f"the entropy branch policy needs token logprobs; agent "
+                        f"{getattr(eng.agent, 'name', type(eng.agent).__name__)!r} acts in text only"
+                    )
+                if self.policy.after(t, traj, session.sampled_logprobs(step.gen_span)):
+                    await self._spawn(env, snapshot, traj, tree, parent)
+            try:
+                async with _turn_timeout(cfg.turn_timeout, f"turn {t}"):
+                    done = await eng._apply(env, session, traj, step, t_act)
+            finally:
+                if len(traj.turns) > t:  # recorded (even when the step then faulted)
+                    turn = traj.turns[t]
+                    turn.node_id, turn.parent_id = f"{parent}.{child}", parent
+                    tree.nodes += 1
+                    if turn.gen_span is not None:
+                        tree.generated += turn.gen_span[1] - turn.gen_span[0]
+            if done:
+                return
+
+    async def _spawn(self, env: Any, session: Any, traj: Trajectory, tree: _Tree, parent: str) -> None:
+        """Children 1..K-1 of ``parent`` (the caller's path is child 0): each on ``await env.afork()``
+        and a fork of ``session``, run as tasks of the tree. A failed fork is a masked leaf."""
+        eng = self.engine
+        tree.branch_points += 1
+        prefix_tokens = len(getattr(getattr(session, "tokens", None), "token_ids", ()))
+        prefix_sampled = sum(b - a for a, b in (t.gen_span for t in traj.turns if t.gen_span))
+        for j in range(1, self.cfg.k):
+            node = f"{parent}.{j}"
+            branch = traj.model_copy(deep=True)
+            eng.stats.requested += 1
+            t0 = time.monotonic()
+            try:
+                child_env = await asyncio.wait_for(env.afork(), eng.config.turn_timeout)
+            except Exception as e:  # noqa: BLE001 - the branch is masked, the parent goes on
+                tree.fork_errors += 1
+                msg = "the fork timed out" if isinstance(e, TimeoutError) else e
+                _mask(branch, "fork_error", msg)
+                branch.metadata["tree_node"] = node  # the node this branch would have started
+                _fork_session(session, env, seed=None, route=getattr(session, "route", "")).export(branch)
+                self._leaf(tree, branch)
+                continue
+            finally:
+                tree.fork_s += time.monotonic() - t0
+            tree.forks += 1
+            route = f"{traj.group}#{node}"
+            child_session = _fork_session(session, child_env, seed=_seed(tree.seed, node), route=route)
+            tree.reused_sampled += prefix_sampled
+            tree.reused_prefix += prefix_tokens
+            tree.tasks.append(
+                asyncio.create_task(self._branch_path(child_env, child_session, branch, tree, parent, j))
+            )
+
+
+def _fork_session(session: Any, env: Any, *, seed: int | None, route: str) -> Any:
+    fork = getattr(session, "fork", None)
+    if fork is None:
+        raise TreeError(
+            f"{type(session).__name__} cannot fork (no fork(env, seed=, route=)): tree rollouts need "
+            "an agent whose sessions fork (LLMAgent, the scripted and random agents)"
+        )
+    return fork(env, seed=seed, route=route)
+
+
+def _seed(seed: int, node: str) -> int:
+    """A branch's sampling seed: stable across processes, distinct per node."""
+    return zlib.crc32(f"{seed}:{node}".encode()) % (2**31)
+
+
+def _leaf_id(traj: Trajectory) -> str:
+    if "tree_node" in traj.metadata:  # a branch whose fork failed
+        return str(traj.metadata["tree_node"])
+    if traj.turns and traj.turns[-1].node_id:
+        return traj.turns[-1].node_id
+    return ROOT
+
+
+def _leaf_order(traj: Trajectory) -> tuple:
+    """Node-id order: ``root`` < ``root.0.1`` < ``root.0.2`` < ``root.1``."""
+    return tuple(int(p) for p in _leaf_id(traj).split(".")[1:])
