@@ -264,6 +264,12 @@ def tar_of(files: Mapping[str, bytes | str], mode: int = 0o644) -> bytes:
     return buf.getvalue()
 
 
+def _rel_dir(path: str) -> str:
+    if not path.startswith("/") or ".." in path.split("/") or path.strip("/") == "":
+        raise SandboxError(f"snapshot paths must be absolute directories below /, without '..', got {path!r}")
+    return path.strip("/")
+
+
 class DockerSandbox:
     """One running container. Use :meth:`create`; always :meth:`close` (also a context manager)."""
 
@@ -662,6 +668,43 @@ class DockerSandbox:
         if code != 0:
             raise SandboxError(data.decode(errors="replace").strip() or f"reading {path} failed ({code})")
         return data
+
+    def snapshot(
+        self, paths: tuple[str, ...] | list[str], *, max_bytes: int, timeout: float = 300.0
+    ) -> bytes:
+        """A tar archive of ``paths`` (absolute directories, e.g. the writable tmpfs mounts) as they are now.
+
+        Made by ``tar -c`` inside the container (``docker commit`` and ``docker cp`` do not see tmpfs
+        mounts); an archive over ``max_bytes`` is a :class:`SandboxError`, never a cut one. Raises
+        :class:`SandboxDead` if the container is not running.
+        """
+        rel = [_rel_dir(p) for p in paths]
+        code, out = self._exec_raw(
+            ["bash", "-c", 'tar -c -C / -f - -- "$@" 2>/dev/null', "snapshot", *rel],
+            timeout,
+            max_output_bytes=max_bytes + 2,
+        )
+        data = bytes(out.head + out.tail)
+        if out.total > len(data) or len(data) > max_bytes:
+            raise SandboxError(f"the snapshot of {', '.join(paths)} is over {max_bytes} bytes")
+        if code != 0:
+            if not self.alive():
+                raise SandboxDead(f"container {self.name} died while its files were archived")
+            raise SandboxError(f"archiving {', '.join(paths)} in {self.name} failed (tar exit code {code})")
+        return data
+
+    def restore(self, paths: tuple[str, ...] | list[str], archive: bytes, *, timeout: float = 300.0) -> None:
+        """Make ``paths`` hold exactly what ``archive`` (a :meth:`snapshot`) holds: their contents are
+        removed, then the archive is unpacked (modes, owners and times kept)."""
+        rel = [_rel_dir(p) for p in paths]
+        script = 'for p in "$@"; do find "/$p" -mindepth 1 -delete || exit 3; done; exec tar -x -p -C / -f -'
+        code, out = self._exec_raw(["bash", "-c", script, "restore", *rel], timeout, stdin=archive)
+        if code != 0:
+            if not self.alive():
+                raise SandboxDead(f"container {self.name} died while a snapshot was unpacked")
+            raise SandboxError(
+                f"unpacking a snapshot into {self.name} failed: {out.text()[0].strip()[:2000]}"
+            )
 
     # ------------------------------------------------------------ async API
     async def aexec(self, command: str, **kwargs: Any) -> ExecResult:
