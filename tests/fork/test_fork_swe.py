@@ -10,6 +10,8 @@ import os
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import turngym
 from turngym.core.env import ForkError
@@ -69,7 +71,9 @@ def test_branches_are_independent_and_both_graded(task, leak_check):
     env.reset(seed=0)
     env.step(call("file_editor", command="create", path="/testbed/notes.txt", file_text="parent\n"))
     src = task.expert_edits[0]["path"]
-    out(env, f"git add notes.txt && echo scratch > other.txt && echo '# parent' >> {src}")  # staged in git's index, and untracked
+    out(
+        env, f"git add notes.txt && echo scratch > other.txt && echo '# parent' >> {src}"
+    )  # staged in git's index, and untracked
     status = out(env, f"git status --porcelain; md5sum notes.txt other.txt {src}; git rev-parse HEAD")
     assert "A  notes.txt" in status and "?? other.txt" in status
     child = env.fork()
@@ -79,9 +83,14 @@ def test_branches_are_independent_and_both_graded(task, leak_check):
         and child.task.task_id == env.task.task_id
     )
     assert child._sb is not env._sb and child._sb.name != env._sb.name
+    assert child._pools is not env._pools and child._staged is not env._staged and child.tasks is env.tasks
+    assert child._history == env._history and child._history is not env._history
+    assert child.np_random.bit_generator.state == env.np_random.bit_generator.state
     assert child.task.info["container"] == child._sb.name != env.task.info["container"]
     # the fork sees the parent's files and git state (index included) at the fork point
-    assert out(child, f"git status --porcelain; md5sum notes.txt other.txt {src}; git rev-parse HEAD") == status
+    assert (
+        out(child, f"git status --porcelain; md5sum notes.txt other.txt {src}; git rev-parse HEAD") == status
+    )
     # the fork undoes the parent's editor edit (its history was copied), deletes a file and fixes the bug
     obs, *_ = child.step(call("file_editor", command="undo_edit", path="/testbed/notes.txt"))
     assert "undone" in obs[0].content
@@ -174,3 +183,77 @@ def test_conformance_fork_row(task, leak_check):
     report = check_env("swe-docker-v0", task_ids=[task.instance_id], max_turns=3, seeds=(0,))
     fork = next(r for r in report.results if r.name == "fork")
     assert fork.passed and "matched a fresh replay" in fork.detail, fork.detail
+
+
+# ------------------------------------------------------------------ the sandbox's snapshot / restore
+_NAME = st.text(alphabet="abcXYZ019 _-.é", min_size=1, max_size=12).filter(lambda s: s not in (".", ".."))
+
+
+@pytest.fixture(scope="module")
+def two_sandboxes(leak_check):
+    from turngym.sandboxes.docker import DockerSandbox
+    from turngym.sandboxes.images import base_image
+
+    a = DockerSandbox.create(base_image(), workdir="/testbed")
+    b = DockerSandbox.create(base_image(), workdir="/testbed")
+    yield a, b
+    a.close()
+    b.close()
+
+
+LISTING = (
+    "cd / && find testbed tmp root -mindepth 1 -printf '%p %y %m %s %l\\n' | LC_ALL=C sort && "
+    "find testbed tmp root -type f -print0 | LC_ALL=C sort -z | xargs -0r md5sum"
+)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    files=st.dictionaries(
+        st.lists(_NAME, min_size=1, max_size=3).map("/".join), st.binary(max_size=3000), max_size=6
+    ),
+    executable=st.booleans(),
+)
+def test_restore_reproduces_any_tree_of_the_writable_mounts(two_sandboxes, files, executable):
+    a, b = two_sandboxes
+    paths = ["/testbed", "/tmp", "/root"]
+    for sb in (a, b):  # start from different trees: the restore must remove what b had
+        sb.exec("rm -rf /testbed/* /testbed/.[!.]* /tmp/* /root/* 2>/dev/null; true")
+    b.put_files({"/testbed/stale/old.py": "stale", "/root/.cache": "x"})
+    tree = {}
+    for rel, data in files.items():
+        if any(other.startswith(rel + "/") for other in files):  # a name that is also a directory
+            continue
+        tree[f"/testbed/{rel}"] = data
+    a.put_files(tree)
+    a.exec(
+        "mkdir -p /tmp/empty/dir && ln -sf /testbed/nowhere /root/link"
+        + (" && chmod 755 /testbed/*" if executable else "")
+    )
+    before = a.exec(LISTING).output
+    archive = a.snapshot(paths, max_bytes=64 << 20)
+    b.restore(paths, archive)
+    assert b.exec(LISTING).output == before
+    assert a.exec(LISTING).output == before  # the snapshot changed nothing in a
+
+
+def test_a_snapshot_over_its_limit_is_an_error_not_a_cut_archive(two_sandboxes):
+    from turngym.sandboxes.docker import SandboxDead, SandboxError
+
+    a, _ = two_sandboxes
+    a.exec("head -c 200000 /dev/urandom > /testbed/big.bin")
+    with pytest.raises(SandboxError, match="over 100000 bytes"):
+        a.snapshot(["/testbed"], max_bytes=100_000)
+    with pytest.raises(SandboxError, match="absolute"):
+        a.snapshot(["testbed"], max_bytes=1 << 20)
+    with pytest.raises(SandboxError, match="unpacking"):
+        a.restore(["/testbed"], b"not a tar archive")
+    assert a.exec("ls /testbed").exit_code == 0  # still usable
+    from turngym.sandboxes.docker import DockerSandbox
+    from turngym.sandboxes.images import base_image
+
+    gone = DockerSandbox.create(base_image())
+    docker_client().api.kill(gone.id)
+    with pytest.raises(SandboxDead):
+        gone.snapshot(["/testbed"], max_bytes=1 << 20)
+    gone.close()
