@@ -25,6 +25,9 @@ and ``info["sandbox_error"]`` plus ``info["masked"]`` (the rollout engine masks 
 sandbox fault is not the policy's doing); the next reset gets a new container. The graded patch
 leaves out test files and test-runner files (``repo.gradable_patch``). ``info["grade"]`` holds the
 verdict's details after ``submit``.
+
+``fork()`` / ``afork()`` branch an episode: a container of its own (a slot of the pool) holding a
+snapshot of the parent's writable mounts, plus a copy of the Python-side state (see ``_fork``).
 """
 
 from __future__ import annotations
