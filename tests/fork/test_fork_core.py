@@ -332,13 +332,11 @@ def test_fork_shared_must_name_existing_attributes():
 
 
 def test_non_forkable_families_say_why():
-    from turngym.envs.swe.env import SweDockerEnv
     from turngym.envs.web.env import WebMiniWoBEnv
     from turngym.envs.webarena.env import WebArenaEnv
     from turngym.envs.webshop.env import WebShopEnv
 
     for cls, why in [
-        (SweDockerEnv, "container"),
         (WebMiniWoBEnv, "browser"),
         (WebShopEnv, "browser"),
         (WebArenaEnv, "browser"),

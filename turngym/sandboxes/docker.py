@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import shlex
 import socket
 import tarfile
 import threading
@@ -264,6 +265,12 @@ def tar_of(files: Mapping[str, bytes | str], mode: int = 0o644) -> bytes:
     return buf.getvalue()
 
 
+def _rel_dir(path: str) -> str:
+    if not path.startswith("/") or ".." in path.split("/") or path.strip("/") == "":
+        raise SandboxError(f"snapshot paths must be absolute directories below /, without '..', got {path!r}")
+    return path.strip("/")
+
+
 class DockerSandbox:
     """One running container. Use :meth:`create`; always :meth:`close` (also a context manager)."""
 
@@ -446,6 +453,38 @@ class DockerSandbox:
         stdin: bytes | None,
         start: float,
     ) -> ExecResult:
+        resp, out = self._fast_request(command, timeout, workdir, environment, max_output_bytes, stdin)
+        total = int(resp.get("total", len(out)))
+        head, cut, tail = out.partition(b"\0TURNGYM-CUT\0")
+        truncated = bool(cut)
+        if truncated:
+            dropped = total - len(head) - len(tail)
+            text = (
+                head.decode("utf-8", errors="replace")
+                + f"\n[... {dropped} bytes of output truncated ...]\n"
+                + tail.decode("utf-8", errors="replace")
+            )
+        else:
+            text = out.decode("utf-8", errors="replace")
+        return ExecResult(
+            exit_code=int(resp.get("code", -1)),
+            output=text,
+            timed_out=bool(resp.get("timed_out")),
+            truncated=truncated,
+            output_bytes=total,
+            elapsed_s=time.perf_counter() - start,
+        )
+
+    def _fast_request(
+        self,
+        command: str,
+        timeout: float,
+        workdir: str | None,
+        environment: Mapping[str, str] | None,
+        max_output_bytes: int,
+        stdin: bytes | None,
+    ) -> tuple[dict[str, Any], bytes]:
+        """One request to PID 1: its JSON answer and the command's raw output bytes."""
         import base64
         import json
         import struct
@@ -478,27 +517,29 @@ class DockerSandbox:
             except _FastPathLost as e:
                 e.sent = True
                 raise
-        out = base64.b64decode(resp.get("out", ""))
-        total = int(resp.get("total", len(out)))
-        head, cut, tail = out.partition(b"\0TURNGYM-CUT\0")
-        truncated = bool(cut)
-        if truncated:
-            dropped = total - len(head) - len(tail)
-            text = (
-                head.decode("utf-8", errors="replace")
-                + f"\n[... {dropped} bytes of output truncated ...]\n"
-                + tail.decode("utf-8", errors="replace")
-            )
-        else:
-            text = out.decode("utf-8", errors="replace")
-        return ExecResult(
-            exit_code=int(resp.get("code", -1)),
-            output=text,
-            timed_out=bool(resp.get("timed_out")),
-            truncated=truncated,
-            output_bytes=total,
-            elapsed_s=time.perf_counter() - start,
-        )
+        return resp, base64.b64decode(resp.get("out", ""))
+
+    def _exec_bytes(
+        self, command: str, timeout: float, *, stdin: bytes | None = None, max_bytes: int = 1 << 20
+    ) -> tuple[int, bytes, int]:
+        """Run an idempotent ``command``: exit code, raw output (head and tail within ``max_bytes``)
+        and the output's full size. Through PID 1 when the fast path works, else ``docker exec``
+        (a request lost on the way is run again there: only for commands that may run twice)."""
+        if self._closed:
+            raise SandboxDead(f"sandbox {self.name} is closed")
+        if self.fast_exec:
+            try:
+                resp, out = self._fast_request(command, timeout, None, None, max_bytes, stdin)
+                return int(resp.get("code", -1)), out, int(resp.get("total", len(out)))
+            except _FastPathLost as e:
+                self.fast_exec = False
+                self._drop_attach()
+                if not self.alive():
+                    raise SandboxDead(
+                        f"container {self.name} is not running (killed or removed from outside)"
+                    ) from e
+        code, out = self._exec_raw(["bash", "-c", command], timeout, max_output_bytes=max_bytes, stdin=stdin)
+        return code, bytes(out.head + out.tail), out.total
 
     def _attached(self) -> Any:
         import docker.errors
@@ -662,6 +703,41 @@ class DockerSandbox:
         if code != 0:
             raise SandboxError(data.decode(errors="replace").strip() or f"reading {path} failed ({code})")
         return data
+
+    def snapshot(
+        self, paths: tuple[str, ...] | list[str], *, max_bytes: int, timeout: float = 300.0
+    ) -> bytes:
+        """A tar archive of ``paths`` (absolute directories, e.g. the writable tmpfs mounts) as they are now.
+
+        Made by ``tar -c`` inside the container (``docker commit`` and ``docker cp`` do not see tmpfs
+        mounts); an archive over ``max_bytes`` is a :class:`SandboxError`, never a cut one. Raises
+        :class:`SandboxDead` if the container is not running.
+        """
+        rel = " ".join(shlex.quote(_rel_dir(p)) for p in paths)
+        code, data, total = self._exec_bytes(
+            f"tar -c -C / -f - -- {rel} 2>/dev/null", timeout, max_bytes=max_bytes + 2
+        )
+        if total > len(data) or total > max_bytes:
+            raise SandboxError(f"the snapshot of {', '.join(paths)} is over {max_bytes} bytes")
+        if code != 0:
+            if not self.alive():
+                raise SandboxDead(f"container {self.name} died while its files were archived")
+            raise SandboxError(f"archiving {', '.join(paths)} in {self.name} failed (tar exit code {code})")
+        return data
+
+    def restore(self, paths: tuple[str, ...] | list[str], archive: bytes, *, timeout: float = 300.0) -> None:
+        """Make ``paths`` hold exactly what ``archive`` (a :meth:`snapshot`) holds: their contents are
+        removed, then the archive is unpacked (modes, owners and times kept)."""
+        rel = " ".join(shlex.quote("/" + _rel_dir(p)) for p in paths)
+        script = (
+            f'for p in {rel}; do find "$p" -mindepth 1 -delete || exit 3; done; exec tar -x -p -C / -f - 2>&1'
+        )
+        code, out, _ = self._exec_bytes(script, timeout, stdin=archive, max_bytes=8192)
+        if code != 0:
+            if not self.alive():
+                raise SandboxDead(f"container {self.name} died while a snapshot was unpacked")
+            text = out.decode(errors="replace").strip()[:2000]
+            raise SandboxError(f"unpacking a snapshot into {self.name} failed ({code}): {text}")
 
     # ------------------------------------------------------------ async API
     async def aexec(self, command: str, **kwargs: Any) -> ExecResult:

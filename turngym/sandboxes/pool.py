@@ -96,6 +96,15 @@ class SandboxPool:
             pool._users += 1
             return pool
 
+    def attach(self) -> SandboxPool:
+        """Count one more user of this pool (a forked env that shares its parent's pools); the user
+        calls :meth:`detach` when done, as :meth:`shared`'s users do."""
+        with _SHARED_LOCK:
+            if self._closed:
+                raise SandboxError("the pool is closed")
+            self._users += 1
+        return self
+
     def detach(self) -> None:
         """One user of a shared pool is done; the last one closes it (a private pool just closes)."""
         with _SHARED_LOCK:

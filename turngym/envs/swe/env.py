@@ -25,6 +25,9 @@ and ``info["sandbox_error"]`` plus ``info["masked"]`` (the rollout engine masks 
 sandbox fault is not the policy's doing); the next reset gets a new container. The graded patch
 leaves out test files and test-runner files (``repo.gradable_patch``). ``info["grade"]`` holds the
 verdict's details after ``submit``.
+
+``fork()`` / ``afork()`` branch an episode: a container of its own (a slot of the pool) holding a
+snapshot of the parent's writable mounts, plus a copy of the Python-side state (see ``_fork``).
 """
 
 from __future__ import annotations
@@ -78,10 +81,9 @@ class SweDockerEnv(Env):
     """One task per episode, one container per episode (from a warm pool), graded in a fresh one."""
 
     default_max_turns = 40
-    _not_forkable_reason = (
-        "branching its container's filesystem (docker commit or an overlay snapshot) is not implemented yet "
-        "(issue 21); Env.forkable is False"
-    )
+    forkable = True
+    #: read-only or replaced in the fork by its own (``_fork``): the task list, the pools, the container
+    _fork_shared = ("tasks", "_by_id", "_swe", "_pools", "_staged", "_sb", "_pool")
 
     def __init__(
         self,
@@ -101,6 +103,7 @@ class SweDockerEnv(Env):
         command_timeout: float = 60.0,
         test_timeout: float = 300.0,
         max_output_chars: int = 10_000,
+        fork_wait: float = 0.0,
         **kwargs: Any,
     ):
         from turngym.sandboxes.docker import Limits
@@ -133,6 +136,13 @@ class SweDockerEnv(Env):
         self.command_timeout = float(command_timeout)
         self.test_timeout = float(test_timeout)
         self.output_limit = int(max_output_chars)
+        self.fork_wait = float(fork_wait)
+        if not self.limits.read_only:
+            self.forkable = False
+            self._not_forkable_reason = (
+                "its containers have a writable root file system (Limits.read_only=False), so the fork's "
+                "snapshot of the writable mounts would miss changes elsewhere; use read-only limits"
+            )
         super().__init__(
             tool_timeout=max(self.command_timeout, self.test_timeout) + 120.0,
             max_output_chars=self.output_limit + 2_000,
@@ -374,6 +384,84 @@ class SweDockerEnv(Env):
             pool.detach()
         self._pools.clear()
         self._staged.clear()
+
+    # ------------------------------------------------------------ forking
+    async def _fork(self) -> SweDockerEnv:
+        """The fork: a copy of the Python-side state (``Env._fork_copy``) and a container of its own
+        whose writable mounts (``/testbed``, ``/tmp``, ``/root``; a Harbor task's ``/tests``, ``/logs``)
+        hold what the parent's hold now. The root file system is read-only and the same image, so that
+        is the whole file system; processes are not copied (each ``bash`` call is a fresh shell anyway).
+
+        The new container is a slot of the parent's pool (``max_active``): with none free within
+        ``fork_wait`` seconds (default 0) the fork is a :class:`ForkError`, never a wait without end.
+        The snapshot is a tar archive made inside the parent's container (``docker commit`` does not
+        see tmpfs mounts); nothing is written to the parent and no image is made, so a failed fork
+        leaves the parent as it was and nothing behind.
+        """
+        from turngym.core.env import ForkError
+        from turngym.sandboxes.docker import SandboxDead, SandboxError, run_blocking
+
+        name = f"{self.spec.id if self.spec is not None else type(self).__name__}"
+        if self._dead:
+            raise ForkError(f"{name}: cannot fork, its container died ({self._dead}); the episode is over")
+        if self._sb is None or self._pool is None:
+            raise ForkError(f"{name}: cannot fork, the episode holds no container")
+        parent_sb, pool = self._sb, self._pool
+        self._busy = "fork"
+        try:
+            child = self._fork_copy()  # the Python-side state, at the same instant as the files
+            if not await run_blocking(parent_sb.alive):
+                raise ForkError(
+                    f"{name}: cannot fork, its container {parent_sb.name} is not running (killed or removed "
+                    "from outside); the parent's next step ends its episode with a sandbox error"
+                )
+            try:
+                sb = await pool.aacquire(timeout=self.fork_wait)
+            except SandboxError as e:
+                raise ForkError(
+                    f"{name}: cannot fork, no container slot for the fork ({e}); every fork holds one of the "
+                    "pool's max_active containers until it is closed"
+                ) from e
+            paths = list(pool.limits.writable)
+            try:
+                try:
+                    archive = await run_blocking(
+                        parent_sb.snapshot, paths, max_bytes=(pool.limits.disk_mb << 20) * len(paths)
+                    )
+                except SandboxDead as e:
+                    raise ForkError(
+                        f"{name}: cannot fork, its container died during the snapshot ({e})"
+                    ) from e
+                except SandboxError as e:
+                    raise ForkError(f"{name}: cannot fork, the snapshot of its container failed ({e})") from e
+                try:
+                    await run_blocking(sb.restore, paths, archive)
+                except SandboxError as e:
+                    raise ForkError(
+                        f"{name}: cannot fork, the fork's new container {sb.name} failed ({e})"
+                    ) from e
+            except BaseException:
+                pool.release_later(sb)
+                raise
+        finally:
+            self._busy = None
+        child._sb, child._pool, child._staged = sb, pool, dict(self._staged)
+        child._pools = {key: p.attach() for key, p in self._pools.items()}
+        assert child.task is not None
+        child.task.info["container"] = sb.name
+        return child
+
+    async def areset(self, **kwargs: Any) -> tuple[list[Message], dict[str, Any]]:
+        self._refuse_during_fork("reset")
+        return await super().areset(**kwargs)
+
+    async def astep(self, action: str | Message) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
+        self._refuse_during_fork("step")
+        return await super().astep(action)
+
+    def _refuse_during_fork(self, what: str) -> None:
+        if self._busy == "fork":
+            raise RuntimeError(f"{type(self).__name__} is being forked: {what} after fork() returns")
 
     # ------------------------------------------------------------ tools
     @tool
