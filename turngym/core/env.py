@@ -77,6 +77,19 @@ class Task:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+def pick_task_index(options: dict[str, Any], index_of: dict[str, int], n: int, rng: Any) -> int:
+    """The index of a reset's task among ``n`` dataset tasks: ``options["task_id"]`` (looked up in
+    ``index_of``; an unknown id is a ``ValueError``), else ``options["task_index"]`` (mod ``n``), else
+    one drawn from the episode's ``rng``."""
+    if "task_id" in options:
+        if options["task_id"] not in index_of:
+            raise ValueError(f"unknown task_id {options['task_id']!r}")
+        return index_of[options["task_id"]]
+    if "task_index" in options:
+        return int(options["task_index"]) % n
+    return int(rng.integers(n))
+
+
 async def _maybe_await(value: T | Awaitable[T]) -> T:
     if inspect.isawaitable(value):
         return await value

@@ -49,7 +49,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from turngym.core.env import INVALID_KINDS, Env, Task
+from turngym.core.env import INVALID_KINDS, Env, Task, pick_task_index
 from turngym.core.spaces import ActionSpace
 from turngym.core.types import Message, ToolResult, ToolSpec
 from turngym.envs.mcp.client import McpConnection, ServerLost, acquire_shared, release_shared
@@ -289,14 +289,7 @@ class McpEnv(Env):
                 raise errors[0]
         self._install_tools()
 
-        if "task_id" in options:
-            if options["task_id"] not in self._task_index:
-                raise ValueError(f"unknown task_id {options['task_id']!r}")
-            index = self._task_index[options["task_id"]]
-        elif "task_index" in options:
-            index = int(options["task_index"]) % len(self.tasks)
-        else:
-            index = int(rng.integers(len(self.tasks)))
+        index = pick_task_index(options, self._task_index, len(self.tasks), rng)
         self.current = task = self.tasks[index]
         system = f"{self.system_prompt}\n\n{self.tool_instructions()}".strip()
         return Task(

@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from turngym.core.env import Env, Task
+from turngym.core.env import Env, Task, pick_task_index
 from turngym.core.types import Message, ToolCall, ToolResult
 from turngym.envs.search.corpus import Corpus
 from turngym.envs.search.data import load_corpus, load_task_file, select_tasks, synthetic_dataset
@@ -200,14 +200,7 @@ class SearchQAEnv(Env):
 
     # ------------------------------------------------------------------ hooks
     def _reset(self, rng: np.random.Generator, options: dict[str, Any]) -> Task:
-        if "task_id" in options:
-            if options["task_id"] not in self._task_index:
-                raise ValueError(f"unknown task_id {options['task_id']!r}")
-            index = self._task_index[options["task_id"]]
-        elif "task_index" in options:
-            index = int(options["task_index"]) % len(self.tasks)
-        else:
-            index = int(rng.integers(len(self.tasks)))
+        index = pick_task_index(options, self._task_index, len(self.tasks), rng)
         self.current = task = self.tasks[index]
         self._answer = None
         self._retrieved = set()

@@ -61,8 +61,12 @@ class GiGPO:
     rewards: TurnRewards = field(default_factory=TurnRewards)
     name: str = "gigpo"
 
+    def anchor_keys(self, group) -> list[list[str | None]]:
+        """Per trajectory, the anchor key of each turn (None: no anchor group)."""
+        return [acted_in_states(t) for t in group]
+
     def group_advantages(self, group) -> GroupCredit:
-        keys = [acted_in_states(t) for t in group]
+        keys = self.anchor_keys(group)
         adv = gigpo(
             [self.rewards(t) for t in group],
             keys,

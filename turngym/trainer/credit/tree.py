@@ -31,8 +31,8 @@ from typing import ClassVar
 import numpy as np
 
 from turngym.core.tree import node_values
-from turngym.trainer.credit.base import GroupCredit, OutcomeReward, TurnRewards
-from turngym.trainer.credit.gigpo import Mode, gigpo
+from turngym.trainer.credit.base import GroupCredit, OutcomeReward
+from turngym.trainer.credit.gigpo import GiGPO, GiGPOSettings
 from turngym.trainer.credit.grpo import grpo
 from turngym.trainer.credit.normalize import EPS
 from turngym.trainer.credit.registry import CreditContext, MethodSettings, credit_method
@@ -118,32 +118,14 @@ class TreeCredit:
 
 
 @dataclass
-class TreeGiGPO:
+class TreeGiGPO(GiGPO):
     """``tree_gigpo``: GiGPO with anchor groups = the turns that acted in the same (branched) node."""
 
-    gamma: float = 0.95
-    omega: float = 1.0
-    mode: Mode = "mean_std_norm"
-    step_norm_by_std: bool = False
-    outcome: OutcomeReward = field(default_factory=OutcomeReward)
-    rewards: TurnRewards = field(default_factory=TurnRewards)
     name: str = "tree_gigpo"
 
-    def group_advantages(self, group) -> GroupCredit:
+    def anchor_keys(self, group) -> list[list[str | None]]:
         paths, parents = tree_paths(group)
-        keys = tree_anchor_keys(paths, parents)
-        adv = gigpo(
-            [self.rewards(t) for t in group],
-            keys,
-            [self.outcome(t) for t in group],
-            self.gamma,
-            self.omega,
-            self.mode,
-            self.step_norm_by_std,
-        )
-        total = sum(len(k) for k in keys)
-        anchored = sum(1 for ks in keys for k in ks if k is not None)
-        return GroupCredit(adv, {"gigpo/anchored_frac": anchored / total if total else 0.0})
+        return tree_anchor_keys(paths, parents)
 
 
 class TreeSettings(MethodSettings):
@@ -155,15 +137,10 @@ class TreeSettings(MethodSettings):
     episode_weight: float = 0.0
 
 
-class TreeGiGPOSettings(MethodSettings):
-    """``credit.tree_gigpo``: GiGPO's options (``credit.gigpo``), anchor groups from the tree."""
+class TreeGiGPOSettings(GiGPOSettings):
+    """``credit.tree_gigpo``: GiGPO's options (as ``credit.gigpo``), anchor groups from the tree."""
 
     needs_tree_rollouts: ClassVar[bool] = True
-
-    gamma: float = 0.95
-    omega: float = 1.0
-    mode: Mode = "mean_std_norm"
-    step_norm_by_std: bool = False
 
 
 @credit_method("tree", settings=TreeSettings)
