@@ -18,7 +18,7 @@ the episode) and ``_turn_reward``.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
 
@@ -29,6 +29,7 @@ from turngym.core.types import Message, ToolResult
 from turngym.envs.browser import page as bp
 from turngym.envs.browser.element_tools import ElementTools
 from turngym.envs.browser.env import BrowserEnv, short_error
+from turngym.envs.browser.fork import PageOp
 from turngym.sandboxes.browser import BrowserCrashed, BrowserError
 from turngym.tools import ToolError, tool
 
@@ -123,10 +124,7 @@ class SiteBrowserEnv(ElementTools, BrowserEnv):
     """
 
     default_max_turns = 20
-    _not_forkable_reason = (
-        "branching its browser context and site database is not implemented yet (issue 21); "
-        "Env.forkable is False"
-    )
+    _fork_fresh: dict[str, Any] = {**BrowserEnv._fork_fresh, "tabs": []}
     system_intro = (
         "You control a web browser to complete a task on a website. Each observation shows the open tabs, "
         'the URL and the page\'s elements, one per line as `[id] role "name" properties`; act on them by id '
@@ -234,7 +232,7 @@ class SiteBrowserEnv(ElementTools, BrowserEnv):
         self.episode, self.hosts, self.view = ep, dict(ep.hosts), None
         await self._open(ep)
         self._begin_episode(ep.instruction)
-        first = await self._page_message(initial=True)
+        first = await self._first_page()
         return Task(
             messages=[self._system_message(), first],
             task_id=ep.task_id,
@@ -264,6 +262,41 @@ class SiteBrowserEnv(ElementTools, BrowserEnv):
 
     def _turn_reward(self, results: list[ToolResult], done: bool) -> dict[str, float]:
         return {}
+
+    # ------------------------------------------------------------------ forking
+    async def _fork_sites(self) -> None:
+        """On the fork, before its page opens: give it site state of its own (a session, a database) and
+        update :attr:`episode` (``hosts``, ``cookies``) to point at it. Default: nothing (stateless sites)."""
+
+    async def _fork_start(self) -> None:
+        assert self.episode is not None
+        before = dict(self.episode.hosts)
+        await self._fork_sites()
+        self.hosts = dict(self.episode.hosts)
+        #: the original's real origins -> the fork's (page functions recorded with the original's URLs)
+        self._fork_origins = {r: self.hosts[v] for v, r in before.items() if self.hosts.get(v, r) != r}
+        for cookie in self.episode.cookies:
+            if "url" in cookie:
+                cookie["url"] = self._fork_url(cookie["url"])
+        await self._open(self.episode)
+
+    def _fork_url(self, value: Any) -> Any:
+        if isinstance(value, str):
+            for old, new in getattr(self, "_fork_origins", {}).items():
+                if value == old or value.startswith(old + "/") or value.startswith(old + "?"):
+                    return new + value[len(old) :]
+        return value
+
+    async def _replay_op(self, op: PageOp) -> bool:
+        return await super()._replay_op(replace(op, args=tuple(self._fork_url(a) for a in op.args)))
+
+    def _fork_refusal(self) -> str:
+        several = len(self.tabs) > 1 or any(
+            op.fn is _new_page for turn in self._page_log.turns for op in turn
+        )
+        if several and self.lease is not None:
+            return "the episode opened several tabs; forking replays single-tab episodes only"
+        return super()._fork_refusal()
 
     def _page_info(self) -> dict[str, Any]:
         return {"url": self.display_url(self.view.url) if self.view else ""}
