@@ -3,6 +3,11 @@
 Each env forks ``--per-episode`` times at turn 2 (after two expert steps) of ``forks / per-episode``
 episodes (seeds 0, 1, ...); resets are timed on the same env over as many seeds. A fork's own close
 is not timed. The ratio ``fork p50 / reset p50`` is the machine-independent number.
+
+``--browser`` adds the browser families (a MiniWoB task and a site task; Chromium): their fork is a new
+browser context plus a replay of the episode's page actions, so it costs about a reset plus the prefix.
+Their turn-2 state comes from two ``noop`` turns (MiniWoB: the expert would finish in one) or two expert
+turns (web-shop: search, then open a product); use fewer forks (``--forks 20``).
 """
 
 from __future__ import annotations
@@ -14,6 +19,12 @@ import time
 import turngym
 
 SERVICES = {"docker", "web"}
+NOOP = '<tool_call>{"name": "noop", "arguments": {"wait_ms": 0}}</tool_call>'
+#: browser rows: env id -> (make kwargs, the turn-1/2 action or None for the expert's)
+BROWSER: dict[str, tuple[dict, str | None]] = {
+    "web-miniwob-v0": ({"task": "enter-text"}, NOOP),
+    "web-shop-v0": ({"split": "test", "catalog_size": 2000, "n_goals": 600}, None),
+}
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -31,9 +42,11 @@ def forkable_ids() -> list[str]:
     return out
 
 
-def bench(env_id: str, forks: int, per_episode: int) -> dict[str, float]:
+def bench(
+    env_id: str, forks: int, per_episode: int, kwargs: dict | None = None, action: str | None = None
+) -> dict[str, float]:
     t = time.perf_counter()
-    env = turngym.make(env_id)
+    env = turngym.make(env_id, **(kwargs or {}))
     make_s = time.perf_counter() - t
     env.reset(seed=0)  # warm-up (lazy imports, caches)
     env.fork().close()
@@ -48,7 +61,7 @@ def bench(env_id: str, forks: int, per_episode: int) -> dict[str, float]:
         env.reset(seed=seed)
         for _ in range(2):
             if not env._done:
-                env.step(env.expert_action() or "no call")
+                env.step(action or env.expert_action() or "no call")
         for _ in range(per_episode):
             t = time.perf_counter()
             child = env.fork()
@@ -73,11 +86,15 @@ def main() -> None:
     ap.add_argument("--forks", type=int, default=200, help="forks per env (at turn 2)")
     ap.add_argument("--per-episode", type=int, default=10, help="forks of each episode's turn-2 state")
     ap.add_argument("--envs", nargs="*", default=None, help="env ids (default: every light forkable env)")
+    ap.add_argument("--browser", action="store_true", help="also the browser families (needs Chromium)")
     args = ap.parse_args()
     envs = args.envs or forkable_ids()
+    if args.browser:
+        envs += [e for e in BROWSER if e not in envs]
     print(f"fork() at turn 2 vs reset() of the same env; {args.forks} forks per env")
     for env_id in envs:
-        r = bench(env_id, args.forks, args.per_episode)
+        kwargs, action = BROWSER.get(env_id, ({}, None))
+        r = bench(env_id, args.forks, args.per_episode, kwargs, action)
         print(
             f"{env_id}: fork p50 {r['fork_p50']:.3f} ms p99 {r['fork_p99']:.3f} ms (n={r['n']}) | "
             f"reset p50 {r['reset_p50']:.3f} ms, p99 {r['reset_p99']:.3f} ms | "
