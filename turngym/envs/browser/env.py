@@ -251,7 +251,13 @@ class BrowserEnv(Env):
         why = self._fork_refusal()
         if why:
             raise ForkError(f"{name} cannot fork now: {why}")
-        child = self._fork_copy()
+        try:
+            child = self._fork_copy()
+        except (TypeError, copy.Error) as e:  # a live member (a server, a socket) that cannot be copied
+            raise ForkError(
+                f"{name}: its state could not be copied ({type(e).__name__}: {e}); name read-only live "
+                "members in _fork_shared, and members the fork must open for itself in _fork_fresh"
+            ) from e
         assert isinstance(child, BrowserEnv)
         if self.lease is None:  # a finished episode whose page was released: a finished fork, no page
             return child
