@@ -4,6 +4,7 @@ same page by replay and verified by state keys; branches independent; refusals a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import threading
@@ -94,6 +95,20 @@ def test_fork_refusals_are_clear(pool):
         env.fork()
 
 
+def test_fork_past_the_pools_capacity_is_refused():
+    pool = BrowserPool(size=1, contexts_per_browser=1)
+    try:
+        with WebMiniWoBEnv("click-test", pool=pool) as env:
+            env.reset(seed=0)
+            with pytest.raises(ForkError, match=r"pool is full \(1 of 1"):
+                env.fork()
+            _, reward, done, _, _ = env.step(env.expert_action())  # the parent is untouched
+            assert done and reward == 1.0
+        assert pool.stats.active == 0
+    finally:
+        pool.close()
+
+
 def test_fork_of_a_crashed_browser_is_refused(pool):
     with WebMiniWoBEnv("click-test", pool=pool) as env:
         env.reset(seed=0)
@@ -125,23 +140,29 @@ def test_a_browser_dying_during_the_replay_leaves_the_parent_intact(hostile_html
             button = env.snap.find(role="button")[0].id
             env.step(call("click", bid=button))  # the replay of this click keeps the fork's page busy 3 s
             mine = set(pool.browser_pids())
+            done = threading.Event()
 
-            def kill_the_forks_browser() -> None:
-                deadline = time.monotonic() + 20
-                while time.monotonic() < deadline:
-                    other = set(pool.browser_pids()) - mine
-                    if other:
-                        time.sleep(1.5)  # its page is up and replaying the slow click
-                        for pid in other:
+            def kill_the_forks_browsers() -> None:  # every browser the fork gets, until fork() returns
+                while pool.stats.active < 2 and not done.is_set():
+                    time.sleep(0.01)
+                time.sleep(
+                    1.0
+                )  # usually: the fork's page is up and replaying the slow click (any phase fails)
+                while not done.is_set():
+                    for pid in set(pool.browser_pids()) - mine:
+                        with contextlib.suppress(ProcessLookupError):
                             os.kill(pid, signal.SIGKILL)
-                        return
-                    time.sleep(0.02)
+                    time.sleep(0.05)
 
-            killer = threading.Thread(target=kill_the_forks_browser)
+            killer = threading.Thread(target=kill_the_forks_browsers)
             killer.start()
-            with pytest.raises(ForkError, match="browser died"):
-                env.fork()
-            killer.join()
+            try:
+                with pytest.raises(ForkError, match="browser") as err:
+                    env.fork()
+            finally:
+                done.set()
+                killer.join()
+            assert "original env is unchanged" in str(err.value) or "could not open" in str(err.value)
             assert pool.stats.active == 1 and not env.fault
             _, _, _, _, info = env.step(call("noop", wait_ms=0))
             assert "masked" not in info and env.lease is not None and not env.lease.crashed

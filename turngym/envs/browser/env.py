@@ -231,6 +231,14 @@ class BrowserEnv(Env):
             return "the episode has no page (its browser crashed or was released)"
         if self.lease is not None and not self._page_log.keys:
             return "the episode's first page was never observed"
+        pool = self.lease.pool if self.lease is not None else None
+        if pool is not None and pool.stats.active >= pool.capacity:
+            # waiting would deadlock a caller that holds the leases (e.g. a tree of forks): refuse instead
+            return (
+                f"the browser pool is full ({pool.stats.active} of {pool.capacity} contexts leased); close "
+                "an env or make the pool larger (size, contexts_per_browser; $TURNGYM_BROWSERS, "
+                "$TURNGYM_CONTEXTS_PER_BROWSER)"
+            )
         return self._page_log.unreplayable
 
     def _fork_copy(self) -> Env:
@@ -263,7 +271,8 @@ class BrowserEnv(Env):
             return child
         try:
             await child._fork_start()
-            await replay(child, self._page_log, child._replay_op)
+            # the fork's own copy of the log: the original may go on stepping while the fork replays
+            await replay(child, child._page_log, child._replay_op)
             child._seen_errors = len(child.lease.page_errors) if child.lease else 0
         except BaseException as e:
             with contextlib.suppress(Exception):
@@ -272,7 +281,7 @@ class BrowserEnv(Env):
                 raise ForkError(f"{name}: {e}") from e
             if isinstance(e, BrowserCrashed):
                 raise ForkError(
-                    f"{name}: the browser died while the fork replayed the episode ({e}); "
+                    f"{name}: the browser died while the fork started or replayed the episode ({e}); "
                     "the original env is unchanged"
                 ) from e
             if isinstance(e, Exception):
