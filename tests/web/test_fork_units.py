@@ -41,13 +41,19 @@ PATHS = st.text(alphabet=string.ascii_letters + string.digits + "/?=&-_.%", max_
 
 
 @given(PATHS, st.integers(0, 9))
-def test_replayed_urls_move_to_the_forks_sites_only(path, digit):
-    env = SiteBrowserEnv.__new__(SiteBrowserEnv)
-    env._fork_origins = {"http://127.0.0.1:4000": "http://127.0.0.1:5555"}
-    assert env._fork_url("http://127.0.0.1:4000") == "http://127.0.0.1:5555"
-    assert env._fork_url("http://127.0.0.1:4000/" + path) == "http://127.0.0.1:5555/" + path
-    assert env._fork_url("http://127.0.0.1:4000?" + path) == "http://127.0.0.1:5555?" + path
+def test_logged_urls_replay_on_the_forks_own_sites(path, digit):
+    parent = SiteBrowserEnv.__new__(SiteBrowserEnv)
+    parent.hosts = {"http://forum.local": "http://127.0.0.1:4000"}
+    fork = SiteBrowserEnv.__new__(SiteBrowserEnv)
+    fork.hosts = {"http://forum.local": "http://127.0.0.1:5555"}
+    for url in ("http://127.0.0.1:4000", "http://127.0.0.1:4000/" + path, "http://127.0.0.1:4000?" + path):
+        logged = parent._log_args((url, 15.0))
+        assert logged == ("http://forum.local" + url[len("http://127.0.0.1:4000") :], 15.0)
+        assert fork._replay_args(logged) == (
+            "http://127.0.0.1:5555" + url[len("http://127.0.0.1:4000") :],
+            15.0,
+        )
     lookalike = f"http://127.0.0.1:4000{digit}/{path}"  # another port that starts with the same digits
-    assert env._fork_url(lookalike) == lookalike
-    assert env._fork_url("http://forum.local/" + path) == "http://forum.local/" + path
-    assert env._fork_url(None) is None and env._fork_url(4000) == 4000
+    assert fork._replay_args(parent._log_args((lookalike,))) == (lookalike,)
+    other = "http://shop.local/" + path  # not one of this task's sites: left alone
+    assert fork._replay_args(parent._log_args((other, None, 3))) == (other, None, 3)

@@ -56,8 +56,13 @@ def test_arena_fork_writes_never_reach_the_parents_database(pool):
         assert child._state_key() == env._state_key() and "127.0.0.1" not in child._state_key()
         before = rows(mine)
         assert rows(theirs) == before
+        child.step(child.expert_action())
+        grandchild = child.fork()  # a fork of a fork replays both prefixes on sites of its own
+        assert grandchild._state_key() == child._state_key() and grandchild.instances["forum"] is not theirs
         assert finish(child) == 1.0
         assert rows(theirs) > before and rows(mine) == before  # the fork's reply is in its database only
+        assert finish(grandchild) == 1.0 and rows(grandchild.instances["forum"]) == rows(theirs)
         assert finish(env) == 1.0 and rows(mine) == rows(theirs)
         child.close()
+        grandchild.close()
         assert not theirs.server.alive

@@ -122,7 +122,7 @@ class BrowserEnv(Env):
             ok = True
             return result
         finally:
-            self._page_log.record(PageOp(fn, args, timeout, ok))
+            self._page_log.record(PageOp(fn, self._log_args(args), timeout, ok))
 
     async def _run_page(self, fn: Callable[..., Awaitable[T]], *args: Any, timeout: float | None = None) -> T:
         """:meth:`call_page` without recording it (fork replay)."""
@@ -289,10 +289,18 @@ class BrowserEnv(Env):
             raise
         return child
 
+    def _log_args(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """A page call's arguments as the page log keeps them (independent of this env's resources)."""
+        return args
+
+    def _replay_args(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The inverse of :meth:`_log_args`, for this env (the fork replaying the log)."""
+        return args
+
     async def _replay_op(self, op: PageOp) -> bool:
         """Run one recorded page function on this (forked) env's page; whether it succeeded."""
         try:
-            await self._run_page(op.fn, *op.args, timeout=op.timeout)
+            await self._run_page(op.fn, *self._replay_args(op.args), timeout=op.timeout)
         except ToolError:
             return False
         return True

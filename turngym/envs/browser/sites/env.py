@@ -18,7 +18,7 @@ the episode) and ``_turn_reward``.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
 
@@ -29,7 +29,6 @@ from turngym.core.types import Message, ToolResult
 from turngym.envs.browser import page as bp
 from turngym.envs.browser.element_tools import ElementTools
 from turngym.envs.browser.env import BrowserEnv, short_error
-from turngym.envs.browser.fork import PageOp
 from turngym.sandboxes.browser import BrowserCrashed, BrowserError
 from turngym.tools import ToolError, tool
 
@@ -161,7 +160,7 @@ class SiteBrowserEnv(ElementTools, BrowserEnv):
     # ------------------------------------------------------------------ URLs
     def display_url(self, url: str) -> str:
         for virtual, real in self.hosts.items():
-            if url.startswith(real):
+            if url == real or url.startswith((real + "/", real + "?")):  # not another port with this prefix
                 return virtual + url[len(real) :]
         return url
 
@@ -273,22 +272,27 @@ class SiteBrowserEnv(ElementTools, BrowserEnv):
         before = dict(self.episode.hosts)
         await self._fork_sites()
         self.hosts = dict(self.episode.hosts)
-        #: the original's real origins -> the fork's (page functions recorded with the original's URLs)
-        self._fork_origins = {r: self.hosts[v] for v, r in before.items() if self.hosts.get(v, r) != r}
-        for cookie in self.episode.cookies:
-            if "url" in cookie:
-                cookie["url"] = self._fork_url(cookie["url"])
+        for cookie in self.episode.cookies:  # cookies set for the original's sites: for the fork's
+            for virtual, real in before.items():
+                url = cookie.get("url", "")
+                if url == real or url.startswith(real + "/"):
+                    cookie["url"] = self.hosts.get(virtual, real) + url[len(real) :]
         await self._open(self.episode)
 
-    def _fork_url(self, value: Any) -> Any:
-        if isinstance(value, str):
-            for old, new in getattr(self, "_fork_origins", {}).items():
-                if value == old or value.startswith(old + "/") or value.startswith(old + "?"):
-                    return new + value[len(old) :]
-        return value
+    def _log_args(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        # URLs are logged under the sites' virtual origins: a fork (of a fork) replays them on its own sites
+        return tuple(self.display_url(a) if isinstance(a, str) else a for a in args)
 
-    async def _replay_op(self, op: PageOp) -> bool:
-        return await super()._replay_op(replace(op, args=tuple(self._fork_url(a) for a in op.args)))
+    def _replay_args(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(self._site_url(a) for a in args)
+
+    def _site_url(self, value: Any) -> Any:
+        """A logged URL on a virtual origin -> this env's real one (anything else unchanged)."""
+        if isinstance(value, str):
+            for virtual, real in self.hosts.items():
+                if value == virtual or value.startswith((virtual + "/", virtual + "?")):
+                    return real + value[len(virtual) :]
+        return value
 
     def _fork_refusal(self) -> str:
         several = len(self.tabs) > 1 or any(
