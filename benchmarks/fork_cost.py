@@ -10,6 +10,10 @@ bash) its fork (a tar snapshot of the container's writable mounts unpacked into 
 against a reset from the warm pool, and against the alternative it was chosen over: ``docker commit``
 of the live container plus a container started from that image (which, with the read-only root and
 tmpfs mounts of the sandbox, does not even carry the edits: the row says so).
+``--browser`` adds the browser families (a MiniWoB task and a site task; Chromium): their fork is a new
+browser context plus a replay of the episode's page actions, so it costs about a reset plus the prefix.
+Their turn-2 state comes from two ``noop`` turns (MiniWoB: the expert would finish in one) or two expert
+turns (web-shop: search, then open a product); use fewer forks (``--forks 20``).
 """
 
 from __future__ import annotations
@@ -21,6 +25,12 @@ import time
 import turngym
 
 SERVICES = {"docker", "web"}
+NOOP = '<tool_call>{"name": "noop", "arguments": {"wait_ms": 0}}</tool_call>'
+#: browser rows: env id -> (make kwargs, the turn-1/2 action or None for the expert's)
+BROWSER: dict[str, tuple[dict, str | None]] = {
+    "web-miniwob-v0": ({"task": "enter-text"}, NOOP),
+    "web-shop-v0": ({"split": "test", "catalog_size": 2000, "n_goals": 600}, None),
+}
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -38,9 +48,11 @@ def forkable_ids() -> list[str]:
     return out
 
 
-def bench(env_id: str, forks: int, per_episode: int) -> dict[str, float]:
+def bench(
+    env_id: str, forks: int, per_episode: int, kwargs: dict | None = None, action: str | None = None
+) -> dict[str, float]:
     t = time.perf_counter()
-    env = turngym.make(env_id)
+    env = turngym.make(env_id, **(kwargs or {}))
     make_s = time.perf_counter() - t
     env.reset(seed=0)  # warm-up (lazy imports, caches)
     env.fork().close()
@@ -55,7 +67,7 @@ def bench(env_id: str, forks: int, per_episode: int) -> dict[str, float]:
         env.reset(seed=seed)
         for _ in range(2):
             if not env._done:
-                env.step(env.expert_action() or "no call")
+                env.step(action or env.expert_action() or "no call")
         for _ in range(per_episode):
             t = time.perf_counter()
             child = env.fork()
@@ -135,13 +147,17 @@ def main() -> None:
     ap.add_argument("--per-episode", type=int, default=10, help="forks of each episode's turn-2 state")
     ap.add_argument("--envs", nargs="*", default=None, help="env ids (default: every light forkable env)")
     ap.add_argument("--swe-forks", type=int, default=10, help="swe-docker forks (slow; 0 skips it)")
+    ap.add_argument("--browser", action="store_true", help="also the browser families (needs Chromium)")
     args = ap.parse_args()
     envs = args.envs or forkable_ids()
+    if args.browser:
+        envs += [e for e in BROWSER if e not in envs]
     swe = args.swe_forks > 0 and (args.envs is None or "swe-docker" in envs)
     envs = [e for e in envs if e != "swe-docker"]
     print(f"fork() at turn 2 vs reset() of the same env; {args.forks} forks per env")
     for env_id in envs:
-        r = bench(env_id, args.forks, args.per_episode)
+        kwargs, action = BROWSER.get(env_id, ({}, None))
+        r = bench(env_id, args.forks, args.per_episode, kwargs, action)
         print(
             f"{env_id}: fork p50 {r['fork_p50']:.3f} ms p99 {r['fork_p99']:.3f} ms (n={r['n']}) | "
             f"reset p50 {r['reset_p50']:.3f} ms, p99 {r['reset_p99']:.3f} ms | "

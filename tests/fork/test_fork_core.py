@@ -332,14 +332,11 @@ def test_fork_shared_must_name_existing_attributes():
 
 
 def test_non_forkable_families_say_why():
-    from turngym.envs.web.env import WebMiniWoBEnv
-    from turngym.envs.webarena.env import WebArenaEnv
-    from turngym.envs.webshop.env import WebShopEnv
+    from turngym.envs.mcp.env import McpEnv
 
+    # (the browser families fork by replay: tests/web/test_fork_browser.py, tests/websites/test_fork_sites.py)
     for cls, why in [
-        (WebMiniWoBEnv, "browser"),
-        (WebShopEnv, "browser"),
-        (WebArenaEnv, "browser"),
+        (McpEnv, "MCP servers"),  # its tools' state lives in other processes
     ]:
         assert cls.forkable is False
         env = cls.__new__(cls)  # no container or browser needed: the check comes first

@@ -58,6 +58,19 @@ def test_the_light_families_are_forkable():
         assert turngym.registry.spec(env_id).load().forkable, env_id
 
 
+def test_the_browser_families_fork_by_replay():
+    """web-miniwob, gui-miniwob(-grounding), web-shop, web-arena-lite fork through BrowserEnv's replay (the
+    browser-marked tests in tests/web/test_fork_browser.py and tests/websites/test_fork_sites.py run them)."""
+    from turngym.envs.browser.env import BrowserEnv
+
+    browser = {s.id for s in turngym.registry.latest() if "web" in s.requires}
+    assert {"web-miniwob-v0", "gui-miniwob-v0", "web-shop-v0", "web-arena-lite-v0"} <= browser
+    for env_id in browser:
+        cls = turngym.registry.spec(env_id).load()
+        assert cls.forkable and issubclass(cls, BrowserEnv), env_id
+        assert cls._fork is BrowserEnv._fork and "lease" in cls._fork_fresh, env_id
+
+
 @pytest.mark.parametrize("env_id", LIGHT)
 def test_fork_shares_only_the_declared_read_only_members(env_id, cache_dir):
     env = make(env_id, cache_dir)

@@ -11,6 +11,11 @@ Faults: a browser that dies mid-episode, or a page that stops responding, ends t
 error observation and ``info["masked"] = True`` with a ``mask_reason`` (the pool relaunches the
 browser for the next episode); the episode is never scored.
 
+Forking (:meth:`Env.fork`): a new lease from the pool, brought to the same page state by replaying the
+episode's page functions and verified by comparing state keys after every turn (:mod:`.fork`). Each leaf
+says how its page starts (:meth:`BrowserEnv._fork_start`) and which members a fork gets fresh
+(:attr:`BrowserEnv._fork_fresh`).
+
 Leaves build on it: ``web-miniwob`` (MiniWoB++ task pages; element-id tools, :mod:`.element_tools`),
 ``gui-miniwob`` (pixels, :mod:`.pixels`), and the multi-page local sites of :mod:`.sites`
 (``web-arena-lite``, ``web-shop``).
@@ -19,12 +24,14 @@ Leaves build on it: ``web-miniwob`` (MiniWoB++ task pages; element-id tools, :mo
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from turngym.core.env import Env
+from turngym.core.env import Env, ForkError
 from turngym.core.types import Message, ToolCall, ToolResult
 from turngym.envs.browser.dom import Snapshot
+from turngym.envs.browser.fork import PageLog, PageOp, replay
 from turngym.sandboxes.browser import BrowserCrashed, BrowserError, BrowserPool, PageLease
 from turngym.tools import ToolError
 from turngym.tools.parsers import HermesParser
@@ -65,6 +72,11 @@ class BrowserEnv(Env):
     default_max_turns = 10
     #: what the subclass calls its agent in the system prompt
     system_intro = ""
+    forkable = True
+    _fork_shared: tuple[str, ...] = ("_pool",)
+    #: members a fork gets fresh (a copy of the value given here) instead of a deep copy of the parent's:
+    #: live browser objects, and per-episode resources the fork must open for itself in ``_fork_start``
+    _fork_fresh: dict[str, Any] = {"lease": None}
 
     def __init__(
         self,
@@ -90,6 +102,8 @@ class BrowserEnv(Env):
         self.fault = ""
         self._paid = False
         self._seen_errors = 0
+        #: the page functions each turn ran and the state key after each observation (for fork replay)
+        self._page_log = PageLog()
 
     # ------------------------------------------------------------------ browser plumbing
     @property
@@ -101,6 +115,17 @@ class BrowserEnv(Env):
 
     async def call_page(self, fn: Callable[..., Awaitable[T]], *args: Any, timeout: float | None = None) -> T:
         """Run ``fn(page, *args)`` in this episode's page; a playwright failure becomes a ``ToolError``."""
+
+        ok = False
+        try:
+            result = await self._run_page(fn, *args, timeout=timeout)
+            ok = True
+            return result
+        finally:
+            self._page_log.record(PageOp(fn, self._log_args(args), timeout, ok))
+
+    async def _run_page(self, fn: Callable[..., Awaitable[T]], *args: Any, timeout: float | None = None) -> T:
+        """:meth:`call_page` without recording it (fork replay)."""
         from playwright.async_api import Error as PlaywrightError
 
         if self.lease is None:
@@ -126,6 +151,13 @@ class BrowserEnv(Env):
         self.fault = ""
         self._paid = False
         self._seen_errors = len(self.lease.page_errors) if self.lease else 0
+
+    async def _first_page(self) -> Message:
+        """The episode's first observation (a leaf's ``_reset`` calls it once the page is up); starts the
+        page log that :meth:`fork` replays."""
+        first = await self._page_message(initial=True)
+        self._page_log.start(self._state_key())
+        return first
 
     def _system_message(self) -> Message:
         return Message(role="system", content=(self.system_intro + "\n\n" + self.tool_instructions()).strip())
@@ -155,6 +187,7 @@ class BrowserEnv(Env):
             return [self._crash("the browser crashed during this turn")]
         except Exception as e:  # noqa: BLE001 - a hung or broken page is a fault, reported not raised
             return [self._crash(f"the page stopped responding: {short_error(e)}")]
+        self._page_log.end_turn(self._state_key())
         notes = []
         errors = self.lease.page_errors[self._seen_errors :] if self.lease else []
         self._seen_errors += len(errors)
@@ -181,3 +214,93 @@ class BrowserEnv(Env):
 
     async def _close(self) -> None:
         await self._release()  # the pool (shared or the caller's) outlives the env
+
+    # ------------------------------------------------------------------ forking
+    async def _fork_start(self) -> None:
+        """On the fork: lease a page from :attr:`pool` and load the episode's first page, as ``_reset`` did
+        (same task, same page seed, same start URL and cookies; a site of the fork's own)."""
+        raise NotImplementedError
+
+    def _fork_refusal(self) -> str:
+        """Why this episode cannot be forked now ("" if it can)."""
+        if self.fault:
+            return f"the episode's browser failed ({self.fault}); a masked episode cannot be forked"
+        if self.lease is not None and self.lease.crashed:
+            return "the browser crashed"
+        if self.lease is None and not self._done:
+            return "the episode has no page (its browser crashed or was released)"
+        if self.lease is not None and not self._page_log.keys:
+            return "the episode's first page was never observed"
+        pool = self.lease.pool if self.lease is not None else None
+        if pool is not None and pool.stats.active >= pool.capacity:
+            # waiting would deadlock a caller that holds the leases (e.g. a tree of forks): refuse instead
+            return (
+                f"the browser pool is full ({pool.stats.active} of {pool.capacity} contexts leased); close "
+                "an env or make the pool larger (size, contexts_per_browser; $TURNGYM_BROWSERS, "
+                "$TURNGYM_CONTEXTS_PER_BROWSER)"
+            )
+        return self._page_log.unreplayable
+
+    def _fork_copy(self) -> Env:
+        # live browser objects are not copied: the fork gets the _fork_fresh values, then its own page
+        fresh = {k: self.__dict__[k] for k in self._fork_fresh if k in self.__dict__}
+        for k in fresh:
+            self.__dict__[k] = None
+        try:
+            child = super()._fork_copy()
+        finally:
+            self.__dict__.update(fresh)
+        for k, v in self._fork_fresh.items():
+            child.__dict__[k] = copy.copy(v)
+        return child
+
+    async def _fork(self) -> Env:
+        name = self.spec.id if self.spec is not None else type(self).__name__
+        why = self._fork_refusal()
+        if why:
+            raise ForkError(f"{name} cannot fork now: {why}")
+        try:
+            child = self._fork_copy()
+        except (TypeError, copy.Error) as e:  # a live member (a server, a socket) that cannot be copied
+            raise ForkError(
+                f"{name}: its state could not be copied ({type(e).__name__}: {e}); name read-only live "
+                "members in _fork_shared, and members the fork must open for itself in _fork_fresh"
+            ) from e
+        assert isinstance(child, BrowserEnv)
+        if self.lease is None:  # a finished episode whose page was released: a finished fork, no page
+            return child
+        try:
+            await child._fork_start()
+            # the fork's own copy of the log: the original may go on stepping while the fork replays
+            await replay(child, child._page_log, child._replay_op)
+            child._seen_errors = len(child.lease.page_errors) if child.lease else 0
+        except BaseException as e:
+            with contextlib.suppress(Exception):
+                await child.aclose()  # its lease and its own site state; the original is untouched
+            if isinstance(e, ForkError):
+                raise ForkError(f"{name}: {e}") from e
+            if isinstance(e, BrowserCrashed):
+                raise ForkError(
+                    f"{name}: the browser died while the fork started or replayed the episode ({e}); "
+                    "the original env is unchanged"
+                ) from e
+            if isinstance(e, Exception):
+                raise ForkError(f"{name}: the fork's replay failed: {short_error(e)}") from e
+            raise
+        return child
+
+    def _log_args(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """A page call's arguments as the page log keeps them (independent of this env's resources)."""
+        return args
+
+    def _replay_args(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The inverse of :meth:`_log_args`, for this env (the fork replaying the log)."""
+        return args
+
+    async def _replay_op(self, op: PageOp) -> bool:
+        """Run one recorded page function on this (forked) env's page; whether it succeeded."""
+        try:
+            await self._run_page(op.fn, *self._replay_args(op.args), timeout=op.timeout)
+        except ToolError:
+            return False
+        return True

@@ -149,6 +149,11 @@ class GroundingMiniWoBEnv(PixelObservation, MiniWoBEnvBase):
     def _state_key(self) -> str:
         return f"{self.task.task_id if self.task else ''}:{self.point is not None}"
 
+    def _fork_refusal(self) -> str:
+        # the page is released after the screenshot: the episode is its Python state (the target's box and
+        # the click), so the fork is a state copy without a page
+        return "" if self.lease is None and not self.fault else super()._fork_refusal()
+
     def expert_action(self) -> str | None:
         if self._done or self.target is None:
             return None

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from turngym.core.env import Task
+from turngym.core.env import ForkError, Task
 from turngym.core.types import ToolResult
 from turngym.envs.browser.env import BrowserEnv, short_error
 from turngym.envs.web import page as wp
@@ -55,10 +55,8 @@ class MiniWoBEnvBase(BrowserEnv):
             wait for the element to be stable over animation frames). Off with ``animations``.
     """
 
-    _not_forkable_reason = (
-        "branching its browser page state (a new context plus a replay of the action prefix) is not "
-        "implemented yet (issue 21); Env.forkable is False"
-    )
+    # fork(): the task page started again with the same seed, the episode's page functions replayed (see
+    # turngym.envs.browser.fork); refused with the page's own timer on (time_limit_s)
 
     def __init__(
         self,
@@ -162,7 +160,7 @@ class MiniWoBEnvBase(BrowserEnv):
         self.task_name, self.fields = name, started.fields
         self.status = wp.Status(False, 0.0, 0.0, None)
         self._begin_episode(started.instruction)
-        first = await self._page_message(initial=True)
+        first = await self._first_page()
         if self.lease is not None:
             self.lease.prepare_next()  # the next episode's page loads while the agent thinks
         return Task(
@@ -185,6 +183,23 @@ class MiniWoBEnvBase(BrowserEnv):
         self.end_episode()
         await self._release()
         return [f"The task is over (task reward {self._reward_value():g})."]
+
+    async def _fork_start(self) -> None:
+        assert self.task is not None
+        started = await self._start(self.task_name, int(self.task.reference["page_seed"]))
+        if started.fields != self.fields:
+            raise ForkError(
+                f"replay diverged at the start page: the task page seeded {self.task.reference['page_seed']} "
+                f"gave other fields ({started.fields}) than the original episode's ({self.fields})"
+            )
+
+    def _fork_refusal(self) -> str:
+        if self.time_limit_s and not self._done:
+            return (
+                "the task page runs its own episode timer (time_limit_s); a replayed page would not have "
+                "the same time left"
+            )
+        return super()._fork_refusal()
 
     def _reward_value(self) -> float:
         if self.reward_mode == "binary":

@@ -65,6 +65,10 @@ class WebArenaEnv(SiteBrowserEnv):
     """
 
     default_max_turns = 15
+    # a fork runs site instances of its own (working copies restored to the episode's start state, where
+    # the original's were at reset) and replays the episode's writes into them
+    _fork_shared = (*SiteBrowserEnv._fork_shared, "tasks", "by_id", "judge")
+    _fork_fresh: dict[str, Any] = {**SiteBrowserEnv._fork_fresh, "instances": {}}
     system_intro = (
         "You are a web agent on a forum (http://forum.local) and an issue tracker (http://tracker.local); you "
         "are logged in. Complete the task with the browser tools. When done, call stop(answer): put the answer "
@@ -139,6 +143,11 @@ class WebArenaEnv(SiteBrowserEnv):
                        "intent_template_id": raw.get("intent_template_id")},
             info={"sites": list(raw["sites"]), "site_reset_s": self.reset_s},
         )  # fmt: skip
+
+    async def _fork_sites(self) -> None:
+        assert self.episode is not None
+        sites = list(self.episode.info["sites"])
+        self.episode.hosts = {SITES[s].origin: self.site(s).url for s in sites}
 
     @tool(terminal=True)
     async def stop(self, answer: str = "") -> str:

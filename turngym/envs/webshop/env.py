@@ -65,6 +65,9 @@ class WebShopEnv(SiteBrowserEnv):
     """
 
     default_max_turns = 15
+    # a fork shares the shop server and catalog (read-only) and opens a shop session of its own
+    _fork_shared = (*SiteBrowserEnv._fork_shared, "app", "server", "catalog", "goal_list")
+    _fork_fresh: dict[str, Any] = {**SiteBrowserEnv._fork_fresh, "sid": ""}
     system_intro = (
         "You are shopping on a web shop for the customer's instruction. Search, open products, choose the "
         "options the instruction asks for (colour, size, ...) and click 'Buy Now' on the best match: buying ends "
@@ -133,6 +136,13 @@ class WebShopEnv(SiteBrowserEnv):
             info={"goal_index": index},
             cookies=[{"name": COOKIE, "value": self.sid, "url": self.server.url}],
         )
+
+    async def _fork_sites(self) -> None:
+        assert self.goal is not None and self.episode is not None
+        self.server.ensure()
+        self.sid = self.app.open_session(self.goal.instruction_text)
+        self.episode.cookies = [{"name": COOKIE, "value": self.sid, "url": self.server.url}]
+        self.episode.hosts = {SHOP: self.server.url}
 
     async def _episode_notes(self) -> list[str]:
         bought = self.app.purchase(self.sid)

@@ -123,10 +123,7 @@ class SiteBrowserEnv(ElementTools, BrowserEnv):
     """
 
     default_max_turns = 20
-    _not_forkable_reason = (
-        "branching its browser context and site database is not implemented yet (issue 21); "
-        "Env.forkable is False"
-    )
+    _fork_fresh: dict[str, Any] = {**BrowserEnv._fork_fresh, "tabs": []}
     system_intro = (
         "You control a web browser to complete a task on a website. Each observation shows the open tabs, "
         'the URL and the page\'s elements, one per line as `[id] role "name" properties`; act on them by id '
@@ -163,7 +160,7 @@ class SiteBrowserEnv(ElementTools, BrowserEnv):
     # ------------------------------------------------------------------ URLs
     def display_url(self, url: str) -> str:
         for virtual, real in self.hosts.items():
-            if url.startswith(real):
+            if url == real or url.startswith((real + "/", real + "?")):  # not another port with this prefix
                 return virtual + url[len(real) :]
         return url
 
@@ -234,7 +231,7 @@ class SiteBrowserEnv(ElementTools, BrowserEnv):
         self.episode, self.hosts, self.view = ep, dict(ep.hosts), None
         await self._open(ep)
         self._begin_episode(ep.instruction)
-        first = await self._page_message(initial=True)
+        first = await self._first_page()
         return Task(
             messages=[self._system_message(), first],
             task_id=ep.task_id,
@@ -264,6 +261,46 @@ class SiteBrowserEnv(ElementTools, BrowserEnv):
 
     def _turn_reward(self, results: list[ToolResult], done: bool) -> dict[str, float]:
         return {}
+
+    # ------------------------------------------------------------------ forking
+    async def _fork_sites(self) -> None:
+        """On the fork, before its page opens: give it site state of its own (a session, a database) and
+        update :attr:`episode` (``hosts``, ``cookies``) to point at it. Default: nothing (stateless sites)."""
+
+    async def _fork_start(self) -> None:
+        assert self.episode is not None
+        before = dict(self.episode.hosts)
+        await self._fork_sites()
+        self.hosts = dict(self.episode.hosts)
+        for cookie in self.episode.cookies:  # cookies set for the original's sites: for the fork's
+            for virtual, real in before.items():
+                url = cookie.get("url", "")
+                if url == real or url.startswith(real + "/"):
+                    cookie["url"] = self.hosts.get(virtual, real) + url[len(real) :]
+        await self._open(self.episode)
+
+    def _log_args(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        # URLs are logged under the sites' virtual origins: a fork (of a fork) replays them on its own sites
+        return tuple(self.display_url(a) if isinstance(a, str) else a for a in args)
+
+    def _replay_args(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(self._site_url(a) for a in args)
+
+    def _site_url(self, value: Any) -> Any:
+        """A logged URL on a virtual origin -> this env's real one (anything else unchanged)."""
+        if isinstance(value, str):
+            for virtual, real in self.hosts.items():
+                if value == virtual or value.startswith((virtual + "/", virtual + "?")):
+                    return real + value[len(virtual) :]
+        return value
+
+    def _fork_refusal(self) -> str:
+        several = len(self.tabs) > 1 or any(
+            op.fn is _new_page for turn in self._page_log.turns for op in turn
+        )
+        if several and self.lease is not None:
+            return "the episode opened several tabs; forking replays single-tab episodes only"
+        return super()._fork_refusal()
 
     def _page_info(self) -> dict[str, Any]:
         return {"url": self.display_url(self.view.url) if self.view else ""}
