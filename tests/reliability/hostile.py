@@ -154,15 +154,38 @@ json_values = st.recursive(
 )
 
 
+def fitting_value(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
+    """Values that fit a property's schema (an enum's members, its JSON type), so that generated calls
+    also reach the tool itself, not only its argument checks."""
+    if "enum" in schema:
+        return st.sampled_from(list(schema["enum"]))
+    by_type = {
+        "integer": st.integers(-1000, 1000),
+        "number": st.floats(-1e6, 1e6, allow_nan=False),
+        "boolean": st.booleans(),
+        "string": st.text(max_size=30),
+        "array": st.lists(json_values, max_size=3),
+        "object": st.dictionaries(st.text(max_size=10), json_values, max_size=3),
+    }
+    return by_type.get(schema.get("type"), json_values)
+
+
 def schema_arguments(spec: ToolSpec) -> st.SearchStrategy[dict[str, Any]]:
-    """Arguments under the tool's own names (the required ones always present) with values of any JSON
-    type or free text (lone surrogates included): exercises type checking and, where the values fit,
-    the tool itself."""
+    """Arguments under the tool's own names (the required ones always present) with values that fit
+    their schema, or of any JSON type, or free text (lone surrogates included): exercises type checking
+    and, where the values fit, the tool itself."""
     props = spec.parameters.get("properties", {})
     required = spec.parameters.get("required", [])
-    value = st.text(st.characters(codec="utf-8"), max_size=60) | st.text(max_size=60) | json_values
-    return st.fixed_dictionaries(
-        {k: value for k in required}, optional={k: value for k in props if k not in required}
+    anything = st.text(st.characters(codec="utf-8"), max_size=60) | st.text(max_size=60) | json_values
+
+    def arguments(value: Any) -> st.SearchStrategy[dict[str, Any]]:
+        return st.fixed_dictionaries(
+            {k: value(k) for k in required}, optional={k: value(k) for k in props if k not in required}
+        )
+
+    # half the calls fit the schema throughout (the tool runs); the others mix fitting and hostile values
+    return arguments(lambda k: fitting_value(props.get(k, {}))) | arguments(
+        lambda k: fitting_value(props.get(k, {})) | anything
     )
 
 
