@@ -83,7 +83,7 @@ def _own_containers() -> list[str]:
     except Exception:  # noqa: BLE001 - no daemon: nothing can be left there
         return []
     flt = {"label": [f"{LABEL_PID}={os.getpid()}", f"{LABEL_HOST}={socket.gethostname()}"]}
-    return [c.name for c in client.containers.list(all=True, filters=flt)]
+    return [c.name for c in client.containers.list(all=True, filters=flt, ignore_removed=True)]
 
 
 def _close_process_pools() -> None:

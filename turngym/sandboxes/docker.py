@@ -218,10 +218,11 @@ def owner_alive(labels: Mapping[str, str]) -> bool:
 
 
 def managed_containers(client: Any = None, run_id: str | None = None) -> list[Any]:
-    """All containers (running or not) that turngym created, optionally of one run."""
+    """All containers (running or not) that turngym created, optionally of one run. A container removed
+    while the list is read (a pool returning it, a reaper) is left out, not an error."""
     client = client or docker_client()
     filters = [f"{LABEL_MANAGED}=1"] + ([f"{LABEL_RUN_ID}={run_id}"] if run_id else [])
-    return client.containers.list(all=True, filters={"label": filters})
+    return client.containers.list(all=True, filters={"label": filters}, ignore_removed=True)
 
 
 def reap_orphans(client: Any = None, *, run_id: str | None = None, everything: bool = False) -> list[str]:
