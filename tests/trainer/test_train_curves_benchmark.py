@@ -32,21 +32,41 @@ def test_train_curves_runs_end_to_end_on_cpu(tmp_path):
     summary = run_curves(
         out,
         *["--n-passages", "300", "--n-tasks", "80", "--hops", "1", "--grad-ckpt"],
-        *["--methods", "grpo", "igpo:norm=separate", "--max-batch", "3", "--set", "optim.warmup_steps=2"],
+        *["--methods", "grpo", "igpo:norm=separate,returns=depth_zscore", "--max-batch", "3"],
+        *["--set", "optim.warmup_steps=2"],
+    )
+    igpo_spec, igpo_run = (
+        "igpo:norm=separate,returns=depth_zscore",
+        "igpo.norm_separate.returns_depth_zscore-s0",
     )
     assert [c["step"] for c in summary["checkpoints"]] == [1, 2]
     assert all(c["eval_masked_frac"] == 0.0 for c in summary["checkpoints"])
-    for method, run in (("grpo", "grpo-s0"), ("igpo:norm=separate", "igpo.norm_separate-s0")):
+    for method, run in (("grpo", "grpo-s0"), (igpo_spec, igpo_run)):
         m = summary["methods"][method]
         assert len(m["final_eval_f1"]) == 1 and m["max_eval_masked_frac"] == [0.0]
         rows = [json.loads(x) for x in (out / run / "metrics.jsonl").read_text().splitlines()]
         assert [r["step"] for r in rows] == [0, 1] and "update/tokens" in rows[1]
         assert rows[0]["eval/by_hops/1/frac"] == 1.0  # the eval headline per hop count
         assert rows[0]["eval/by_hops/1/reward/outcome"] == rows[0]["eval/reward/outcome"]
-    config = json.loads((out / "igpo.norm_separate-s0" / "config.json").read_text())
+    config = json.loads((out / igpo_run / "config.json").read_text())
     assert config["model"]["gradient_checkpointing"] is True and config["credit"]["method"] == "igpo"
-    assert config["credit"]["igpo"]["norm"] == "separate"  # the variant's option reached the run
+    assert config["credit"]["igpo"]["norm"] == "separate"  # the variant's options reached the run
+    assert config["credit"]["igpo"]["returns"] == "depth_zscore"
     assert config["optim"]["warmup_steps"] == 2 and config["rollout"]["max_batch_size"] == 3
+    # the report of a run directory: the JSON and plot docs/credit.md shows, a table per method and step
+    dest = tmp_path / "report"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "curves_report.py"), str(out), "--card", "cpu"]
+    res = subprocess.run(
+        [*cmd, "--session", "test", "--out", str(dest)], capture_output=True, text=True, cwd=ROOT
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads(dest.with_suffix(".json").read_text())
+    assert set(doc["runs"]) == {"grpo-s0", igpo_run}  # the warm start's eval runs are not RL runs
+    assert [r[0] for r in doc["runs"]["grpo-s0"]["eval"]] == [0, 1] and dest.with_suffix(
+        ".png"
+    ).stat().st_size
+    lines = [line for line in res.stdout.splitlines() if line.startswith("| grpo |")]
+    assert [line.split("|")[2].strip() for line in lines] == ["0", "1"]
 
 
 def test_train_curves_runs_another_env_with_method_options(tmp_path):

@@ -15,12 +15,16 @@ from typing import Literal
 
 from turngym.trainer.credit.base import GroupCredit, OutcomeReward, broadcast
 from turngym.trainer.credit.grpo import grpo
-from turngym.trainer.credit.normalize import discounted_returns, ragged_zscore
+from turngym.trainer.credit.normalize import center_by_depth, discounted_returns, ragged_zscore
 from turngym.trainer.credit.pipeline import CreditPipeline
 from turngym.trainer.credit.registry import CreditContext, MethodSettings, credit_method
 
 IG_KEY = "info_gain"
 Norm = Literal["joint", "separate"]
+# what is done to the turn returns after discounting: "none" (the paper), "depth_center" (minus the
+# group's mean return at the same turn depth), "depth_zscore" (that, then divided by the group's std)
+ReturnNorm = Literal["none", "depth_center", "depth_zscore"]
+RETURN_NORMS = ("none", "depth_center", "depth_zscore")
 
 
 def igpo(
@@ -28,6 +32,7 @@ def igpo(
     outcomes: Sequence[float],
     gamma: float = 1.0,
     norm: Norm = "joint",
+    returns: ReturnNorm = "none",
 ) -> list[list[float]]:
     """Turn advantages of a group: one per tool turn of ``ig_rewards[i]``, then one for the answer turn.
 
@@ -36,11 +41,20 @@ def igpo(
     ``norm="joint"``: one mean/std over the outcome and IG positions of all trajectories;
     ``"separate"``: outcome positions and IG positions each with their own stats. Population std;
     a pool of <= 1 element uses std 1. Then ``A_t = r̂_t + gamma * A_{t+1}``.
+
+    ``returns``: ``"none"`` keeps those returns (the paper). They are not centred: normalising the
+    reward *positions* makes the positions zero-mean, but a turn's return sums every later position,
+    so early turns and the turns of groups whose outcomes are all equal carry a common offset (on
+    SmolLM2 search-qa the advantages averaged +0.36 where GRPO's average 0). ``"depth_center"``
+    subtracts the group's mean return at the same turn depth (a baseline per depth, independent of
+    the action); ``"depth_zscore"`` then divides by the std of the centred returns (GRPO's scale).
     """
     if len(ig_rewards) != len(outcomes):
         raise ValueError(f"{len(ig_rewards)} IG lists for {len(outcomes)} outcomes")
     if norm not in ("joint", "separate"):
         raise ValueError(f"norm must be 'joint' or 'separate', got {norm!r}")
+    if returns not in RETURN_NORMS:
+        raise ValueError(f"returns must be one of {RETURN_NORMS}, got {returns!r}")
     pools: dict[object, list[tuple[int, int, float]]] = {"outcome": [], "ig": []}
     shape = []
     for i, (igs, outcome) in enumerate(zip(ig_rewards, outcomes, strict=True)):
@@ -50,7 +64,8 @@ def igpo(
         pools["outcome"].append((i, len(igs), float(outcome)))
         shape.append(len(igs) + 1)
     normed = ragged_zscore(pools, shape)
-    return [discounted_returns(r, gamma) for r in normed]
+    out = [discounted_returns(r, gamma) for r in normed]
+    return out if returns == "none" else center_by_depth(out, by_std=returns == "depth_zscore")
 
 
 def valid_info_gain(values: Sequence[float] | None, tool_turns: int) -> bool:
@@ -68,7 +83,9 @@ class IGPO:
 
     A group without a gold answer (``traj.reference`` has no ``answer_key``) falls back to ``grpo``;
     a trajectory with missing/non-finite IG or an IG count that does not match its tool turns uses
-    its outcome only (metric ``igpo/ig_fallback``).
+    its outcome only (metric ``igpo/ig_fallback``). Metrics, as means over the step's groups:
+    ``igpo/flat_groups`` the share of groups whose outcomes are all equal, ``igpo/flat_adv_mean``
+    their mean turn advantage (0 for the other groups).
     """
 
     gamma: float = 1.0
@@ -76,6 +93,7 @@ class IGPO:
     answer_key: str = "answer"
     outcome: OutcomeReward = field(default_factory=lambda: OutcomeReward(missing=-2.0))
     name: str = "igpo"
+    returns: ReturnNorm = "none"
 
     def group_advantages(self, group) -> GroupCredit:
         outcomes = [self.outcome(t) for t in group]
@@ -92,10 +110,16 @@ class IGPO:
             else:
                 fallbacks += 1
                 ig_rewards.append([None] * tool_turns)
-        adv = igpo(ig_rewards, outcomes, self.gamma, self.norm)
+        adv = igpo(ig_rewards, outcomes, self.gamma, self.norm, self.returns)
         # a trajectory with no turns at all has one (answer) slot in ``adv``; keep the shapes of ``turns``
         adv = [a[: len(ts)] for a, ts in zip(adv, turns, strict=True)]
-        return GroupCredit(adv, {"igpo/ig_fallback": float(fallbacks)})
+        # groups whose outcomes are all equal: GRPO gives them no signal; what IGPO gives them comes
+        # from the information gain alone (and, with raw returns, a common offset: flat_adv_mean)
+        flat = len(set(outcomes)) <= 1
+        values = [a for row in adv for a in row]
+        flat_mean = sum(values) / len(values) if flat and values else 0.0
+        metrics = {"igpo/ig_fallback": float(fallbacks), "igpo/flat_groups": float(flat)}
+        return GroupCredit(adv, {**metrics, "igpo/flat_adv_mean": flat_mean})
 
 
 def gold_answer(traj, key: str = "answer") -> str | None:
@@ -114,6 +138,8 @@ class IGPOSettings(MethodSettings):
     ig_type: Literal["prob_diff", "log_prob_diff"] = "prob_diff"
     norm: Literal["joint", "separate"] = "joint"
     gamma: float = 1.0
+    # the turn returns after discounting: none (paper) | depth_center | depth_zscore (see ``igpo``)
+    returns: ReturnNorm = "none"
     answer_key: str = "answer"
     missing_answer_reward: float = -2.0
     # the text around the gold answer when it is scored; default: the env parser's way of calling
@@ -132,7 +158,7 @@ def build(settings: IGPOSettings, ctx: CreditContext) -> CreditPipeline:
     scorer without a model: the turns must carry ``info["info_gain"]`` already)."""
     s = settings
     outcome = OutcomeReward(ctx.outcome.component, s.missing_answer_reward)
-    method = IGPO(s.gamma, s.norm, s.answer_key, outcome)
+    method = IGPO(s.gamma, s.norm, s.answer_key, outcome, returns=s.returns)
     scorer = None
     if ctx.model is not None:
         from turngym.trainer.credit.info_gain import (

@@ -44,3 +44,24 @@ def ragged_zscore(
         for (i, t, _), z in zip(entries, normed, strict=True):
             out[i][t] = z
     return out
+
+
+def center_by_depth(
+    rows: Sequence[Sequence[float]], *, by_std: bool = False, eps: float = EPS
+) -> list[list[float]]:
+    """Subtract from ``rows[i][t]`` the mean over the rows that have a position ``t`` (a baseline per
+    turn depth); ``by_std``: then divide every value by the population std of all centred values.
+
+    A depth that only one row reaches becomes 0 there; identical rows give zeros (never NaN).
+    """
+    width = max((len(r) for r in rows), default=0)
+    means = []
+    for t in range(width):
+        col = [float(r[t]) for r in rows if len(r) > t]
+        means.append(sum(col) / len(col))
+    out = [[float(v) - means[t] for t, v in enumerate(r)] for r in rows]
+    if by_std:
+        flat = np.asarray([v for r in out for v in r], dtype=np.float64)
+        std = float(flat.std()) if flat.size > 1 else 1.0
+        out = [[v / (std + eps) for v in r] for r in out]
+    return out

@@ -1,0 +1,149 @@
+"""Pack a ``train_curves.py`` run directory (one ``METHOD-sSEED/metrics.jsonl`` per run) into the
+compact JSON and the plot that docs/credit.md shows: held-out F1 per method (mean over seeds with the
+seeds' min-max band, each seed a thin line), the same per hop count where the eval was broken down by
+hops, and the training outcome (sampled, 5-step moving mean).
+
+    python benchmarks/curves_report.py RUN_DIR --card "4x NVIDIA H200" --session "issue 18 session 4" \
+        --out docs/credit_curves_smollm2_h200x4
+
+prints a table of held-out F1 per method and eval step (mean, sd, min, max over the seeds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+EVAL = ["step", "f1", "f1_2hop", "f1_3hop", "turns_3hop", "masked_frac"]
+TRAIN = ["step", "f1", "turns", "s_step", "s_rollout", "s_update", "s_credit", "ig_separation", "kl"]
+
+
+def read_run(path: Path) -> dict[str, list[list]]:
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    ev = [
+        [
+            r["step"],
+            r["eval/reward/outcome"],
+            r.get("eval/by_hops/2/reward/outcome"),
+            r.get("eval/by_hops/3/reward/outcome"),
+            r.get("eval/by_hops/3/episode/turns"),
+            r.get("eval/reward/masked_frac"),
+        ]
+        for r in rows
+        if "eval/reward/outcome" in r
+    ]
+    tr = [
+        [
+            r["step"],
+            r["reward/outcome"],
+            r.get("episode/turns"),
+            r.get("time/step"),
+            r.get("time/rollout"),
+            r.get("time/update"),
+            r.get("time/credit"),
+            r.get("ig/separation"),
+            r.get("update/kl"),
+        ]
+        for r in rows
+        if "reward/outcome" in r and "time/step" in r
+    ]
+    return {"eval": ev, "train": tr}
+
+
+def load(run_dir: Path) -> dict[str, dict]:
+    """``{"grpo-s0": {"eval": [...], "train": [...]}, ...}`` for every run under ``run_dir``."""
+    runs = {}
+    for f in sorted(run_dir.glob("*-s*/metrics.jsonl")):
+        runs[f.parent.name] = read_run(f)
+    if not runs:
+        raise SystemExit(f"{run_dir}: no METHOD-sSEED/metrics.jsonl")
+    return runs
+
+
+def method_of(run: str) -> str:
+    return run.rsplit("-s", 1)[0]
+
+
+def by_method(runs: dict[str, dict], column: int) -> dict[str, dict[int, list[float]]]:
+    """``{method: {eval step: [value per seed]}}`` for one column of the eval rows."""
+    out: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for name, run in runs.items():
+        for row in run["eval"]:
+            if row[column] is not None:
+                out[method_of(name)][row[0]].append(row[column])
+    return out
+
+
+def table(runs: dict[str, dict]) -> str:
+    lines = ["| method | step | seeds | mean | sd | min | max | 2-hop | 3-hop |", "| --- " * 9 + "|"]
+    f1, h2, h3 = (by_method(runs, c) for c in (1, 2, 3))
+    for method, steps in f1.items():
+        for step, vals in sorted(steps.items()):
+            sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
+            hop = [statistics.mean(d[method][step]) if d[method][step] else float("nan") for d in (h2, h3)]
+            lines.append(
+                f"| {method} | {step} | {len(vals)} | {statistics.mean(vals):.3f} | {sd:.3f} | "
+                f"{min(vals):.3f} | {max(vals):.3f} | {hop[0]:.2f} | {hop[1]:.2f} |"
+            )
+    return "\n".join(lines)
+
+
+def plot(runs: dict[str, dict], title: str, dest: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(1, "held-out F1 (greedy)"), (2, "held-out F1, 2-hop"), (3, "held-out F1, 3-hop")]
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.5))
+    colors = {}
+    for ax, (col, name) in zip(axes, panels, strict=False):
+        for method, steps in by_method(runs, col).items():
+            c = colors.setdefault(method, f"C{len(colors)}")
+            xs = sorted(steps)
+            mean = [statistics.mean(steps[x]) for x in xs]
+            ax.fill_between(xs, [min(steps[x]) for x in xs], [max(steps[x]) for x in xs], color=c, alpha=0.15)
+            ax.plot(xs, mean, color=c, lw=2, label=f"{method} (mean of {max(map(len, steps.values()))})")
+            for run, data in runs.items():
+                if method_of(run) == method:
+                    pts = [(r[0], r[col]) for r in data["eval"] if r[col] is not None]
+                    ax.plot(*zip(*pts, strict=True), color=c, lw=0.6, alpha=0.5)
+        ax.set(title=name, xlabel="RL step")
+        ax.legend(fontsize=7)
+    for run, data in runs.items():
+        c = colors.setdefault(method_of(run), f"C{len(colors)}")
+        ys = [r[1] for r in data["train"]]
+        smooth = [statistics.mean(ys[max(0, i - 4) : i + 1]) for i in range(len(ys))]
+        axes[3].plot([r[0] for r in data["train"]], smooth, color=c, lw=0.8)
+    axes[3].set(title="train outcome (sampled, 5-step mean)", xlabel="RL step")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(dest, dpi=90)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run_dir", type=Path)
+    ap.add_argument("--card", required=True)
+    ap.add_argument("--session", required=True)
+    ap.add_argument(
+        "--out", type=Path, required=True, help="path without suffix: writes OUT.json and OUT.png"
+    )
+    args = ap.parse_args()
+    runs = load(args.run_dir)
+    doc = {
+        "card": args.card,
+        "session": args.session,
+        "columns": {"eval": EVAL, "train": TRAIN},
+        "runs": runs,
+    }
+    args.out.with_suffix(".json").write_text(json.dumps(doc, separators=(",", ":")))
+    plot(runs, f"{args.session} — {args.card}", args.out.with_suffix(".png"))
+    print(table(runs))
+
+
+if __name__ == "__main__":
+    main()
