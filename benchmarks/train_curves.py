@@ -27,6 +27,13 @@ accumulation on travel-planner's per-check rewards, for example:
         --env-kwargs '{"level": "easy", "days": 3}' --eval-breakdown none --max-turns 30 \
         --max-context 8192 \
         --methods gated:high_component=pass,delta=-1e9 gated:high_component=pass,delta=1.0 ...
+
+A dotted option is a config key of that run alone: tree rollouts with tree credit beside flat groups,
+at a budget set per run (issue 21's comparison):
+
+    python benchmarks/train_curves.py --model smollm2-135m ... --methods grpo igpo \
+        "tree:rollout.tree.k=2,rollout.tree.turns=[0,1],rollout.tree.max_tokens=1600" \
+        "tree_gigpo:rollout.tree.k=2,rollout.tree.turns=[0,1],rollout.tree.max_tokens=1600"
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -97,21 +105,26 @@ def expert_data(env: str, model: str, tasks: int, kwargs: dict, workers: int) ->
 
 
 def method_spec(spec: str) -> tuple[str, list[str]]:
-    """``METHOD[:KEY=VALUE,...]`` -> the credit method and its ``credit.METHOD.KEY=VALUE`` overrides
-    (``igpo:norm=separate`` runs IGPO with separately normalised IG and outcome rewards)."""
+    """``METHOD[:KEY=VALUE,...]`` -> the credit method and its overrides: ``KEY=VALUE`` becomes
+    ``credit.METHOD.KEY=VALUE`` (``igpo:norm=separate`` runs IGPO with separately normalised IG and
+    outcome rewards); a dotted key is a config key of that run alone, so one run can differ from the
+    others in more than its credit (``tree:rollout.tree.k=2,rollout.tree.turns=[0,1]``: tree rollouts
+    for the tree credit, flat groups for the rest; commas inside brackets stay in the value)."""
     name, _, opts = spec.partition(":")
     overrides = []
-    for opt in filter(None, opts.split(",")):
+    for opt in filter(None, re.split(r",(?![^\[]*\])", opts)):
         key, eq, value = opt.partition("=")
-        if not eq:
+        if not eq or not key:
             raise SystemExit(f"--methods {spec!r}: options are KEY=VALUE")
-        overrides.append(f"credit.{name}.{key}={value}")
+        overrides.append(f"{key}={value}" if "." in key else f"credit.{name}.{key}={value}")
     return name, overrides
 
 
 def label(spec: str) -> str:
-    """A run's name for a method spec: ``igpo:norm=separate`` -> ``igpo.norm_separate``."""
-    return spec.replace(":", ".").replace(",", ".").replace("=", "_")
+    """A run's name for a method spec: ``igpo:norm=separate`` -> ``igpo.norm_separate`` (letters,
+    digits, ``.``, ``_`` and ``-`` only: the name is a folder and travels back from a device)."""
+    name = spec.replace(":", ".").replace(",", ".").replace("=", "_")
+    return re.sub(r"[^A-Za-z0-9._-]", "", name)
 
 
 def child_cmd(args: argparse.Namespace, run_dir: Path, model: str, method: str, seed: int, steps: int):

@@ -73,12 +73,20 @@ def test_train_curves_runs_another_env_with_method_options(tmp_path):
     """``--env``: the warm start, RL and eval on arith, G-RA with its gate always open (direct
     accumulation) beside GRPO; no per-hop breakdown there."""
     out = tmp_path / "curves"
+    tree_spec = "tree:rollout.tree.k=2,rollout.tree.turns=[0,1],episode_weight=0.5"
     summary = run_curves(
         out,
         *["--env", "arith", "--env-kwargs", '{"depth": 1}', "--max-turns", "2", "--eval-breakdown", "none"],
-        *["--methods", "grpo", "gated:delta=-1e9", "--max-context", "1024"],
+        *["--methods", "grpo", "gated:delta=-1e9", tree_spec, "--max-context", "1024"],
     )
-    assert set(summary["methods"]) == {"grpo", "gated:delta=-1e9"}
+    assert set(summary["methods"]) == {"grpo", "gated:delta=-1e9", tree_spec}
+    # a dotted option is that run's own config key: tree rollouts for the tree credit alone
+    tree_run = out / "tree.rollout.tree.k_2.rollout.tree.turns_0.1.episode_weight_0.5-s0"
+    tree_cfg = json.loads((tree_run / "config.json").read_text())
+    assert tree_cfg["rollout"]["tree"]["k"] == 2 and tree_cfg["rollout"]["tree"]["turns"] == [0, 1]
+    assert tree_cfg["credit"]["tree"]["episode_weight"] == 0.5
+    tree_rows = [json.loads(x) for x in (tree_run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in tree_rows] == [0, 1]
     config = json.loads((out / "gated.delta_-1e9-s0" / "config.json").read_text())
     assert config["rollout"]["env"] == "arith" and config["rollout"]["env_kwargs"] == {
         "depth": 1,
@@ -87,6 +95,7 @@ def test_train_curves_runs_another_env_with_method_options(tmp_path):
     assert config["rollout"]["eval_env_kwargs"] == {} and config["rollout"]["eval_breakdown"] is None
     assert config["rollout"]["max_context"] == 1024
     assert config["credit"]["method"] == "gated" and config["credit"]["gated"]["delta"] == -1e9
+    assert config["rollout"]["tree"] is None  # the tree run's options stay its own
     rows = [json.loads(x) for x in (out / "gated.delta_-1e9-s0" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1] and "gated/gate_open_frac" in rows[1]
     assert rows[1]["gated/gate_open_frac"] == 1.0  # direct accumulation: the gate never closes
