@@ -27,8 +27,8 @@ load average before and after (``os.getloadavg``). Ratios are reported per pair 
   trajectory) is compared with a lock-step loop (all envs step, then all generate, as a batch) on
   the same trajectories, both bounded to ``--concurrency`` live trajectories (the lock-step loop
   runs waves of that size; the engine refills a slot as soon as a trajectory ends).
-  ``--backend hf`` uses a real model through ``HFBackend`` (continuous batching): the tiny model on
-  CPU, a 76M-parameter random Qwen2 in bf16 on CUDA. ``--backend sim`` / ``sim-static`` is a latency
+  ``--backend hf`` uses a real model through ``HFBackend`` (continuous batching; built by the agent
+  factory, ``make_token_backend``, like the CLI's and the trainer's): the tiny model on CPU, a 76M-parameter random Qwen2 in bf16 on CUDA. ``--backend sim`` / ``sim-static`` is a latency
   model of a GPU server (20 ms per decode step whatever the batch width, continuous or static
   batching). Target >= 2x.
 * memory: tracemalloc while N trajectories are live (all blocked in an env step), for several N;
@@ -197,31 +197,34 @@ HF_ENGINE = "continuous"  # the HF engine (``--hf-engine``: continuous, slots or
 
 def make_backend(kind: str, device: str = "cpu", fuse_tokens: int | None = None):
     """(backend, tokenizer, server or None) for ``hf`` or ``vllm`` (vLLM: a local CPU server)."""
+    from turngym.agents.factory import AgentSpec, make_token_backend
     from turngym.agents.models import load_tokenizer
 
     if kind == "hf":
-        from turngym.agents.hf_engines import make_hf_backend
-        from turngym.agents.hf_process import HFProcessBackend
-
-        path = model_path(device)
+        path = str(model_path(device))
         tok = load_tokenizer(path)
-        backend = (HFProcessBackend if HF_PROCESS else make_hf_backend)(
-            path,
-            tok,
-            engine=HF_ENGINE,
+        spec = AgentSpec(
+            kind="hf_worker" if HF_PROCESS else "hf",
+            model=path,
+            hf_engine=HF_ENGINE,
             max_context=4096,
-            device=device,
             max_batch_size=64,
+        )
+        backend = make_token_backend(
+            spec,
+            tokenizer=tok,
             max_wait_ms=2,
+            device=device,
             fuse_tokens=fuse_tokens,
             reuse_prefix=REUSE_PREFIX,
             cudnn_attention=CUDNN_ATTENTION,
         )
         return backend, tok, None
-    from turngym.agents.vllm import VLLMBackend, VLLMServer
+    from turngym.agents.vllm import VLLMServer
 
     server = VLLMServer("tiny", max_model_len=1024, dtype="float32", enable_lora=False).start()
-    return VLLMBackend(server.url), load_tokenizer("tiny"), server
+    backend = make_token_backend(AgentSpec(kind="vllm", model="tiny", urls=[server.url]))
+    return backend, load_tokenizer("tiny"), server
 
 
 class GpuClock:
@@ -743,9 +746,12 @@ async def bench_throughput(batches: list[int], prompt_len: int, new_tokens: int,
     """HF backend tokens/s through concurrent ``generate`` calls, each shape warmed up first."""
     import torch
 
-    from turngym.agents.hf import HFBackend
+    from turngym.agents.factory import AgentSpec, make_token_backend
 
-    backend = HFBackend(model_path(device), device=device, max_batch_size=max(batches), max_wait_ms=20)
+    spec = AgentSpec(
+        kind="hf", model=str(model_path(device)), hf_engine="continuous", max_batch_size=max(batches)
+    )
+    backend = make_token_backend(spec, max_wait_ms=20, device=device)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     n_params = sum(p.numel() for p in backend.model.parameters())
     rng = random.Random(0)

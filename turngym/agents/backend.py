@@ -15,6 +15,8 @@ Backends batch concurrent ``generate`` calls themselves: callers just issue many
 ``route`` groups the requests of one trajectory (a multi-server backend sends them to the same
 server for prefix-cache reuse); ``adapter`` names a LoRA adapter where the backend supports them.
 Failures raise ``BackendError`` (the rollout engine turns it into a masked trajectory).
+The backends of this package derive from ``TokenBackend``, which checks each request before it reaches
+their ``_generate``; any object with these two coroutines is a ``Backend``.
 """
 
 from __future__ import annotations
@@ -88,3 +90,30 @@ class Backend(Protocol):
     ) -> Generation: ...
 
     async def aclose(self) -> None: ...
+
+
+class TokenBackend:
+    """Base of this package's backends: ``generate`` refuses an empty prompt (and an ``adapter``
+    where ``no_adapters`` says why the backend serves none), then hands the request to ``_generate``."""
+
+    #: why an ``adapter`` is refused; None: the backend serves LoRA adapters
+    no_adapters: str | None = None
+
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        *,
+        route: str | None = None,
+        adapter: str | None = None,
+    ) -> Generation:
+        if adapter is not None and self.no_adapters:
+            raise BackendError(self.no_adapters)
+        if not prompt_ids:
+            raise BackendError("empty prompt")
+        return await self._generate(prompt_ids, sampling, route, adapter)
+
+    async def _generate(
+        self, prompt_ids: list[int], sampling: SamplingParams, route: str | None, adapter: str | None
+    ) -> Generation:
+        raise NotImplementedError

@@ -95,12 +95,20 @@ async def make_agent(spec: AgentSpec, stack: AsyncExitStack) -> Any:
 
 
 def make_token_backend(
-    spec: AgentSpec, *, model: Any = None, tokenizer: Any = None, max_wait_ms: float | None = None
+    spec: AgentSpec,
+    *,
+    model: Any = None,
+    tokenizer: Any = None,
+    max_wait_ms: float | None = None,
+    **engine_options: Any,
 ) -> Any:
     """The token-level backend of an ``hf``/``hf_worker`` spec (``model``: a model object to serve
     instead of loading ``spec.model``, only in-process; ``max_wait_ms``: how long an idle HF
-    scheduler gathers a first batch), or of a ``vllm`` spec with ``urls``."""
+    scheduler gathers a first batch; ``engine_options``: further settings of the HF engine's
+    constructor, e.g. ``device``, ``fuse_tokens``, ``reuse_prefix``), or of a ``vllm`` spec with ``urls``."""
     if spec.kind == "vllm":
+        if engine_options:
+            raise ValueError(f"engine options are for hf kinds: {', '.join(engine_options)}")
         if not spec.urls:
             raise ValueError("make_token_backend needs vllm urls; make_agent starts a server")
         from turngym.agents.vllm import VLLMBackend
@@ -125,10 +133,11 @@ def make_token_backend(
             dtype=spec.torch_dtype,
             max_batch_size=spec.max_batch_size,
             **extra,
+            **engine_options,
         )
     from turngym.agents.hf_engines import make_hf_backend
 
-    kwargs: dict[str, Any] = {"max_batch_size": spec.max_batch_size}
+    kwargs: dict[str, Any] = {"max_batch_size": spec.max_batch_size, **engine_options}
     if model is None:
         kwargs["dtype"] = spec.torch_dtype
     if max_wait_ms is not None:

@@ -80,7 +80,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from turngym.agents.backend import BackendError, Generation, SamplingParams
+from turngym.agents.backend import BackendError, Generation, SamplingParams, TokenBackend
 
 _STOP = object()  # tells the scheduler thread to exit
 
@@ -133,7 +133,9 @@ class _Batch:
         return sum(r.parked is None for r in self.rows)
 
 
-class HFBackend:
+class HFBackend(TokenBackend):
+    no_adapters = "HFBackend serves one set of weights; use update_weights() instead of adapters"
+
     def __init__(
         self,
         model: str | Path | Any,
@@ -196,15 +198,9 @@ class HFBackend:
         self._thread_lock = threading.Lock()
 
     # ------------------------------------------------------------- async API
-    async def generate(
-        self,
-        prompt_ids: list[int],
-        sampling: SamplingParams,
-        *,
-        route: str | None = None,
-        adapter: str | None = None,
+    async def _generate(
+        self, prompt_ids: list[int], sampling: SamplingParams, route: str | None, adapter: str | None
     ) -> Generation:
-        reject_adapter(adapter)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Generation] = loop.create_future()
 
@@ -923,11 +919,6 @@ def _release_cuda_cache() -> None:
 
 def _backend_error(e: BaseException) -> BackendError:
     return e if isinstance(e, BackendError) else BackendError(f"{type(e).__name__}: {e}")
-
-
-def reject_adapter(adapter: str | None) -> None:
-    if adapter is not None:
-        raise BackendError("HFBackend serves one set of weights; use update_weights() instead of adapters")
 
 
 def settle(fut: asyncio.Future, result: Generation | BaseException) -> None:

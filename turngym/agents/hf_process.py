@@ -29,14 +29,16 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from turngym.agents.backend import BackendError, Generation, SamplingParams
-from turngym.agents.hf import reject_adapter, settle
+from turngym.agents.backend import BackendError, Generation, SamplingParams, TokenBackend
+from turngym.agents.hf import HFBackend, settle
 
 _START_TIMEOUT_S = 600.0  # loading a large model from a slow disk
 _CALL_TIMEOUT_S = 600.0
 
 
-class HFProcessBackend:
+class HFProcessBackend(TokenBackend):
+    no_adapters = HFBackend.no_adapters
+
     def __init__(self, model: str | Path, tokenizer: Any = None, **kwargs: Any):
         import torch.multiprocessing as mp
 
@@ -73,17 +75,9 @@ class HFProcessBackend:
         self._reader.start()
 
     # ------------------------------------------------------------- async API
-    async def generate(
-        self,
-        prompt_ids: list[int],
-        sampling: SamplingParams,
-        *,
-        route: str | None = None,
-        adapter: str | None = None,
+    async def _generate(
+        self, prompt_ids: list[int], sampling: SamplingParams, route: str | None, adapter: str | None
     ) -> Generation:
-        reject_adapter(adapter)
-        if not prompt_ids:
-            raise BackendError("empty prompt")
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Generation] = loop.create_future()
         rid = next(self._ids)

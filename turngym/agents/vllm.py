@@ -36,14 +36,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from turngym.agents.backend import BackendError, Generation, SamplingParams
+from turngym.agents.backend import BackendError, Generation, SamplingParams, TokenBackend
 
 
 class _Retryable(Exception):
     """A failure worth retrying: transport error or 5xx."""
 
 
-class VLLMBackend:
+class VLLMBackend(TokenBackend):
     def __init__(
         self,
         urls: str | list[str],
@@ -86,16 +86,9 @@ class VLLMBackend:
         self._probe_task: asyncio.Task | None = None
 
     # ----------------------------------------------------------------- generate
-    async def generate(
-        self,
-        prompt_ids: list[int],
-        sampling: SamplingParams,
-        *,
-        route: str | None = None,
-        adapter: str | None = None,
+    async def _generate(
+        self, prompt_ids: list[int], sampling: SamplingParams, route: str | None, adapter: str | None
     ) -> Generation:
-        if not prompt_ids:
-            raise BackendError("empty prompt")
         body: dict[str, Any] = {
             "model": adapter or await self._model_name(self._pick(route) or self.urls[0]),
             "prompt": list(prompt_ids),

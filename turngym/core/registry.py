@@ -19,7 +19,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from gymnasium.envs.registration import EnvSpec as GymEnvSpec
 
@@ -28,6 +28,22 @@ from turngym.core.plugins import load_entry_points
 ENTRY_POINT_GROUP = "turngym.envs"
 GYM_NAMESPACE = "turngym"
 _ID_RE = re.compile(r"^(?P<name>[a-z0-9][a-z0-9_.-]*?)(?:-v(?P<version>\d+))?$")
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def keyed_decorator(table: dict[Any, _F]) -> Callable[..., Callable[[_F], _F]]:
+    """A decorator factory filling a dispatch table: ``@handles("a", "b")``, with
+    ``handles = keyed_decorator(table)``, puts the function in ``table`` under each key."""
+
+    def under(*keys: Any) -> Callable[[_F], _F]:
+        def deco(fn: _F) -> _F:
+            for key in keys:
+                table[key] = fn
+            return fn
+
+        return deco
+
+    return under
 
 
 class UnknownEnvError(KeyError):

@@ -4,26 +4,34 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from gymnasium import spaces
 
 from turngym.core.types import Message, ToolSpec
 
+_T = TypeVar("_T")
 _ALPHABET = "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,:;!?-_'\"{}[]<>/\n"
 
 
-class MessagesSpace(spaces.Space[list[Message]]):
-    """A list of chat messages. ``contains`` checks the type of every element."""
+class _ChatSpace(spaces.Space[_T]):
+    """A space of chat values: no fixed shape or dtype, and not flattenable to a numpy array."""
 
-    def __init__(self, max_messages: int = 1024, seed: int | np.random.Generator | None = None):
-        self.max_messages = max_messages
+    def __init__(self, seed: int | np.random.Generator | None = None):
         super().__init__(shape=None, dtype=None, seed=seed)
 
     @property
     def is_np_flattenable(self) -> bool:
         return False
+
+
+class MessagesSpace(_ChatSpace[list[Message]]):
+    """A list of chat messages. ``contains`` checks the type of every element."""
+
+    def __init__(self, max_messages: int = 1024, seed: int | np.random.Generator | None = None):
+        self.max_messages = max_messages
+        super().__init__(seed)
 
     def contains(self, x: Any) -> bool:
         return isinstance(x, list) and len(x) <= self.max_messages and all(isinstance(m, Message) for m in x)
@@ -51,7 +59,7 @@ class MessagesSpace(spaces.Space[list[Message]]):
         return isinstance(other, MessagesSpace) and other.max_messages == self.max_messages
 
 
-class ActionSpace(spaces.Space[str]):
+class ActionSpace(_ChatSpace[str]):
     """The assistant's output: text (parsed by the env's tool-call parser) or a ``Message``.
 
     ``sample`` draws a mix of well-formed calls to the env's tools (with random
@@ -61,11 +69,7 @@ class ActionSpace(spaces.Space[str]):
     def __init__(self, tools: Sequence[ToolSpec] = (), max_length: int = 1_000_000, seed: Any = None):
         self.tools = list(tools)
         self.max_length = max_length
-        super().__init__(shape=None, dtype=None, seed=seed)
-
-    @property
-    def is_np_flattenable(self) -> bool:
-        return False
+        super().__init__(seed)
 
     def contains(self, x: Any) -> bool:
         if isinstance(x, Message):

@@ -107,22 +107,16 @@ register(
     description="WebArena-style tasks (JSON format; string / URL / program evaluators) on a local forum and "
     "issue tracker, reset by restoring their SQLite files; browser tools plus goto/back/forward/tabs.",
 )
-register(
-    "web-forum-v0",
-    "turngym.envs.webarena.env:WebArenaEnv",
-    family="web",
-    requires=("web",),
-    sites=["forum"],
-    description="web-arena-lite restricted to the forum (Reddit-like) site.",
-)
-register(
-    "web-tracker-v0",
-    "turngym.envs.webarena.env:WebArenaEnv",
-    family="web",
-    requires=("web",),
-    sites=["tracker"],
-    description="web-arena-lite restricted to the issue-tracker (GitLab-like) site.",
-)
+for _site, _kind in (("forum", "forum (Reddit-like)"), ("tracker", "issue-tracker (GitLab-like)")):
+    register(
+        f"web-{_site}-v0",
+        "turngym.envs.webarena.env:WebArenaEnv",
+        family="web",
+        requires=("web",),
+        sites=[_site],
+        description=f"web-arena-lite restricted to the {_kind} site.",
+    )
+del _site, _kind
 
 register(
     "remote-v0",

@@ -409,20 +409,15 @@ class DockerSandbox:
         are kept, with a marker. ``stdin`` bytes are fed to the command. Raises :class:`SandboxDead`
         when the container is not running.
         """
-        if self._closed:
-            raise SandboxDead(f"sandbox {self.name} is closed")
+        self._check_open()
         secs = max(float(timeout), 0.001)
         start = time.perf_counter()
         if self.fast_exec:
             try:
-                return self._fast_exec(command, secs, workdir, environment, max_output_bytes, stdin, start)
+                resp, out = self._fast_request(command, secs, workdir, environment, max_output_bytes, stdin)
+                return self._fast_result(resp, out, start)
             except _FastPathLost as e:
-                self.fast_exec = False
-                self._drop_attach()
-                if not self.alive():
-                    raise SandboxDead(
-                        f"container {self.name} is not running (killed or removed from outside)"
-                    ) from e
+                self._leave_fast_path(e)
                 if e.sent:  # it may have run: never run a command twice
                     raise SandboxError(
                         f"lost the connection to a running command ({e}); it was killed"
@@ -444,17 +439,9 @@ class DockerSandbox:
         )
 
     # ---- the fast path: requests to PID 1 over the attached stdin/stdout
-    def _fast_exec(
-        self,
-        command: str,
-        timeout: float,
-        workdir: str | None,
-        environment: Mapping[str, str] | None,
-        max_output_bytes: int,
-        stdin: bytes | None,
-        start: float,
-    ) -> ExecResult:
-        resp, out = self._fast_request(command, timeout, workdir, environment, max_output_bytes, stdin)
+    @staticmethod
+    def _fast_result(resp: dict[str, Any], out: bytes, start: float) -> ExecResult:
+        """The ExecResult of PID 1's answer ``resp`` and output ``out`` (head and tail when cut)."""
         total = int(resp.get("total", len(out)))
         head, cut, tail = out.partition(b"\0TURNGYM-CUT\0")
         truncated = bool(cut)
@@ -526,19 +513,13 @@ class DockerSandbox:
         """Run an idempotent ``command``: exit code, raw output (head and tail within ``max_bytes``)
         and the output's full size. Through PID 1 when the fast path works, else ``docker exec``
         (a request lost on the way is run again there: only for commands that may run twice)."""
-        if self._closed:
-            raise SandboxDead(f"sandbox {self.name} is closed")
+        self._check_open()
         if self.fast_exec:
             try:
                 resp, out = self._fast_request(command, timeout, None, None, max_bytes, stdin)
                 return int(resp.get("code", -1)), out, int(resp.get("total", len(out)))
             except _FastPathLost as e:
-                self.fast_exec = False
-                self._drop_attach()
-                if not self.alive():
-                    raise SandboxDead(
-                        f"container {self.name} is not running (killed or removed from outside)"
-                    ) from e
+                self._leave_fast_path(e)
         code, out = self._exec_raw(["bash", "-c", command], timeout, max_output_bytes=max_bytes, stdin=stdin)
         return code, bytes(out.head + out.tail), out.total
 
@@ -617,8 +598,7 @@ class DockerSandbox:
         import docker.errors
         from docker.utils.socket import frames_iter
 
-        if self._closed:
-            raise SandboxDead(f"sandbox {self.name} is closed")
+        self._check_open()
         api = self.client.api
         try:
             exec_id = api.exec_create(
@@ -667,9 +647,23 @@ class DockerSandbox:
         except Exception:  # noqa: BLE001 - the container may be gone; the stream then ends anyway
             pass
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxDead(f"sandbox {self.name} is closed")
+
+    def _not_running(self) -> SandboxDead:
+        return SandboxDead(f"container {self.name} is not running (killed or removed from outside)")
+
+    def _leave_fast_path(self, e: _FastPathLost) -> None:
+        """The fast path broke: ``docker exec`` from now on; SandboxDead if the container is gone."""
+        self.fast_exec = False
+        self._drop_attach()
+        if not self.alive():
+            raise self._not_running() from e
+
     def _dead_or_error(self, e: Exception) -> SandboxError:
         if not self.alive():
-            return SandboxDead(f"container {self.name} is not running (killed or removed from outside)")
+            return self._not_running()
         return SandboxError(f"docker error in {self.name}: {e}")
 
     # ------------------------------------------------------------ files

@@ -106,6 +106,13 @@ class GuiMiniWoBEnv(PixelObservation, MiniWoBEnvBase):
         self._init_screen(crop_to_task)
         self._mouse = (0.0, 0.0)
 
+    async def _point(self, x: float, y: float, fn: Any, *args: Any) -> None:
+        """Run the page function ``fn(page, cx, cy, *args)`` at the screenshot pixel (x, y) (``cx, cy``
+        in CSS pixels); the mouse is there afterwards."""
+        cx, cy = self._css(x, y)
+        await self.call_page(fn, cx, cy, *args)
+        self._mouse = (cx, cy)
+
     # ------------------------------------------------------------------ tools
     @tool
     async def click(self, x: float, y: float, button: Button = "left", num_clicks: int = 1) -> str:
@@ -119,9 +126,7 @@ class GuiMiniWoBEnv(PixelObservation, MiniWoBEnvBase):
         """
         if not 1 <= num_clicks <= 3:
             raise ToolError("num_clicks must be 1, 2 or 3")
-        cx, cy = self._css(x, y)
-        await self.call_page(_mouse_click, cx, cy, button, num_clicks)
-        self._mouse = (cx, cy)
+        await self._point(x, y, _mouse_click, button, num_clicks)
         return f"clicked at ({x:g}, {y:g})"
 
     @tool
@@ -132,9 +137,7 @@ class GuiMiniWoBEnv(PixelObservation, MiniWoBEnvBase):
             x: horizontal pixel
             y: vertical pixel
         """
-        cx, cy = self._css(x, y)
-        await self.call_page(_mouse_click, cx, cy, "left", 2)
-        self._mouse = (cx, cy)
+        await self._point(x, y, _mouse_click, "left", 2)
         return f"double-clicked at ({x:g}, {y:g})"
 
     @tool
@@ -145,9 +148,7 @@ class GuiMiniWoBEnv(PixelObservation, MiniWoBEnvBase):
             x: horizontal pixel
             y: vertical pixel
         """
-        cx, cy = self._css(x, y)
-        await self.call_page(_mouse_click, cx, cy, "right", 1)
-        self._mouse = (cx, cy)
+        await self._point(x, y, _mouse_click, "right", 1)
         return f"right-clicked at ({x:g}, {y:g})"
 
     @tool
@@ -158,9 +159,7 @@ class GuiMiniWoBEnv(PixelObservation, MiniWoBEnvBase):
             x: horizontal pixel
             y: vertical pixel
         """
-        cx, cy = self._css(x, y)
-        await self.call_page(_mouse_move, cx, cy)
-        self._mouse = (cx, cy)
+        await self._point(x, y, _mouse_move)
         return f"mouse at ({x:g}, {y:g})"
 
     @tool

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from turngym.envs.swe.packages import PLUGIN_DIR, PLUGIN_NAME, REPO_DIR, plugin_source
-from turngym.sandboxes.docker import DockerSandbox, SandboxError, tar_of
+from turngym.sandboxes.docker import DockerSandbox, ExecResult, SandboxError, tar_of
 
 _GIT_ENV = (
     "GIT_AUTHOR_NAME=turngym GIT_AUTHOR_EMAIL=turngym@localhost GIT_COMMITTER_NAME=turngym "
@@ -314,6 +314,18 @@ class Grade:
         }
 
 
+def apply_diff(sb: DockerSandbox, diff: str, name: str = "patch") -> ExecResult | None:
+    """``git apply`` ``diff`` (uploaded as ``/tmp/.turngym-<name>.diff``) in the repository: None when
+    it applied or is empty, else the failed command's result."""
+    if not diff.strip():
+        return None
+    sb.put_files({f"/tmp/.turngym-{name}.diff": diff})
+    res = sb.exec(
+        f"cd {REPO_DIR} && git apply --binary --whitespace=nowarn /tmp/.turngym-{name}.diff", timeout=60
+    )
+    return res if res.exit_code != 0 else None
+
+
 def grade_patch(
     sb: DockerSandbox,
     files: Mapping[str, bytes],
@@ -333,13 +345,8 @@ def grade_patch(
         raise KeyError(f"unknown grader {grader!r}; known: {', '.join(GRADERS)}")
     seed_repo(sb, files, staged=staged)
     for name, p in (("patch", patch), ("test_patch", test_patch)):
-        if not p.strip():
-            continue
-        sb.put_files({f"/tmp/.turngym-{name}.diff": p})
-        res = sb.exec(
-            f"cd {REPO_DIR} && git apply --binary --whitespace=nowarn /tmp/.turngym-{name}.diff", timeout=60
-        )
-        if res.exit_code != 0:
+        res = apply_diff(sb, p, name)
+        if res is not None:
             return Grade(
                 False,
                 applied=False,
@@ -401,19 +408,15 @@ def run_verifier(
     """Grade a Harbor task: seed a fresh sandbox with its files plus ``patch``, upload ``tests`` to
     ``/tests``, run ``bash /tests/test.sh`` and read ``/logs/verifier/reward.txt`` (or ``.json``)."""
     seed_repo(sb, files)
-    if patch.strip():
-        sb.put_files({"/tmp/.turngym-patch.diff": patch})
-        res = sb.exec(
-            f"cd {REPO_DIR} && git apply --binary --whitespace=nowarn /tmp/.turngym-patch.diff", timeout=60
+    res = apply_diff(sb, patch, "patch")
+    if res is not None:
+        return Grade(
+            False,
+            applied=False,
+            grader="harbor",
+            score=0.0,
+            detail=f"patch does not apply: {res.output[-1000:]}",
         )
-        if res.exit_code != 0:
-            return Grade(
-                False,
-                applied=False,
-                grader="harbor",
-                score=0.0,
-                detail=f"patch does not apply: {res.output[-1000:]}",
-            )
     sb.exec(f"rm -rf {TESTS_DIR}/* {VERIFIER_LOGS} && mkdir -p {VERIFIER_LOGS} /logs/agent", timeout=30)
     sb.put_files({f"{TESTS_DIR}/{rel}": data for rel, data in tests.items()})
     assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in dict(env or {}).items())

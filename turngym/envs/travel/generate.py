@@ -11,6 +11,7 @@ durations and distances (legs of a day or more have no cost, as in TravelPlanner
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -296,6 +297,11 @@ def _unique_names(rng: np.random.Generator, make, n: int) -> list[str]:
     return names
 
 
+def _two_words(first: Sequence[str], second: Sequence[str]) -> Callable[[np.random.Generator], str]:
+    """A ``make`` for ``_unique_names``: a word of ``first``, a space, a word of ``second``."""
+    return lambda r: f"{first[r.integers(len(first))]} {second[r.integers(len(second))]}"
+
+
 def generate_tables(
     seed: int = 0,
     n_cities: int | None = None,
@@ -472,13 +478,7 @@ def _accommodations(rng, city: str, size: float) -> list[dict]:
 
 def _restaurants(rng, city: str, size: float) -> list[dict]:
     count = int(rng.integers(14, 20) + 50 * size)
-    names = _unique_names(
-        rng,
-        lambda r: (
-            f"{_REST_FIRST[r.integers(len(_REST_FIRST))]} {_REST_SECOND[r.integers(len(_REST_SECOND))]}"
-        ),
-        count,
-    )
+    names = _unique_names(rng, _two_words(_REST_FIRST, _REST_SECOND), count)
     tags, weights = zip(*_CUISINE_TAGS, strict=True)
     w = np.array(weights) / sum(weights)
     rows = []
@@ -501,13 +501,7 @@ def _restaurants(rng, city: str, size: float) -> list[dict]:
 
 def _attractions(rng, city: str, state: str, lat: float, lon: float, size: float) -> list[dict]:
     count = int(rng.integers(6, 10) + 22 * size)
-    names = _unique_names(
-        rng,
-        lambda r: (
-            f"{_ATTR_FIRST[r.integers(len(_ATTR_FIRST))]} {_ATTR_SECOND[r.integers(len(_ATTR_SECOND))]}"
-        ),
-        count,
-    )
+    names = _unique_names(rng, _two_words(_ATTR_FIRST, _ATTR_SECOND), count)
     rows = []
     for name in names:
         slug = "".join(ch for ch in name.lower() if ch.isalnum())

@@ -410,8 +410,10 @@ _TRANSPORT = {
 }
 
 
-def _who(q: Query) -> str:
-    return "one person" if q.people_number == 1 else f"a group of {q.people_number}"
+def _wording(q: Query) -> dict[str, Any]:
+    """The fields the opening templates of a request are formatted with."""
+    who = "one person" if q.people_number == 1 else f"a group of {q.people_number}"
+    return {"org": q.org, "dest": q.dest, "days": q.days, "start": q.date[0], "end": q.date[-1], "who": who}
 
 
 def _cuisine_text(cuisines: list[str], rng) -> str:
@@ -426,14 +428,7 @@ def _cuisine_text(cuisines: list[str], rng) -> str:
 
 def request_text(q: Query, rng: np.random.Generator) -> str:
     """The natural-language query of a TravelPlanner-style request (varied templates)."""
-    fmt = {
-        "org": q.org,
-        "dest": q.dest,
-        "days": q.days,
-        "start": q.date[0],
-        "end": q.date[-1],
-        "who": _who(q),
-    }
+    fmt = _wording(q)
     text = _OPENINGS[int(rng.integers(len(_OPENINGS)))].format(**fmt)
     if q.visiting_city_number > 1:
         text += _MULTI[int(rng.integers(len(_MULTI)))].format(k=q.visiting_city_number, state=q.dest)
@@ -468,14 +463,7 @@ _OPEN_PREFS = {
 
 def open_request(q: Query, rng: np.random.Generator) -> tuple[str, list[str]]:
     """An open-ended wording of ``q`` (soft preferences) and the list of those preferences."""
-    fmt = {
-        "org": q.org,
-        "dest": q.dest,
-        "days": q.days,
-        "start": q.date[0],
-        "end": q.date[-1],
-        "who": _who(q),
-    }
+    fmt = _wording(q)
     text = _OPEN_OPENINGS[int(rng.integers(len(_OPEN_OPENINGS)))].format(**fmt)
     if q.visiting_city_number > 1:
         text += f" Seeing a few places ({q.visiting_city_number} cities) would be great."

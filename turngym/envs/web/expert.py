@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
+from turngym.core.registry import keyed_decorator
 from turngym.envs.browser.dom import Node, Snapshot
 from turngym.envs.browser.env import call
 
@@ -44,13 +45,7 @@ Handler = Callable[[str, Snapshot, dict[str, str]], "list[Step] | None"]
 _HANDLERS: dict[str, Handler] = {}
 
 
-def _handles(*names: str) -> Callable[[Handler], Handler]:
-    def deco(fn: Handler) -> Handler:
-        for n in names:
-            _HANDLERS[n] = fn
-        return fn
-
-    return deco
+_handles = keyed_decorator(_HANDLERS)
 
 
 def expert_steps(
@@ -69,10 +64,16 @@ def expert_steps(
 
 
 # --------------------------------------------------------------------------- helpers
-def _quoted(instruction: str) -> str:
-    m = re.search(r'"(.*?)"', instruction)
+def _search(pattern: str, text: str, missing: str | None = None) -> re.Match[str]:
+    """``re.search``; a miss raises LookupError (``missing``, else ``text``): the handler gives up."""
+    m = re.search(pattern, text)
     if not m:
-        raise LookupError("no quoted text in the instruction")
+        raise LookupError(text if missing is None else missing)
+    return m
+
+
+def _quoted(instruction: str) -> str:
+    m = _search(r'"(.*?)"', instruction, "no quoted text in the instruction")
     return m.group(1)
 
 
@@ -102,9 +103,7 @@ def _textboxes(snap: Snapshot) -> list[Node]:
 
 
 def _ordinal(text: str) -> int:
-    m = re.search(r"(\d+)(?:st|nd|rd|th)", text)
-    if not m:
-        raise LookupError("no ordinal")
+    m = _search(r"(\d+)(?:st|nd|rd|th)", text, "no ordinal")
     return int(m.group(1))
 
 
@@ -116,9 +115,7 @@ def _click_test(instr: str, snap: Snapshot, fields: dict[str, str]) -> list[Step
 
 @_handles("click-test-2", "click-test-transfer")
 def _click_test_2(instr: str, snap: Snapshot, fields: dict[str, str]) -> list[Step]:
-    m = re.search(r"Click button (\w+)", instr)
-    if not m:
-        raise LookupError(instr)
+    m = _search(r"Click button (\w+)", instr)
     return [Step("click", _button(snap, m.group(1)))]
 
 
@@ -186,9 +183,7 @@ def _click_checkboxes(instr: str, snap: Snapshot, fields: dict[str, str]) -> lis
 
 @_handles("click-tab")
 def _click_tab(instr: str, snap: Snapshot, fields: dict[str, str]) -> list[Step]:
-    m = re.search(r"Tab #(\d+)", instr)
-    if not m:
-        raise LookupError(instr)
+    m = _search(r"Tab #(\d+)", instr)
     return [
         Step("click", _one([n for n in snap.nodes if n.id is not None and n.name == f"Tab #{m.group(1)}"]))
     ]
@@ -228,9 +223,7 @@ def _enter_password(instr: str, snap: Snapshot, fields: dict[str, str]) -> list[
 
 @_handles("login-user", "login-user-popup")
 def _login(instr: str, snap: Snapshot, fields: dict[str, str]) -> list[Step]:
-    m = re.search(r'username "(.*?)" and the password "(.*?)"', instr)
-    if not m:
-        raise LookupError(instr)
+    m = _search(r'username "(.*?)" and the password "(.*?)"', instr)
     popup = [n for n in snap.find(role="button") if n.name.lower() in ("cancel", "close")]
     if popup:  # login-user-popup: dismiss the popup first
         return [Step("click", popup[0])]
@@ -334,18 +327,14 @@ def _copy_paste(instr: str, snap: Snapshot, fields: dict[str, str]) -> list[Step
 
 @_handles("enter-date")
 def _enter_date(instr: str, snap: Snapshot, fields: dict[str, str]) -> list[Step]:
-    m = re.search(r"(\d\d)/(\d\d)/(\d{4})", instr)
-    if not m:
-        raise LookupError(instr)
+    m = _search(r"(\d\d)/(\d\d)/(\d{4})", instr)
     mm, dd, yyyy = m.groups()
     return [Step("fill", _one(_textboxes(snap)), f"{yyyy}-{mm}-{dd}"), Step("click", _submit(snap))]
 
 
 @_handles("enter-time")
 def _enter_time(instr: str, snap: Snapshot, fields: dict[str, str]) -> list[Step]:
-    m = re.search(r"(\d{1,2}):(\d\d)\s*(AM|PM)", instr)
-    if not m:
-        raise LookupError(instr)
+    m = _search(r"(\d{1,2}):(\d\d)\s*(AM|PM)", instr)
     h, minute, half = int(m.group(1)), m.group(2), m.group(3)
     h = h % 12 + (12 if half == "PM" else 0)
     return [Step("fill", _one(_textboxes(snap)), f"{h:02d}:{minute}"), Step("click", _submit(snap))]
@@ -353,9 +342,7 @@ def _enter_time(instr: str, snap: Snapshot, fields: dict[str, str]) -> list[Step
 
 @_handles("grid-coordinate")
 def _grid(instr: str, snap: Snapshot, fields: dict[str, str]) -> list[Step]:
-    m = re.search(r"\((-?\d+),\s*(-?\d+)\)", instr)
-    if not m:
-        raise LookupError(instr)
+    m = _search(r"\((-?\d+),\s*(-?\d+)\)", instr)
     key = f"({m.group(1)},{m.group(2)})"
     return [Step("click", _one([n for n in snap.nodes if n.dom_id == key]))]
 
@@ -370,9 +357,7 @@ _COLOR_RGB = {
 
 @_handles("click-color")
 def _click_color(instr: str, snap: Snapshot, fields: dict[str, str]) -> list[Step]:
-    m = re.search(r"Click on the (\w+) colored box", instr)
-    if not m:
-        raise LookupError(instr)
+    m = _search(r"Click on the (\w+) colored box", instr)
     rgb = _COLOR_RGB[m.group(1)]
     return [Step("click", _one([n for n in snap.nodes if "color" in n.cls.split() and n.bg == rgb]))]
 
@@ -389,9 +374,7 @@ def _navigate_tree(instr: str, snap: Snapshot, fields: dict[str, str]) -> list[S
 
 @_handles("multi-layouts", "multi-orderings")
 def _multi(instr: str, snap: Snapshot, fields: dict[str, str]) -> list[Step]:
-    m = re.search(r"Search for (.*) movies directed by (.*) from year (\d+)", instr)
-    if not m:
-        raise LookupError(instr)
+    m = _search(r"Search for (.*) movies directed by (.*) from year (\d+)", instr)
     values = {"genre": m.group(1), "director": m.group(2), "year": m.group(3)}
     synonyms = {"genre": ("genre",), "director": ("director",), "year": ("year", "date")}
     labels = [
@@ -426,11 +409,9 @@ def _drag_box(instr: str, snap: Snapshot, fields: dict[str, str]) -> list[Step]:
 
 @_handles("form-sequence-2")
 def _form_sequence_2(instr: str, snap: Snapshot, fields: dict[str, str]) -> list[Step]:
-    m = re.search(
+    m = _search(
         r'Check the (\d)\w\w radio button and enter the number "(.*?)" into the (\d)\w\w textbox', instr
     )
-    if not m:
-        raise LookupError(instr)
     radios = snap.find(role="radio")
     boxes = _textboxes(snap)
     return [

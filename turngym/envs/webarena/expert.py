@@ -8,12 +8,14 @@ the page for information-seeking tasks, never copied from the reference.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from turngym.core.registry import keyed_decorator
 from turngym.envs.browser.dom import Node, Snapshot
 from turngym.envs.browser.env import call
 
@@ -41,13 +43,7 @@ def arena_expert_action(
     return policy(task["instantiation_dict"], url, snap, ctx or ExpertContext()) if policy else None
 
 
-def _policy(*ids: int) -> Callable[[Policy], Policy]:
-    def deco(fn: Policy) -> Policy:
-        for i in ids:
-            _POLICIES[i] = fn
-        return fn
-
-    return deco
+_policy = keyed_decorator(_POLICIES)
 
 
 # ------------------------------------------------------------------ helpers
@@ -66,6 +62,22 @@ def _node(snap: Snapshot, role: str, name: str | None = None, startswith: str | 
 def _click(snap: Snapshot, role: str, name: str) -> str | None:
     n = _node(snap, role, name)
     return call("click", bid=n.id) if n else None
+
+
+def _submit(snap: Snapshot, button: str, *fields: tuple[str, str, str]) -> str | None:
+    """Fill a form's ``fields`` (role, label, value: a combobox is set with ``select_option``, a
+    textbox with ``fill``) and click its ``button``; None unless all of them are on the page."""
+    nodes = [_node(snap, role, label) for role, label, _ in fields]
+    press = _node(snap, "button", button)
+    if press is None or any(n is None for n in nodes):
+        return None
+    acts = [
+        call("select_option", bid=n.id, options=value)
+        if role == "combobox"
+        else call("fill", bid=n.id, value=value)
+        for n, (role, _, value) in zip(nodes, fields, strict=True)
+    ]
+    return "\n".join([*acts, call("click", bid=press.id)])
 
 
 def _path(url: str) -> str:
@@ -110,6 +122,23 @@ def _to_issue(inst: dict[str, Any], url: str) -> str | None:
     return None if _path(url) == _path(_issue_url(inst)) else call("goto", url=_issue_url(inst))
 
 
+def _going(to: Callable[[dict[str, Any], str, Snapshot], str | None]) -> Callable[[Policy], Policy]:
+    """Make a policy go first where ``to`` leads (``to`` is None once there), then act."""
+
+    def deco(act: Policy) -> Policy:
+        @functools.wraps(act)
+        def policy(inst: dict[str, Any], url: str, snap: Snapshot, ctx: ExpertContext) -> str | None:
+            return to(inst, url, snap) or act(inst, url, snap, ctx)
+
+        return policy
+
+    return deco
+
+
+_on_post = _going(_to_post)
+_on_issue = _going(lambda inst, url, snap: _to_issue(inst, url))
+
+
 def _read_open_count(inst: dict[str, Any], url: str, snap: Snapshot) -> str | None:
     """The open-issue count shown on the project's (open) issue list, if that is the page."""
     if _path(url) == f"/{inst['project']}/-/issues" and _query(url).get("state", ["opened"]) == ["opened"]:
@@ -141,10 +170,8 @@ def _look_up_in_tab(ctx: ExpertContext, key: str, reader: Callable[[], str | Non
 
 # ------------------------------------------------------------------ forum
 @_policy(100)
+@_on_post
 def _comments(inst, url, snap, ctx):
-    go = _to_post(inst, url, snap)
-    if go:
-        return go
     head = next(
         (n for n in snap.nodes if n.role == "heading" and re.fullmatch(r"\d+ comments", n.name)), None
     )
@@ -152,10 +179,8 @@ def _comments(inst, url, snap, ctx):
 
 
 @_policy(101)
+@_on_post
 def _author(inst, url, snap, ctx):
-    go = _to_post(inst, url, snap)
-    if go:
-        return go
     author = _after(snap, lambda n: n.role == "heading" and n.name == inst["title"], "link")
     return _stop(author.name) if author else None
 
@@ -170,26 +195,19 @@ def _top_sorted(inst, url, snap, ctx):
 
 
 @_policy(103)
+@_on_post
 def _upvote(inst, url, snap, ctx):
-    go = _to_post(inst, url, snap)
-    if go:
-        return go
     if "(you upvoted)" in snap.text():
         return _stop()
     return _click(snap, "button", "Upvote")
 
 
 @_policy(104)
+@_on_post
 def _reply(inst, url, snap, ctx):
-    go = _to_post(inst, url, snap)
-    if go:
-        return go
     if any(n.name == inst["text"] for n in snap.nodes):
         return _stop()
-    box, button = _node(snap, "textbox", "Comment"), _node(snap, "button", "Post comment")
-    if not box or not button:
-        return None
-    return call("fill", bid=box.id, value=inst["text"]) + "\n" + call("click", bid=button.id)
+    return _submit(snap, "Post comment", ("textbox", "Comment", inst["text"]))
 
 
 @_policy(105)
@@ -197,21 +215,12 @@ def _create_post(inst, url, snap, ctx):
     if any(n.role == "heading" and n.name == inst["title"] for n in snap.nodes):
         return _stop()
     if _path(url) == "/submit":
-        forum, title, body = (
-            _node(snap, "combobox", "Forum"),
-            _node(snap, "textbox", "Title"),
-            _node(snap, "textbox", "Body"),
-        )
-        button = _node(snap, "button", "Create post")
-        if not (forum and title and body and button):
-            return None
-        return "\n".join(
-            [
-                call("select_option", bid=forum.id, options=inst["forum"]),
-                call("fill", bid=title.id, value=inst["title"]),
-                call("fill", bid=body.id, value=inst["body"]),
-                call("click", bid=button.id),
-            ]
+        return _submit(
+            snap,
+            "Create post",
+            ("combobox", "Forum", inst["forum"]),
+            ("textbox", "Title", inst["title"]),
+            ("textbox", "Body", inst["body"]),
         )
     return _click(snap, "link", "Submit") or call("goto", url=f"{FORUM}/submit")
 
@@ -245,10 +254,8 @@ def _open_count(inst, url, snap, ctx):
 
 
 @_policy(201)
+@_on_issue
 def _assignee(inst, url, snap, ctx):
-    go = _to_issue(inst, url)
-    if go:
-        return go
     line = next((n for n in snap.nodes if n.name.startswith("Assignee: ")), None)
     return _stop(line.name.split(": ", 1)[1]) if line else None
 
@@ -263,40 +270,28 @@ def _label_list(inst, url, snap, ctx):
 
 
 @_policy(203)
+@_on_issue
 def _close(inst, url, snap, ctx):
-    go = _to_issue(inst, url)
-    if go:
-        return go
     if _node(snap, "button", "Reopen issue"):
         return _stop()
     return _click(snap, "button", "Close issue")
 
 
 @_policy(204)
+@_on_issue
 def _assign(inst, url, snap, ctx):
-    go = _to_issue(inst, url)
-    if go:
-        return go
     if any(n.name == f"Assignee: {inst['user']}" for n in snap.nodes):
         return _stop()
-    select, button = _node(snap, "combobox", "Assignee"), _node(snap, "button", "Save assignee")
-    if not select or not button:
-        return None
-    return call("select_option", bid=select.id, options=inst["user"]) + "\n" + call("click", bid=button.id)
+    return _submit(snap, "Save assignee", ("combobox", "Assignee", inst["user"]))
 
 
 @_policy(205)
+@_on_issue
 def _add_label(inst, url, snap, ctx):
-    go = _to_issue(inst, url)
-    if go:
-        return go
     line = next((n for n in snap.nodes if n.name.startswith("Labels: ")), None)
     if line and inst["label"] in line.name.split(": ", 1)[1].split(", "):
         return _stop()
-    select, button = _node(snap, "combobox", "Add label"), _node(snap, "button", "Add label")
-    if not select or not button:
-        return None
-    return call("select_option", bid=select.id, options=inst["label"]) + "\n" + call("click", bid=button.id)
+    return _submit(snap, "Add label", ("combobox", "Add label", inst["label"]))
 
 
 @_policy(206)
@@ -304,16 +299,11 @@ def _new_issue(inst, url, snap, ctx):
     if any(n.role == "heading" and n.name == inst["title"] for n in snap.nodes):
         return _stop()
     if _path(url) == f"/{inst['project']}/-/issues/new":
-        title, desc = _node(snap, "textbox", "Title"), _node(snap, "textbox", "Description")
-        button = _node(snap, "button", "Create issue")
-        if not (title and desc and button):
-            return None
-        return "\n".join(
-            [
-                call("fill", bid=title.id, value=inst["title"]),
-                call("fill", bid=desc.id, value=inst["description"]),
-                call("click", bid=button.id),
-            ]
+        return _submit(
+            snap,
+            "Create issue",
+            ("textbox", "Title", inst["title"]),
+            ("textbox", "Description", inst["description"]),
         )
     if _path(url) == f"/{inst['project']}":
         return _click(snap, "link", "New issue")

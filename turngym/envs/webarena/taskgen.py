@@ -36,6 +36,21 @@ def _sql_check(site: str, sql: str, **required: Any) -> Row:
     return {"url": site, "locator": "sql:" + sql, "required_contents": required}
 
 
+def _answer(**reference: Any) -> Row:
+    """The eval of an information-seeking task: the answer matches ``reference`` (``string_match``)."""
+    return {"eval_types": ["string_match"], "reference_answers": reference}
+
+
+def _url(url: str) -> Row:
+    """The eval of a navigation task: the final page is ``url`` (``url_match``)."""
+    return {"eval_types": ["url_match"], "reference_url": url}
+
+
+def _program(*checks: Row) -> Row:
+    """The eval of a site change: every check holds (``program_html``)."""
+    return {"eval_types": ["program_html"], "program_html": list(checks)}
+
+
 def _phrase(rng: np.random.Generator, n: int) -> str:
     return " ".join(_WORDS[int(i)] for i in rng.choice(len(_WORDS), size=n, replace=False))
 
@@ -52,45 +67,42 @@ def _issue(c: Any, rng: np.random.Generator, where: str = "1") -> Row:
     return dict(rows[int(rng.integers(len(rows)))])
 
 
+def _top_title(c: Any, forum_name: str) -> str:
+    """The title of the forum's top post (highest score, then oldest)."""
+    row = c.execute("SELECT title FROM posts WHERE forum = ? ORDER BY score DESC, id LIMIT 1", (forum_name,))
+    return row.fetchone()[0]
+
+
+def _open_count(c: Any, project: str) -> int:
+    """How many issues of the project are open."""
+    return c.execute(
+        "SELECT count(*) FROM issues WHERE project = ? AND state = 'opened'", (project,)
+    ).fetchone()[0]
+
+
 # ------------------------------------------------------------------ forum (__FORUM__)
 def f_comments(c, rng):
     p = _post(c, rng)
     inst = {"title": p["title"], "forum": p["forum"], "post_id": p["id"]}
-    return (
-        inst,
-        "__FORUM__",
-        {"eval_types": ["string_match"], "reference_answers": {"exact_match": str(p["ncom"])}},
-    )
+    return inst, "__FORUM__", _answer(exact_match=str(p["ncom"]))
 
 
 def f_author(c, rng):
     p = _post(c, rng)
     inst = {"title": p["title"], "forum": p["forum"], "post_id": p["id"]}
-    return (
-        inst,
-        "__FORUM__",
-        {"eval_types": ["string_match"], "reference_answers": {"must_include": [p["author"]]}},
-    )
+    return inst, "__FORUM__", _answer(must_include=[p["author"]])
 
 
 def f_top_sorted(c, rng):
     f = str(rng.choice(list(forum.FORUMS)))
-    return (
-        {"forum": f},
-        "__FORUM__",
-        {"eval_types": ["url_match"], "reference_url": f"__FORUM__/f/{f}?sort=top"},
-    )
+    return {"forum": f}, "__FORUM__", _url(f"__FORUM__/f/{f}?sort=top")
 
 
 def f_upvote(c, rng):
     p = _post(c, rng)
     sql = f"SELECT value FROM votes WHERE user = {q(forum.ME)} AND post_id = {p['id']}"
     inst = {"title": p["title"], "forum": p["forum"], "post_id": p["id"]}
-    return (
-        inst,
-        "__FORUM__",
-        {"eval_types": ["program_html"], "program_html": [_sql_check("__FORUM__", sql, exact_match="1")]},
-    )
+    return inst, "__FORUM__", _program(_sql_check("__FORUM__", sql, exact_match="1"))
 
 
 def f_reply(c, rng):
@@ -102,7 +114,7 @@ def f_reply(c, rng):
         "locator": "document.querySelector('.comments').outerText",
         "required_contents": {"must_include": [text]},
     }
-    return inst, "__FORUM__", {"eval_types": ["program_html"], "program_html": [check]}
+    return inst, "__FORUM__", _program(check)
 
 
 def f_create(c, rng):
@@ -115,67 +127,44 @@ def f_create(c, rng):
          "required_contents": {"must_include": [title]}},
     ]  # fmt: skip
     inst = {"forum": f, "title": title, "body": body}
-    return inst, "__FORUM__", {"eval_types": ["program_html"], "program_html": checks}
+    return inst, "__FORUM__", _program(*checks)
 
 
 def f_subscribe(c, rng):
     f = str(rng.choice(list(forum.FORUMS)))
     sql = f"SELECT count(*) FROM subscriptions WHERE user = {q(forum.ME)} AND forum = {q(f)}"
-    return (
-        {"forum": f},
-        "__FORUM__",
-        {"eval_types": ["program_html"], "program_html": [_sql_check("__FORUM__", sql, exact_match="1")]},
-    )
+    return {"forum": f}, "__FORUM__", _program(_sql_check("__FORUM__", sql, exact_match="1"))
 
 
 def f_top_title(c, rng):
     f = str(rng.choice(list(forum.FORUMS)))
-    top = c.execute(
-        "SELECT title FROM posts WHERE forum = ? ORDER BY score DESC, id LIMIT 1", (f,)
-    ).fetchone()[0]
-    return (
-        {"forum": f},
-        "__FORUM__",
-        {"eval_types": ["string_match"], "reference_answers": {"exact_match": top}},
-    )
+    return {"forum": f}, "__FORUM__", _answer(exact_match=_top_title(c, f))
 
 
 # ------------------------------------------------------------------ tracker (__TRACKER__)
 def t_open_count(c, rng):
     p = str(rng.choice(list(tracker.PROJECTS)))
-    n = c.execute("SELECT count(*) FROM issues WHERE project = ? AND state = 'opened'", (p,)).fetchone()[0]
-    return (
-        {"project": p},
-        "__TRACKER__",
-        {"eval_types": ["string_match"], "reference_answers": {"exact_match": str(n)}},
-    )
+    return {"project": p}, "__TRACKER__", _answer(exact_match=str(_open_count(c, p)))
 
 
 def t_assignee(c, rng):
     i = _issue(c, rng, "assignee IS NOT NULL")
     inst = {"project": i["project"], "iid": i["iid"]}
     ref = {"must_include": [i["assignee"]]}
-    return inst, "__TRACKER__", {"eval_types": ["string_match"], "reference_answers": ref}
+    return inst, "__TRACKER__", _answer(**ref)
 
 
 def t_label_list(c, rng):
     p, lab = str(rng.choice(list(tracker.PROJECTS))), str(rng.choice(tracker.LABELS))
     url = f"__TRACKER__/{p}/-/issues?state=opened&label_name={lab.replace(' ', '+')}"
-    return {"project": p, "label": lab}, "__TRACKER__", {"eval_types": ["url_match"], "reference_url": url}
+    return {"project": p, "label": lab}, "__TRACKER__", _url(url)
 
 
 def t_close(c, rng):
     i = _issue(c, rng, "state = 'opened'")
     sql = f"SELECT state FROM issues WHERE project = {q(i['project'])} AND iid = {i['iid']}"
     inst = {"project": i["project"], "title": i["title"], "iid": i["iid"]}
-    return (
-        inst,
-        "__TRACKER__",
-        {
-            "eval_types": ["program_html"],
-            "program_html": [_sql_check("__TRACKER__", sql, exact_match="closed")],
-        },
-    )
+    return inst, "__TRACKER__", _program(_sql_check("__TRACKER__", sql, exact_match="closed"))
 
 
 def t_assign(c, rng):
@@ -186,11 +175,7 @@ def t_assign(c, rng):
     user = str(rng.choice([m for m in members if m != i["assignee"]]))
     sql = f"SELECT assignee FROM issues WHERE project = {q(i['project'])} AND iid = {i['iid']}"
     inst = {"project": i["project"], "iid": i["iid"], "user": user}
-    return (
-        inst,
-        "__TRACKER__",
-        {"eval_types": ["program_html"], "program_html": [_sql_check("__TRACKER__", sql, exact_match=user)]},
-    )
+    return inst, "__TRACKER__", _program(_sql_check("__TRACKER__", sql, exact_match=user))
 
 
 def t_label(c, rng):
@@ -208,7 +193,7 @@ def t_label(c, rng):
         "required_contents": {"must_include": [lab]},
     }
     inst = {"project": i["project"], "iid": i["iid"], "label": lab}
-    return inst, "__TRACKER__", {"eval_types": ["program_html"], "program_html": [check]}
+    return inst, "__TRACKER__", _program(check)
 
 
 def t_new_issue(c, rng):
@@ -217,14 +202,14 @@ def t_new_issue(c, rng):
     sql = f"SELECT body, state, author FROM issues WHERE project = {q(p)} AND title = {q(title)}"
     inst = {"project": p, "title": title, "description": desc}
     checks = [_sql_check("__TRACKER__", sql, exact_match=f"{desc} | opened | {tracker.ME}")]
-    return inst, "__TRACKER__", {"eval_types": ["program_html"], "program_html": checks}
+    return inst, "__TRACKER__", _program(*checks)
 
 
 def t_open_issue_page(c, rng):
     i = _issue(c, rng)
     inst = {"project": i["project"], "title": i["title"], "iid": i["iid"]}
     url = f"__TRACKER__/{i['project']}/-/issues/{i['iid']}"
-    return inst, "__TRACKER__", {"eval_types": ["url_match"], "reference_url": url}
+    return inst, "__TRACKER__", _url(url)
 
 
 # ------------------------------------------------------------------ both sites
@@ -232,27 +217,20 @@ def x_comment_count(conns, rng):
     inst, _, _ = f_reply(conns["forum"], rng)
     del inst["text"]
     project = str(rng.choice(list(tracker.PROJECTS)))
-    n = conns["tracker"].execute(
-        "SELECT count(*) FROM issues WHERE project = ? AND state = 'opened'", (project,)
-    )
-    text = f"{project} has {n.fetchone()[0]} open issues"
+    text = f"{project} has {_open_count(conns['tracker'], project)} open issues"
     sql = f"SELECT body FROM comments WHERE post_id = {inst['post_id']} AND author = {q(forum.ME)}"
     inst["project"] = project
-    return inst, "__FORUM__", {"eval_types": ["program_html"],
-                               "program_html": [_sql_check("__FORUM__", sql, must_include=[text])]}  # fmt: skip
+    return inst, "__FORUM__", _program(_sql_check("__FORUM__", sql, must_include=[text]))
 
 
 def x_issue_from_post(conns, rng):
     inst, _, _ = t_new_issue(conns["tracker"], rng)
     del inst["description"]
     f = str(rng.choice(list(forum.FORUMS)))
-    top = conns["forum"].execute(
-        "SELECT title FROM posts WHERE forum = ? ORDER BY score DESC, id LIMIT 1", (f,)
-    )
     sql = f"SELECT body FROM issues WHERE project = {q(inst['project'])} AND title = {q(inst['title'])}"
     inst["forum"] = f
-    return inst, "__TRACKER__", {"eval_types": ["program_html"],
-                                 "program_html": [_sql_check("__TRACKER__", sql, exact_match=top.fetchone()[0])]}  # fmt: skip
+    check = _sql_check("__TRACKER__", sql, exact_match=_top_title(conns["forum"], f))
+    return inst, "__TRACKER__", _program(check)
 
 
 #: intent_template_id -> (site or "forum+tracker", intent template, maker)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from turngym.envs.browser.sites.server import esc, layout
+from turngym.envs.browser.sites.storage import connect
 
 ADJECTIVES = (
     "quiet", "brave", "lucky", "silver", "rapid", "mellow", "cosmic", "gentle", "bold", "sunny", "frosty", "clever",
@@ -66,6 +69,12 @@ class SiteApp:
 
     def _page(self, title: str, body: str, status: int = 200) -> Any:
         return html_response(layout(title, body, header=self.header()), status)
+
+    def _listing(self, title: str, sql: str, item: Callable[[sqlite3.Row], str]) -> Any:
+        """A page headed ``title`` listing the rows of ``sql``, each written by ``item`` as an ``<li>``."""
+        with connect(self.db) as c:
+            rows = c.execute(sql).fetchall()
+        return self._page(title, f"<h1>{title}</h1><ul>{''.join(item(r) for r in rows)}</ul>")
 
     def _missing(self, what: str) -> Any:
         return self._page("Not found", f"<h1>404: {esc(what)} not found</h1>", 404)

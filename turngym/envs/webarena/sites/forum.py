@@ -131,17 +131,15 @@ class ForumApp(SiteApp):
         )
 
     async def home(self, request: Any) -> Any:
-        with connect(self.db) as c:
-            rows = c.execute(
-                "SELECT f.name, f.description, (SELECT count(*) FROM subscriptions s WHERE s.forum = f.name) n, "
-                "(SELECT count(*) FROM posts p WHERE p.forum = f.name) posts FROM forums f ORDER BY f.name"
-            ).fetchall()
-        items = "".join(
-            f"<li><a href='/f/{r['name']}'>f/{r['name']}</a> <span class='muted'>{r['n']} subscribers, "
-            f"{r['posts']} posts</span> — {esc(r['description'])}</li>"
-            for r in rows
+        return self._listing(
+            "Forums",
+            "SELECT f.name, f.description, (SELECT count(*) FROM subscriptions s WHERE s.forum = f.name) n, "
+            "(SELECT count(*) FROM posts p WHERE p.forum = f.name) posts FROM forums f ORDER BY f.name",
+            lambda r: (
+                f"<li><a href='/f/{r['name']}'>f/{r['name']}</a> <span class='muted'>{r['n']} subscribers, "
+                f"{r['posts']} posts</span> — {esc(r['description'])}</li>"
+            ),
         )
-        return self._page("Forums", f"<h1>Forums</h1><ul>{items}</ul>")
 
     def _post_rows(self, rows: list[sqlite3.Row], with_forum: bool = False) -> str:
         out = []

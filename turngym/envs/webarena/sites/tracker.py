@@ -117,17 +117,15 @@ class TrackerApp(SiteApp):
         return f"<nav><a href='/'>Projects</a><span class='muted'>Signed in as {ME}</span></nav>"
 
     async def home(self, request: Any) -> Any:
-        with connect(self.db) as c:
-            rows = c.execute(
-                "SELECT p.name, p.description, (SELECT count(*) FROM issues i WHERE i.project = p.name AND "
-                "i.state = 'opened') n FROM projects p ORDER BY p.name"
-            ).fetchall()
-        items = "".join(
-            f"<li><a href='/{r['name']}'>{r['name']}</a> — {esc(r['description'])} "
-            f"<span class='muted'>{r['n']} open issues</span></li>"
-            for r in rows
+        return self._listing(
+            "Projects",
+            "SELECT p.name, p.description, (SELECT count(*) FROM issues i WHERE i.project = p.name AND "
+            "i.state = 'opened') n FROM projects p ORDER BY p.name",
+            lambda r: (
+                f"<li><a href='/{r['name']}'>{r['name']}</a> — {esc(r['description'])} "
+                f"<span class='muted'>{r['n']} open issues</span></li>"
+            ),
         )
-        return self._page("Projects", f"<h1>Projects</h1><ul>{items}</ul>")
 
     async def project(self, request: Any) -> Any:
         name = request.path_params["project"]
