@@ -135,6 +135,72 @@ async def test_non_forkable_env_runs_flat_groups_when_asked():
     assert all(turn.node_id is None for t in trajs for turn in t.turns)
 
 
+class LimitedArith(ArithEnv):
+    """Arith that, like swe-docker's container pool, holds at most ``max_live`` live instances (reset or
+    forked, not yet closed); it counts them and remembers the most at once."""
+
+    max_live = 4
+    live = peak = 0
+
+    def _count_in(self):
+        LimitedArith.live += 1
+        LimitedArith.peak = max(LimitedArith.peak, LimitedArith.live)
+        self.holding = True
+
+    def _reset(self, rng, options):
+        if not getattr(self, "holding", False):
+            self._count_in()
+        return super()._reset(rng, options)
+
+    def _fork(self):
+        child = super()._fork()
+        child._count_in()
+        return child
+
+    async def astep(self, action):
+        await asyncio.sleep(0.01)  # paths of different trees overlap
+        return await super().astep(action)
+
+    def _close(self):
+        if getattr(self, "holding", False):
+            LimitedArith.live -= 1
+            self.holding = False
+
+
+@pytest.mark.parametrize(
+    ("tree", "cap"),
+    [(dict(k=2, turns=(0, 1)), 4), (dict(k=2, turns=(0,)), 2), (dict(k=2, branch="tool_call"), 4)],
+)
+async def test_trees_reserve_their_paths_within_the_envs_max_live(tree, cap):
+    """Six trees side by side never hold more live envs than the env's ``max_live``: no fork fails for
+    want of room, and a tree whose policy has no path bound branches only while its paths fit."""
+    LimitedArith.live = LimitedArith.peak = 0
+    eng = RolloutEngine(
+        LimitedArith,
+        ScriptedAgent(),
+        RolloutConfig(tree=TreeConfig(**tree), max_concurrency=6),
+        env_kwargs={"max_turns": 4, "depth": 3},
+        env_id="limited",
+    )
+    trajs = await eng.run(range(6))
+    assert LimitedArith.peak <= LimitedArith.max_live and LimitedArith.live == 0
+    assert not any(t.masked for t in trajs) and eng.stats.tree["fork_errors"] == 0
+    for seed in range(6):
+        leaves = [t for t in trajs if t.seed == seed]
+        check_tree(leaves)
+        assert len(leaves) <= cap
+    if "branch" not in tree:  # a schedule tree's shape does not depend on the others
+        assert len(trajs) == 6 * cap
+
+
+async def test_k_above_the_envs_max_live_is_refused():
+    eng = RolloutEngine(
+        LimitedArith, ScriptedAgent(), RolloutConfig(tree=TreeConfig(k=5)), env_kwargs={"depth": 2}
+    )
+    with pytest.raises(TreeError, match="at most 4 live envs at once .* needs 5"):
+        await eng.run(1)
+
+
 def test_tree_config_is_validated():
     with pytest.raises(ValueError, match="k must be >= 2"):
         TreeConfig(k=1)

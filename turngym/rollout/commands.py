@@ -28,10 +28,15 @@ import typer
 
 from turngym.cli_args import parse_key_values
 
-BACKENDS = ("vllm", "hf", "openai", "scripted", "random")
-
 EnvArg = Annotated[str, typer.Argument(help="Environment id (see `turngym envs`).")]
-BackendOpt = Annotated[str, typer.Option("--backend", "-b", help="vllm | hf | openai | scripted | random")]
+BackendOpt = Annotated[
+    str,
+    typer.Option(
+        "--backend",
+        "-b",
+        help="vllm | hf | openai | scripted | random, or a kind registered with @agent_kind.",
+    ),
+]
 ModelOpt = Annotated[
     str | None, typer.Option("--model", "-m", help="Model path or hub id; 'tiny' builds a tiny random model.")
 ]
@@ -263,15 +268,20 @@ def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def _run(**a: Any) -> tuple[dict[str, Any], list[Any]]:
-    if a["backend"] not in BACKENDS:
-        raise typer.BadParameter(f"--backend must be one of {', '.join(BACKENDS)}")
-    if a["backend"] in ("vllm", "hf", "openai") and not a["model"]:
+    from turngym.agents.factory import NEEDS_MODEL, agent_kinds
+
+    if a["backend"] not in agent_kinds():  # the built-in kinds and any registered with @agent_kind
+        raise typer.BadParameter(f"--backend must be one of {', '.join(agent_kinds())}")
+    if a["backend"] in NEEDS_MODEL and not a["model"]:
         raise typer.BadParameter(f"--backend {a['backend']} needs --model")
     from turngym.core.env import NotForkable
+    from turngym.rollout.tree import TreeError
 
     try:
         return asyncio.run(_run_async(a))
     except NotForkable as e:  # --tree on an env that cannot fork: said before any episode ran
+        raise typer.BadParameter(str(e), param_hint="--tree") from e
+    except TreeError as e:  # a tree that cannot grow as configured (k above the env's max_live, ...)
         raise typer.BadParameter(str(e), param_hint="--tree") from e
 
 

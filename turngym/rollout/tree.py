@@ -28,6 +28,15 @@ Budgets (per tree): a branch happens only while the tree has fewer than ``max_no
 and fewer than ``max_tokens`` sampled tokens; paths already running always finish (bounded by the
 env's turn limit), so a tree may end above its budget by what its live paths still sample.
 
+Envs with a limit on live instances. An env whose resources cap how many of its instances may be live
+at once (reset or forked, not yet closed) says so with an int attribute ``max_live`` (swe-docker: its
+container pool's ``max_active``). Without a plan, trees running side by side fill that limit and later
+forks fail (masked ``fork_error`` branches, however small the trees). So each tree first reserves its
+paths out of ``max_live``: the most paths its policy can make (``schedule``: ``k ** len(turns)``), or,
+for a policy without such a bound, all of ``max_live``, in which case the tree branches only while its
+live paths plus K-1 fit its reservation. A tree starts once its reservation is free, and gives it back
+when its last path's env is closed. ``max_live < k`` (no branch could ever fit) is a ``TreeError``.
+
 Ids. Each ``Turn`` of a leaf trajectory has ``node_id`` and ``parent_id``: the root (the reset state)
 is ``"root"``, the node of child j of node p is ``f"{p}.{j}"`` (j = 0 where the path did not
 branch). Siblings of one branch point share ``parent_id``: they acted in the same state. Every leaf
@@ -106,6 +115,10 @@ class _Schedule:
 
     def before(self, turn: int, traj: Trajectory) -> bool:
         return turn in self.turns
+
+    def max_paths(self, k: int) -> int:
+        """The most paths (leaves) a tree can have: every path branches at every scheduled turn."""
+        return k ** len(self.turns)
 
     def after(self, turn: int, traj: Trajectory, logprobs: list[float]) -> bool:
         return False
@@ -190,13 +203,17 @@ class _Tree:
     fork_errors: int = 0
     fork_s: float = 0.0
     branch_points: int = 0
+    cap: int | None = None  # paths reserved out of the env's ``max_live`` (None: no such limit)
+    live: int = 0  # paths started whose env is not closed yet
     tasks: list[asyncio.Task] = field(default_factory=list)
     leaves: list[Trajectory] = field(default_factory=list)
 
     def can_branch(self) -> bool:
         c = self.cfg
-        return (c.max_nodes is None or self.nodes < c.max_nodes) and (
-            c.max_tokens is None or self.generated < c.max_tokens
+        return (
+            (c.max_nodes is None or self.nodes < c.max_nodes)
+            and (c.max_tokens is None or self.generated < c.max_tokens)
+            and (self.cap is None or self.live + c.k - 1 <= self.cap)
         )
 
     def summary(self) -> dict[str, float]:
@@ -220,6 +237,7 @@ class TreeRunner:
         self.engine = engine
         self.cfg = cfg
         self.policy = cfg.policy()
+        self.slots: _Slots | None = None  # the env's ``max_live``, shared by the trees (preflight)
 
     async def preflight(self) -> RolloutConfig | None:
         """Build one env and check that it can fork, before any episode. Returns None (grow trees),
@@ -229,9 +247,17 @@ class TreeRunner:
             forkable = bool(getattr(env, "forkable", False))
             base = getattr(env, "unwrapped", env)
             why = getattr(base, "_not_forkable_reason", "it has no fork()")
+            max_live = getattr(base, "max_live", None)
         finally:
             await self.engine._close_env(env)
         if forkable:
+            if max_live is not None:
+                if int(max_live) < self.cfg.k:
+                    raise TreeError(
+                        f"{self.engine.env_id} holds at most {max_live} live envs at once (max_live), but a "
+                        f"branch point needs {self.cfg.k} (tree k); raise the env's limit or lower k"
+                    )
+                self.slots = _Slots(int(max_live))
             return None
         msg = f"tree rollouts need a forkable env: {self.engine.env_id} cannot fork ({why})"
         if not self.cfg.fallback_flat:
@@ -243,7 +269,13 @@ class TreeRunner:
         """Every root-to-leaf path of the tree of task ``seed``, ranked by node id (``sample``)."""
         eng = self.engine
         tree = _Tree(seed, self.cfg)
+        if self.slots is not None:
+            bound = getattr(self.policy, "max_paths", None)
+            paths = bound(self.cfg.k) if bound is not None else self.slots.total
+            tree.cap = min(paths, self.slots.total)
+            await self.slots.acquire(tree.cap)
         eng.stats.requested += 1
+        tree.live = 1
         tree.tasks.append(asyncio.create_task(self._root(tree)))
         try:
             k = 0
@@ -256,6 +288,8 @@ class TreeRunner:
                 t.cancel()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
+            if self.slots is not None and tree.cap is not None:
+                await self.slots.release(tree.cap)  # every path's env is closed by now
         leaves = sorted(tree.leaves, key=_leaf_order)
         summary = tree.summary()
         for rank, traj in enumerate(leaves):
@@ -303,6 +337,8 @@ class TreeRunner:
         self._leaf(tree, traj)
 
     def _leaf(self, tree: _Tree, traj: Trajectory) -> None:
+        """A path ended (its env closed, or never forked)."""
+        tree.live -= 1
         tree.leaves.append(traj)
         self.engine._count(traj)
 
@@ -361,6 +397,7 @@ class TreeRunner:
             node = f"{parent}.{j}"
             branch = traj.model_copy(deep=True)
             eng.stats.requested += 1
+            tree.live += 1
             t0 = time.monotonic()
             try:
                 child_env = await asyncio.wait_for(env.afork(), eng.config.turn_timeout)
@@ -382,6 +419,26 @@ class TreeRunner:
             tree.tasks.append(
                 asyncio.create_task(self._branch_path(child_env, child_session, branch, tree, parent, j))
             )
+
+
+class _Slots:
+    """A count of live envs shared by the trees of a run (the env's ``max_live``); a tree takes its
+    reservation in one piece, so no tree waits holding part of one."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.free = total
+        self._cond = asyncio.Condition()
+
+    async def acquire(self, n: int) -> None:
+        async with self._cond:
+            await self._cond.wait_for(lambda: self.free >= n)
+            self.free -= n
+
+    async def release(self, n: int) -> None:
+        async with self._cond:
+            self.free += n
+            self._cond.notify_all()
 
 
 def _fork_session(session: Any, env: Any, *, seed: int | None, route: str) -> Any:

@@ -379,13 +379,27 @@ class SweDockerEnv(Env):
         return hashlib.sha1(payload.encode()).hexdigest()[:16]
 
     async def _close(self) -> None:
-        self._release_sandbox()
+        """Give the container back before returning (not in the background, as a reset does): a closed
+        env holds none of the pool's ``max_active`` slots, which tree rollouts plan with (``max_live``)."""
+        from turngym.sandboxes.docker import run_blocking
+
+        sb, pool = self._sb, self._pool
+        self._sb = None
+        if sb is not None and pool is not None:
+            await run_blocking(pool.release, sb)
         for pool in self._pools.values():
             pool.detach()
         self._pools.clear()
         self._staged.clear()
 
     # ------------------------------------------------------------ forking
+    @property
+    def max_live(self) -> int:
+        """At most this many envs of this family hold a container at once (the pool's ``max_active``:
+        episodes and forks alike); tree rollouts reserve a tree's paths within it
+        (``turngym.rollout.tree``), so a fork never finds the pool full."""
+        return self.max_active
+
     async def _fork(self) -> SweDockerEnv:
         """The fork: a copy of the Python-side state (``Env._fork_copy``) and a container of its own
         whose writable mounts (``/testbed``, ``/tmp``, ``/root``; a Harbor task's ``/tests``, ``/logs``)
