@@ -18,6 +18,8 @@ Heavy imports happen inside the functions.
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import json
 import math
 from contextlib import AsyncExitStack
@@ -144,9 +146,7 @@ EngineOpt = Annotated[
 ]
 
 
-def rollout(
-    env: EnvArg,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")],
+def agent_run_options(
     backend: BackendOpt = "scripted",
     model: ModelOpt = None,
     n: NOpt = 8,
@@ -164,6 +164,37 @@ def rollout(
     dtype: DtypeOpt = "auto",
     hf_worker: WorkerOpt = None,
     hf_engine: EngineOpt = "auto",
+) -> None:
+    """The options of an agent run (which agent, which tasks, how to sample), one home for every
+    command that runs one: :func:`with_run_options` adds them to a command."""
+
+
+def with_run_options(after: int, **defaults: Any) -> Any:
+    """Add :func:`agent_run_options`' parameters to a command's signature, after its first ``after``
+    parameters and with this command's ``defaults``; the command receives them in ``**run``."""
+    shared = inspect.signature(agent_run_options, eval_str=True).parameters
+    unknown = set(defaults) - set(shared)
+    if unknown:
+        raise TypeError(f"no run option(s) {sorted(unknown)}")
+    options = [p.replace(default=defaults.get(name, p.default)) for name, p in shared.items()]
+
+    def decorate(fn: Any) -> Any:
+        own = [p for p in inspect.signature(fn, eval_str=True).parameters.values() if p.kind != p.VAR_KEYWORD]
+
+        @functools.wraps(fn)
+        def command(**kwargs: Any) -> Any:
+            return fn(**kwargs)
+
+        command.__signature__ = inspect.Signature(own[:after] + options + own[after:])  # type: ignore[attr-defined]
+        return command
+
+    return decorate
+
+
+@with_run_options(after=2)
+def rollout(
+    env: EnvArg,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")],
     tree: TreeOpt = False,
     tree_k: TreeKOpt = 2,
     tree_branch: TreeBranchOpt = "schedule",
@@ -172,44 +203,31 @@ def rollout(
     tree_max_nodes: TreeNodesOpt = 64,
     tree_max_tokens: TreeTokensOpt = None,
     tree_fallback_flat: TreeFlatOpt = False,
+    **run: Any,
 ) -> None:
     """Generate trajectories and save them as JSONL and parquet (--tree: a tree per task)."""
-    stats, _ = _run(**locals())
+    args = {k: v for k, v in locals().items() if k != "run"}
+    stats, _ = _run(**args, **run)
     typer.echo(json.dumps(stats, indent=2))
 
 
+@with_run_options(after=1, n=32, temperature=0.0)
 def eval(  # noqa: A001 - the command is called eval
     env: EnvArg,
-    backend: BackendOpt = "scripted",
-    model: ModelOpt = None,
-    n: NOpt = 32,
-    g: GOpt = 1,
-    seed: SeedOpt = 0,
-    concurrency: ConcOpt = 64,
-    max_tokens: MaxTokOpt = 256,
-    temperature: TempOpt = 0.0,
-    max_context: CtxOpt = 4096,
-    url: UrlOpt = None,
-    base_url: BaseUrlOpt = None,
-    env_arg: EnvKwOpt = None,
-    turn_timeout: TurnTOpt = 300.0,
-    trajectory_timeout: TrajTOpt = 3600.0,
-    dtype: DtypeOpt = "auto",
-    hf_worker: WorkerOpt = None,
-    hf_engine: EngineOpt = "auto",
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="Also save trajectories and eval.json.")
     ] = None,
     threshold: Annotated[float, typer.Option("--threshold", help="Success: outcome reward >= this.")] = 1.0,
+    **run: Any,
 ) -> None:
     """Success rate (Wilson 95% interval) and mean reward (95% interval) of an agent on an env."""
     from rich.console import Console
     from rich.table import Table
 
-    args = {k: v for k, v in locals().items() if k != "threshold"}
-    stats, trajectories = _run(**args)
+    stats, trajectories = _run(env=env, out=out, **run)
     report = summarize(trajectories, threshold)
     report["stats"] = stats
+    backend, model = run["backend"], run["model"]
     table = Table(title=f"{env} — {backend}{' ' + model if model else ''}")
     for col in ("episodes", "success", "95% CI", "mean reward (unmasked)", "95% CI ", "masked"):
         table.add_column(col)
