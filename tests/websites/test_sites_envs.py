@@ -69,6 +69,29 @@ def test_shop_expert_mean_reward(shop):
     assert sum(rewards) / len(rewards) >= 0.9, rewards
 
 
+def test_expert_follows_the_env_parser_structured_calls_under_openai():
+    """The browser experts write Hermes text; the env renders it with its own parser: under
+    ``parser="openai"`` the expert's action is an assistant message with structured tool calls, and it
+    still buys what the Hermes expert buys."""
+    hermes = turngym.make("web-shop-v0", split="test")
+    structured = turngym.make("web-shop-v0", split="test", parser="openai")
+    try:
+        for env in (hermes, structured):
+            env.reset(seed=0, options={"goal_index": 3})
+        first_text, first_msg = hermes.expert_action(), structured.expert_action()
+        assert isinstance(first_text, str) and first_text.startswith("<tool_call>")
+        assert first_msg.role == "assistant" and first_msg.tool_calls and not first_msg.content
+        assert [c.name for c in first_msg.tool_calls] == [
+            c.call.name for c in hermes.parser.parse(first_text).calls
+        ]
+        total, terminated, info = _run_expert(structured, options={"goal_index": 3})
+        assert terminated and info["purchase"]["asin"]
+        assert total == _run_expert(hermes, options={"goal_index": 3})[0]
+    finally:
+        hermes.close()
+        structured.close()
+
+
 def test_shop_unbought_episode_pays_zero_and_bad_ids_are_errors():
     env = turngym.make("web-shop-v0", split="test", max_turns=2)
     try:

@@ -47,8 +47,8 @@ def short_error(e: BaseException) -> str:
 
 
 def call(name: str, **arguments: object) -> str:
-    """A tool call as the browser envs' scripted experts write it: the Hermes convention the envs parse
-    by default (one home: ``HermesParser.format_call``)."""
+    """A tool call as the browser envs' scripted experts write it (Hermes text, several joined by
+    newlines); :meth:`BrowserEnv.expert_action` renders them under the env's own parser."""
     return HermesParser().format_call(ToolCall(name=name, arguments=dict(arguments)))
 
 
@@ -66,7 +66,7 @@ class BrowserEnv(Env):
     A subclass implements ``_reset`` (lease a page with :attr:`pool`, load it, return the task),
     ``_page_message(initial)`` (the observation of the current page; set :attr:`snap`), and may
     override ``_episode_notes`` (check the page after each turn), ``_page_info`` (extra step info),
-    ``_turn_reward`` and ``_state_key``.
+    ``_turn_reward``, ``_state_key`` and ``_expert_text`` (its scripted expert).
     """
 
     default_max_turns = 10
@@ -104,6 +104,25 @@ class BrowserEnv(Env):
         self._seen_errors = 0
         #: the page functions each turn ran and the state key after each observation (for fork replay)
         self._page_log = PageLog()
+
+    # ------------------------------------------------------------------ the scripted expert
+    def expert_action(self) -> str | Message | None:
+        """The scripted expert's next action under this env's parser: a leaf's expert writes its calls
+        with :func:`call` (:meth:`_expert_text`) and they are rendered here with the env's own
+        ``format_call``, so an env made with ``parser="openai"`` gets an assistant message with
+        structured ``tool_calls``, and a protocol that cannot carry a call says so (``ValueError``)."""
+        text = self._expert_text()
+        if text is None or isinstance(self.parser, HermesParser):
+            return text
+        rendered = [self.format_call(c.name, c.arguments) for c in HermesParser().parse(text).valid_calls]
+        if all(isinstance(r, str) for r in rendered):
+            return "\n".join(rendered)  # type: ignore[arg-type]
+        calls = [c for r in rendered if isinstance(r, Message) for c in r.tool_calls or []]
+        return Message(role="assistant", tool_calls=calls)
+
+    def _expert_text(self) -> str | None:
+        """The leaf's scripted expert: its next calls as :func:`call` text, or None."""
+        return None
 
     # ------------------------------------------------------------------ browser plumbing
     @property

@@ -223,7 +223,7 @@ class MiniWoBEnvBase(BrowserEnv):
         """An expert step as this env's tool calls (None when this env's tools cannot express it)."""
         raise NotImplementedError
 
-    def expert_action(self) -> str | None:
+    def _expert_text(self) -> str | None:
         """The scripted expert's next action (several calls, within ``max_calls_per_turn``), or None."""
         if self._done or self.lease is None:
             return None

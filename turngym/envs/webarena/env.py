@@ -195,7 +195,7 @@ class WebArenaEnv(SiteBrowserEnv):
             info["evaluation"] = dict(self.evaluation)
         return info
 
-    def expert_action(self) -> str | None:
+    def _expert_text(self) -> str | None:
         if self._done or self.lease is None or self.view is None:
             return None
         self._expert.tabs = [self.display_url(url) for url, _ in self.view.tabs]

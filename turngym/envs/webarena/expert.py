@@ -88,6 +88,16 @@ def _query(url: str) -> dict[str, list[str]]:
     return parse_qs(urlsplit(url).query)
 
 
+def _create(
+    title: str, url: str, snap: Snapshot, form: str, button: str, *fields: tuple[str, str, str]
+) -> str | None:
+    """Create something titled ``title`` through the form at path ``form``: stop once the page shows
+    its heading, fill and submit the form when on it; None elsewhere (the caller navigates)."""
+    if any(n.role == "heading" and n.name == title for n in snap.nodes):
+        return _stop()
+    return _submit(snap, button, *fields) if _path(url) == form else None
+
+
 def _stop(answer: str = "") -> str:
     return call("stop", answer=answer)
 
@@ -212,17 +222,11 @@ def _reply(inst, url, snap, ctx):
 
 @_policy(105)
 def _create_post(inst, url, snap, ctx):
-    if any(n.role == "heading" and n.name == inst["title"] for n in snap.nodes):
-        return _stop()
-    if _path(url) == "/submit":
-        return _submit(
-            snap,
-            "Create post",
-            ("combobox", "Forum", inst["forum"]),
-            ("textbox", "Title", inst["title"]),
-            ("textbox", "Body", inst["body"]),
-        )
-    return _click(snap, "link", "Submit") or call("goto", url=f"{FORUM}/submit")
+    fields = [("combobox", "Forum", inst["forum"]), ("textbox", "Title", inst["title"])]
+    created = _create(
+        inst["title"], url, snap, "/submit", "Create post", *fields, ("textbox", "Body", inst["body"])
+    )
+    return created or _click(snap, "link", "Submit") or call("goto", url=f"{FORUM}/submit")
 
 
 @_policy(106)
@@ -296,15 +300,10 @@ def _add_label(inst, url, snap, ctx):
 
 @_policy(206)
 def _new_issue(inst, url, snap, ctx):
-    if any(n.role == "heading" and n.name == inst["title"] for n in snap.nodes):
-        return _stop()
-    if _path(url) == f"/{inst['project']}/-/issues/new":
-        return _submit(
-            snap,
-            "Create issue",
-            ("textbox", "Title", inst["title"]),
-            ("textbox", "Description", inst["description"]),
-        )
+    fields = [("textbox", "Title", inst["title"]), ("textbox", "Description", inst["description"])]
+    created = _create(inst["title"], url, snap, f"/{inst['project']}/-/issues/new", "Create issue", *fields)
+    if created:
+        return created
     if _path(url) == f"/{inst['project']}":
         return _click(snap, "link", "New issue")
     return call("goto", url=f"{TRACKER}/{inst['project']}")

@@ -172,7 +172,7 @@ class WebShopEnv(SiteBrowserEnv):
             info["purchase"] = dict(self.result)
         return info
 
-    def expert_action(self) -> str | None:
+    def _expert_text(self) -> str | None:
         if self._done or self.lease is None or self.goal is None or self.view is None:
             return None
         return shop_expert_action(self.goal, self.display_url(self.view.url), self.snap)

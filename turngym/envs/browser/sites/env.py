@@ -309,9 +309,6 @@ class SiteBrowserEnv(ElementTools, BrowserEnv):
         url = self.display_url(self.view.url) if self.view else ""
         return f"{url}:{self.snap.key()}"
 
-    def expert_action(self) -> str | None:
-        return None
-
     # ------------------------------------------------------------------ navigation and tab tools
     @tool
     async def goto(self, url: str) -> str:
