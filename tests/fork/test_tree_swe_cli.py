@@ -64,7 +64,6 @@ class ExploreExpert:
         return _ExploreSession(env, prompt)
 
 
-@agent_kind("explore-expert")
 async def _build(spec, stack):
     return ExploreExpert()
 
@@ -80,7 +79,18 @@ def call_of(turn) -> tuple[str, dict]:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def explore_kind():
+    """``--backend explore-expert``, registered for this module only (the registry is process-wide:
+    other tests list its kinds)."""
+    from turngym.agents import factory
+
+    agent_kind("explore-expert")(_build)
+    yield "explore-expert"
+    factory._KINDS.pop("explore-expert", None)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, explore_kind):
     """The CLI rollout (3 tasks, k=2 at turns 0 and 1, at most 3 turns, a pool of 4 containers: one
     tree of 4 paths at a time) and the report over it."""
     from turngym.envs.swe.tasks import load_instances
@@ -94,7 +104,7 @@ def run(tmp_path_factory):
     res = CliRunner().invoke(
         app,
         [
-            "rollout", "swe-docker", "--backend", "explore-expert", "-n", str(N_TASKS),
+            "rollout", "swe-docker", "--backend", explore_kind, "-n", str(N_TASKS),
             "--tree", "--tree-k", "2", "--tree-turns", "0,1",
             "--env-arg", f"task_ids={json.dumps(tasks)}", "--env-arg", "max_turns=3",
             "--env-arg", "max_active=4", "--env-arg", "command_timeout=30",
