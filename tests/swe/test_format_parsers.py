@@ -7,7 +7,7 @@ import json
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from turngym.envs.swe.harbor import from_images
@@ -31,10 +31,16 @@ def test_test_id_lists_round_trip_as_list_or_json_string(ids):
 
 @settings(deadline=None, max_examples=60)
 @given(json_values)
+@example("")
+@example(" ")
 def test_anything_else_is_an_instance_error_naming_instance_and_field(value):
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return
-    for given_as in (value, json.dumps(value)):
+    forms = [value, json.dumps(value)]
+    if isinstance(value, str) and not value.strip():  # a blank field means no test ids...
+        assert _json_list(value, "PASS_TO_PASS", "inst-1") == []
+        forms = forms[1:]  # ...but a JSON string holding a string is no list
+    for given_as in forms:
         with pytest.raises(InstanceError, match=r"instance inst-1: field PASS_TO_PASS"):
             _json_list(given_as, "PASS_TO_PASS", "inst-1")
 
