@@ -103,10 +103,13 @@ def plot(runs: dict[str, dict], title: str, dest: Path) -> None:
     for ax, (col, name) in zip(axes, panels, strict=False):
         for method, steps in by_method(runs, col).items():
             c = colors.setdefault(method, f"C{len(colors)}")
-            xs = sorted(steps)
+            seeds = max(map(len, steps.values()))
+            # the mean and band only where every seed has an eval (a seed the deadline stopped early
+            # would otherwise turn the "mean" into one run's value); later points stay as thin lines
+            xs = [x for x in sorted(steps) if len(steps[x]) == seeds]
             mean = [statistics.mean(steps[x]) for x in xs]
             ax.fill_between(xs, [min(steps[x]) for x in xs], [max(steps[x]) for x in xs], color=c, alpha=0.15)
-            ax.plot(xs, mean, color=c, lw=2, label=f"{method} (mean of {max(map(len, steps.values()))})")
+            ax.plot(xs, mean, color=c, lw=2, label=f"{method} (mean of {seeds})")
             for run, data in runs.items():
                 if method_of(run) == method:
                     pts = [(r[0], r[col]) for r in data["eval"] if r[col] is not None]

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from turngym.core.types import Message
 from turngym.trainer.credit import IGPO, CreditPipeline
-from turngym.trainer.credit.info_gain import InfoGainScorer, information_gain
+from turngym.trainer.credit.info_gain import InfoGainScorer, hop_information_gain, information_gain
 
 from .helpers import make_traj
 
@@ -39,6 +39,87 @@ def test_information_gain_variants():
     assert information_gain([-1.0], "prob_diff") == []
     with pytest.raises(ValueError):
         information_gain(values, "ratio")
+
+
+def test_hop_gain_credits_each_hop_once():
+    """Two targets (a bridge entity, then the answer): the first search finds the bridge, the second
+    the answer (and the bridge's probability falls, as the policy now names the answer), a third
+    search finds nothing. The bridge search is credited; the fall is not charged back."""
+    p = [[0.01, 0.01], [0.61, 0.01], [0.05, 0.81], [0.05, 0.81]]
+    values = [[math.log(x) for x in row] for row in p]
+    assert hop_information_gain(values, "prob_diff") == pytest.approx([0.30, 0.40, 0.0])
+    # the paper's gain on the answer alone gives the bridge search nothing
+    assert information_gain([row[1] for row in values], "prob_diff") == pytest.approx([0.0, 0.8, 0.0])
+    assert hop_information_gain([[v[1]] for v in values], "log_prob_diff") == pytest.approx(
+        [0.0, math.log(81), 0.0]
+    )
+    assert hop_information_gain([], "prob_diff") == []
+    assert all(math.isnan(g) for g in hop_information_gain([[0.0], [math.nan]], "prob_diff"))
+    with pytest.raises(ValueError, match="every target"):
+        hop_information_gain([[0.0, 0.0], [0.0]], "prob_diff")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 4).flatmap(
+        lambda k: st.lists(
+            st.lists(st.floats(-30, 0, allow_nan=False), min_size=k, max_size=k), min_size=1, max_size=7
+        )
+    ),
+    st.sampled_from(["prob_diff", "log_prob_diff"]),
+)
+def test_hop_gain_properties(values, ig_type):
+    """Never negative, one gain per turn, and the gains telescope: their sum is the rise of the mean
+    best belief from the question alone to the end."""
+    gains = hop_information_gain(values, ig_type)
+    assert len(gains) == len(values) - 1
+    assert all(g >= -1e-12 for g in gains)
+    f = (lambda v: math.exp(v)) if ig_type == "prob_diff" else (lambda v: v)
+    best = [max(f(row[j]) for row in values) for j in range(len(values[0]))]
+    first = [f(v) for v in values[0]]
+    assert sum(gains) == pytest.approx(sum(best) / len(best) - sum(first) / len(first), abs=1e-9)
+
+
+def test_scorer_with_hop_targets_scores_every_target(tiny):
+    """``gain_targets="hops"`` scores each hop's entity and the answer after every context and writes
+    the per-hop gain; a trajectory whose reference has no hop list falls back to its answer alone."""
+    model, tok = tiny
+    hops = make_traj(
+        [0.0, 0.0, 1.0], reference={"answer": "Sammun", "hop_answers": ["Asbrael Holdings", "Sammun"]}
+    )
+    plain = make_traj([0.0, 1.0], reference={"answer": "Sammun"})
+    s = InfoGainScorer(model, tok, gain_targets="hops")
+    metrics = s([hops, plain])
+    assert metrics["ig/contexts"] == 3 * 2 + 2 and metrics["ig/failed"] == 0
+    rows = [
+        s.answer_logprobs([s.encode(s.render(c), t) for t in ("Asbrael Holdings", "Sammun")])
+        for c in s.contexts(hops)
+    ]
+    gains = [t.info["info_gain"] for t in hops.turns[:-1]]
+    assert gains == pytest.approx(hop_information_gain(rows, "prob_diff"), abs=1e-5)
+    assert hops.metrics["ig_v0"] == pytest.approx(rows[0][1], abs=1e-5)  # the answer's, as before
+    alone = s.answer_logprobs([s.encode(s.render(c), "Sammun") for c in s.contexts(plain)])
+    assert plain.turns[0].info["info_gain"] == pytest.approx(
+        max(0.0, math.exp(alone[1]) - math.exp(alone[0])), abs=1e-5
+    )
+
+
+def test_search_qa_tasks_carry_hop_answers():
+    """Synthetic bridge questions list each hop's entity then the answer; IGPO reads them from the
+    reference (``credit.igpo.gain_targets=hops``)."""
+    from turngym.envs.search.data import synthetic_dataset
+
+    _, tasks = synthetic_dataset(2000, 60, seed=0, mix="default")
+    bridges = [t for t in tasks if t.kind == "bridge"]
+    assert bridges
+    for t in tasks:
+        ref = t.reference()
+        assert ref["hop_answers"][-1] == t.answers[0] and len(set(ref["hop_answers"])) == len(
+            ref["hop_answers"]
+        )
+    for t in bridges:
+        assert len(t.reference()["hop_answers"]) == t.hops  # one entity per hop, the answer last
+        assert t.metadata["facts"][1][0] == t.reference()["hop_answers"][0]  # the bridge entity
 
 
 def test_answer_span_from_offsets(tiny):
@@ -249,3 +330,19 @@ def test_igpo_scores_the_answer_in_the_envs_own_protocol(tiny):
     assert TagParser().parse(scorer.prefix + "Paris" + " </answer>").valid_calls[0].arguments == {
         "text": "Paris"
     }
+
+
+def test_hop_targets_are_a_config_key(tiny):
+    from turngym.trainer.config import load_config
+    from turngym.trainer.loop import build_credit
+
+    model, tok = tiny
+    scorer = build_credit(
+        load_config(None, ["credit.method=igpo", "credit.igpo.gain_targets=hops"]), model, tok
+    ).prepare
+    assert (scorer.gain_targets, scorer.hops_key) == ("hops", "hop_answers")
+    assert (
+        build_credit(load_config(None, ["credit.method=igpo"]), model, tok).prepare.gain_targets == "answer"
+    )
+    with pytest.raises(Exception, match="gain_targets"):
+        build_credit(load_config(None, ["credit.method=igpo", "credit.igpo.gain_targets=chain"]), model, tok)

@@ -27,7 +27,7 @@ from turngym.envs.search.questions import MIXES, generate_questions
 from turngym.envs.search.tasks import QATask, write_tasks
 from turngym.envs.search.world import World, WorldConfig
 
-DATASET_FORMAT = 1
+DATASET_FORMAT = 2  # 2: tasks' metadata carries hop_answers
 
 _MEMO: dict[tuple, object] = {}
 _LOCK = threading.Lock()

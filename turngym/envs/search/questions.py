@@ -217,5 +217,23 @@ def _finish(
         gold_trace=trace,
         kind=kind,
         hops=len(supporting),
-        metadata={**meta, "facts": [[s.name, k] for s, k in chain]},
+        metadata={
+            **meta,
+            "facts": [[s.name, k] for s, k in chain],
+            "hop_answers": hop_answers(world, chain, answers),
+        },
     )
+
+
+def hop_answers(world: World, chain: Sequence[tuple[Entity, str]], answers: list[str]) -> list[str]:
+    """What each hop of ``chain`` reveals, in order, ending with the gold answer: a bridge question's
+    intermediate entities then its answer, a comparison's two compared values then its answer (the
+    targets of IGPO's per-hop information gain, ``credit.igpo.gain_targets=hops``)."""
+    out: list[str] = []
+    for subject, key in chain:
+        value = world.value_text(subject, key)
+        if value not in out:
+            out.append(value)
+    if out[-1:] != answers[:1]:
+        out = [v for v in out if v != answers[0]] + [answers[0]]
+    return out

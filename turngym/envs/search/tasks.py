@@ -55,6 +55,12 @@ class QATask:
             "question": self.question,
             "kind": self.kind,
             "hops": self.hops,
+            # what each hop reveals, the answer last (synthetic questions; absent from loaded data sets)
+            **(
+                {"hop_answers": list(self.metadata["hop_answers"])}
+                if self.metadata.get("hop_answers")
+                else {}
+            ),
         }
 
     def to_record(self) -> dict[str, Any]:

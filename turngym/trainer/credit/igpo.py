@@ -141,6 +141,10 @@ class IGPOSettings(MethodSettings):
     # the turn returns after discounting: none (paper) | depth_center | depth_zscore (see ``igpo``)
     returns: ReturnNorm = "none"
     answer_key: str = "answer"
+    # what the gain is measured on: "answer" (the paper) or "hops" (each hop's entity and the answer,
+    # from the reference's hops_key list: credit for bridge searches; info_gain.hop_information_gain)
+    gain_targets: Literal["answer", "hops"] = "answer"
+    hops_key: str = "hop_answers"
     missing_answer_reward: float = -2.0
     # the text around the gold answer when it is scored; default: the env parser's way of calling
     # answer_tool(answer_arg=...) plus the chat template's end of turn (credit.info_gain.answer_frame)
@@ -179,5 +183,7 @@ def build(settings: IGPOSettings, ctx: CreditContext) -> CreditPipeline:
             answer_key=s.answer_key,
             batch_tokens=s.batch_tokens,
             share_prefix=s.share_prefix,
+            gain_targets=s.gain_targets,
+            hops_key=s.hops_key,
         )
     return CreditPipeline(method, prepare=scorer)

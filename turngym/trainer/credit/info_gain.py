@@ -71,15 +71,42 @@ def end_of_turn(tokenizer: Any) -> str:
     return text.split(_MARK, 1)[1].rstrip()
 
 
+def _belief(values: list[float], ig_type: IGType) -> list[float]:
+    if ig_type == "prob_diff":
+        return [math.exp(v) if math.isfinite(v) else math.nan for v in values]
+    if ig_type == "log_prob_diff":
+        return list(values)
+    raise ValueError(f"unknown ig_type {ig_type!r}")
+
+
 def information_gain(values: list[float], ig_type: IGType = "prob_diff") -> list[float]:
     """``values`` = [ℓ_0, ℓ_1, ..., ℓ_k] -> k information gains (one per tool turn)."""
-    if ig_type == "prob_diff":
-        f = [math.exp(v) if math.isfinite(v) else math.nan for v in values]
-    elif ig_type == "log_prob_diff":
-        f = list(values)
-    else:
-        raise ValueError(f"unknown ig_type {ig_type!r}")
+    f = _belief(values, ig_type)
     return [b - a for a, b in zip(f, f[1:], strict=False)]
+
+
+def hop_information_gain(values: list[list[float]], ig_type: IGType = "prob_diff") -> list[float]:
+    """Information gain over several targets (``gain_targets="hops"``): ``values[c][j]`` = ℓ of
+    target j (each hop's entity, the final answer last) after context c. A turn's gain is the rise of
+    the mean over targets of the best belief reached so far in each: ``B_c = mean_j max_{c'<=c}
+    f(ℓ_{c'j})`` with f = exp (``prob_diff``) or the identity (``log_prob_diff``), ``IG_t = B_{t+1} -
+    B_t``. The running maximum keeps a found hop credited once: after the second search the policy
+    would answer the second hop's entity, not the bridge's, and the bridge search must not pay that
+    back. With one target this is the plain gain on a running maximum (never negative)."""
+    if not values:
+        return []
+    width = len(values[0])
+    if width == 0 or any(len(row) != width for row in values):
+        raise ValueError("every context needs a value for every target")
+    best = [-math.inf] * width
+    levels = []
+    for row in values:
+        f = _belief(row, ig_type)
+        if not all(math.isfinite(x) for x in f):
+            return [math.nan] * (len(values) - 1)
+        best = [max(b, x) for b, x in zip(best, f, strict=True)]
+        levels.append(sum(best) / width)
+    return [b - a for a, b in zip(levels, levels[1:], strict=False)]
 
 
 @dataclass
@@ -96,6 +123,24 @@ class InfoGainScorer:
     max_length: int | None = None
     template_kwargs: dict[str, Any] | None = None
     share_prefix: bool = True
+    # "answer": the gold answer alone (the paper); "hops": every hop's entity in the reference's
+    # ``hops_key`` list (final answer last; search-qa's ``hop_answers``), see hop_information_gain
+    gain_targets: Literal["answer", "hops"] = "answer"
+    hops_key: str = "hop_answers"
+
+    def targets(self, traj: Trajectory) -> list[str] | None:
+        """What is scored after each context: ``[answer]``, or the hop targets when asked for and
+        present (a trajectory whose reference has none falls back to its answer alone)."""
+        answer = gold_answer(traj, self.answer_key)
+        if self.gain_targets == "hops":
+            hops = traj.reference.get(self.hops_key)
+            if (
+                isinstance(hops, (list, tuple))
+                and hops
+                and all(isinstance(h, str) and h.strip() for h in hops)
+            ):
+                return list(hops)
+        return None if answer is None else [answer]
 
     # ------------------------------------------------------------ contexts
     def render(self, messages: list[Message]) -> str:
@@ -255,22 +300,26 @@ class InfoGainScorer:
         t0 = time.perf_counter()
         items: list[Item] = []
         owners: list[tuple[int, int]] = []  # (trajectory, context index)
+        which: list[int] = []  # the target each item scores
         failed: set[int] = set()
         for i, traj in enumerate(trajectories):
-            answer = gold_answer(traj, self.answer_key)
-            if answer is None or len(traj.turns) < 2:
+            targets = self.targets(traj)
+            if targets is None or len(traj.turns) < 2:
                 continue
             for c, msgs in enumerate(self.contexts(traj)):
-                try:
-                    enc = self.encode(self.render(msgs), answer)
-                except Exception:  # noqa: BLE001 - a context that cannot be encoded: outcome-only fallback
-                    failed.add(i)
-                    continue
-                if self.max_length is not None and len(enc[0]) > self.max_length:
-                    failed.add(i)
-                    continue
-                items.append(enc)
-                owners.append((i, c))
+                context = self.render(msgs)
+                for j, target in enumerate(targets):
+                    try:
+                        enc = self.encode(context, target)
+                    except Exception:  # noqa: BLE001 - a context that cannot be encoded: outcome-only fallback
+                        failed.add(i)
+                        continue
+                    if self.max_length is not None and len(enc[0]) > self.max_length:
+                        failed.add(i)
+                        continue
+                    items.append(enc)
+                    owners.append((i, c))
+                    which.append(j)
         if not items:
             values: list[float] = []
         elif self.share_prefix:
@@ -285,22 +334,26 @@ class InfoGainScorer:
         tokens = (
             sum(len(p.ids) for p in packs) if items and self.share_prefix else sum(len(x[0]) for x in items)
         )
-        per_traj: dict[int, dict[int, float]] = {}
-        for (i, c), v in zip(owners, values, strict=True):
-            per_traj.setdefault(i, {})[c] = v
+        per_traj: dict[int, dict[int, dict[int, float]]] = {}
+        for (i, c), j, v in zip(owners, which, values, strict=True):
+            per_traj.setdefault(i, {}).setdefault(c, {})[j] = v
         gains: list[float] = []
         nonfinite = 0
         for i, by_ctx in per_traj.items():
             if i in failed:
                 continue
             traj = trajectories[i]
-            ig = information_gain([by_ctx[c] for c in range(len(traj.turns))], self.ig_type)
+            rows = [[by_ctx[c][j] for j in sorted(by_ctx[c])] for c in range(len(traj.turns))]
+            if self.gain_targets == "hops":
+                ig = hop_information_gain(rows, self.ig_type)
+            else:
+                ig = information_gain([row[0] for row in rows], self.ig_type)
             if not all(math.isfinite(g) for g in ig):
                 nonfinite += 1
                 continue
             for turn, g in zip(traj.turns[:-1], ig, strict=True):
                 turn.info[IG_KEY] = g
-            traj.metrics["ig_v0"] = by_ctx[0]
+            traj.metrics["ig_v0"] = by_ctx[0][max(by_ctx[0])]  # the final answer's (last target)
             gains.extend(ig)
         return {
             "ig/contexts": float(len(items)),
