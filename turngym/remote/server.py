@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import inspect
 import logging
 import time
 import uuid
@@ -350,12 +351,12 @@ class SessionManager:
             except ValidationError as e:
                 raise ServeError("malformed", f"malformed websocket message: {_summary(e)}") from None
             request_id = req.id
-            handler, body = _WS_OPS[req.op]
+            handler, body = _OPS[req.op]
             try:
                 payload = body.model_validate(req.data) if body is not None else None
             except ValidationError as e:
                 raise ServeError("malformed", f"malformed {req.op!r} data: {_summary(e)}") from None
-            result = await handler(self, req, payload, owner)
+            result = await handler(self, req.session_id, payload, owner)
             return WsReply(id=request_id, ok=True, data=result.model_dump(mode="json"))
         except ServeError as e:
             return WsReply(id=request_id, ok=False, error=e.body())
@@ -378,23 +379,62 @@ def _summary(e: ValidationError) -> str:
     return "; ".join(parts[:5]) + (f" (+{len(parts) - 5} more)" if len(parts) > 5 else "")
 
 
-async def _ws_close(m: SessionManager, r: WsRequest, _: Any, owner: object) -> Closed:
-    m.get(r.session_id)
-    return Closed(closed=await m.close(r.session_id))
+async def _close(m: SessionManager, session_id: str | None, _: Any, owner: object) -> Closed:
+    m.get(session_id)
+    return Closed(closed=await m.close(session_id))
 
 
-#: websocket op -> (handler(manager, request, validated data, owner), data model or None)
-_WS_OPS: dict[str, tuple[Callable[..., Awaitable[BaseModel]], type[BaseModel] | None]] = {
-    "create": (lambda m, r, d, o: m.create(d, owner=o), CreateSession),
-    "attach": (lambda m, r, d, o: _async(m.attach(d.session_id, o)), AttachRequest),
-    "reset": (lambda m, r, d, o: m.reset(r.session_id, d), ResetRequest),
-    "step": (lambda m, r, d, o: m.step(r.session_id, d), StepRequest),
-    "tools": (lambda m, r, d, o: m.tools(r.session_id), None),
-    "expert": (lambda m, r, d, o: m.expert(r.session_id), None),
-    "limit_turns": (lambda m, r, d, o: m.limit_turns(r.session_id, d), LimitTurns),
-    "fork": (lambda m, r, d, o: m.fork(r.session_id, owner=None), None),  # unowned until attached
-    "close": (_ws_close, None),
+#: a session op -> (handler(manager, session id, validated data, owner), data model or None); the
+#: websocket's ops, and (through :data:`_HTTP_OPS`) the HTTP routes ``/sessions/{session_id}...``
+_OPS: dict[str, tuple[Callable[..., Awaitable[BaseModel]], type[BaseModel] | None]] = {
+    "create": (lambda m, s, d, o: m.create(d, owner=o), CreateSession),
+    "attach": (lambda m, s, d, o: _async(m.attach(d.session_id, o)), AttachRequest),
+    "reset": (lambda m, s, d, o: m.reset(s, d), ResetRequest),
+    "step": (lambda m, s, d, o: m.step(s, d), StepRequest),
+    "tools": (lambda m, s, d, o: m.tools(s), None),
+    "expert": (lambda m, s, d, o: m.expert(s), None),
+    "limit_turns": (lambda m, s, d, o: m.limit_turns(s, d), LimitTurns),
+    "fork": (lambda m, s, d, o: m.fork(s, owner=None), None),  # unowned until attached
+    "close": (_close, None),
 }
+
+#: the ops that are also HTTP routes on a session: op -> (method, path under /sessions/{session_id}, reply)
+_HTTP_OPS: dict[str, tuple[str, str, type[BaseModel]]] = {
+    "reset": ("POST", "/reset", ResetReply),
+    "step": ("POST", "/step", StepReply),
+    "tools": ("GET", "/tools", ToolsReply),
+    "expert": ("GET", "/expert", ExpertReply),
+    "limit_turns": ("POST", "/limit_turns", LimitTurnsReply),
+    "fork": ("POST", "/fork", SessionInfo),
+    "close": ("DELETE", "", Closed),
+}
+
+
+def _session_route(manager: SessionManager, op: str) -> Callable[..., Awaitable[Response]]:
+    """The HTTP endpoint of a session op: the path's ``session_id`` and (where the op takes data) the
+    JSON body, validated by FastAPI against the op's model; a body whose every field has a default may
+    be left out."""
+    handler, body = _OPS[op]
+
+    async def endpoint(session_id: str, req: BaseModel | None = None) -> Response:
+        if body is not None and req is None:
+            req = body()
+        return _json(await handler(manager, session_id, req, None))
+
+    params = [inspect.Parameter("session_id", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str)]
+    if body is not None:
+        optional = not any(f.is_required() for f in body.model_fields.values())
+        params.append(
+            inspect.Parameter(
+                "req",
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                annotation=body | None if optional else body,
+                default=None if optional else inspect.Parameter.empty,
+            )
+        )
+    endpoint.__signature__ = inspect.Signature(params, return_annotation=Response)  # type: ignore[attr-defined]
+    endpoint.__name__ = endpoint.__qualname__ = op
+    return endpoint
 
 
 async def _async(value: BaseModel) -> BaseModel:
@@ -453,34 +493,13 @@ def create_app(
     async def create(req: CreateSession) -> Response:
         return _json(await manager.create(req))
 
-    @app.post("/sessions/{session_id}/reset", response_model=ResetReply)
-    async def reset(session_id: str, req: ResetRequest | None = None) -> Response:
-        return _json(await manager.reset(session_id, req or ResetRequest()))
-
-    @app.post("/sessions/{session_id}/step", response_model=StepReply)
-    async def step(session_id: str, req: StepRequest) -> Response:
-        return _json(await manager.step(session_id, req))
-
-    @app.get("/sessions/{session_id}/tools", response_model=ToolsReply)
-    async def tools(session_id: str) -> Response:
-        return _json(await manager.tools(session_id))
-
-    @app.get("/sessions/{session_id}/expert", response_model=ExpertReply)
-    async def expert(session_id: str) -> Response:
-        return _json(await manager.expert(session_id))
-
-    @app.post("/sessions/{session_id}/limit_turns", response_model=LimitTurnsReply)
-    async def limit_turns(session_id: str, req: LimitTurns) -> Response:
-        return _json(await manager.limit_turns(session_id, req))
-
-    @app.post("/sessions/{session_id}/fork", response_model=SessionInfo)
-    async def fork(session_id: str) -> Response:
-        return _json(await manager.fork(session_id))
-
-    @app.delete("/sessions/{session_id}", response_model=Closed)
-    async def close(session_id: str) -> Response:
-        manager.get(session_id)
-        return _json(Closed(closed=await manager.close(session_id)))
+    for op, (method, path, reply) in _HTTP_OPS.items():
+        app.add_api_route(
+            f"/sessions/{{session_id}}{path}",
+            _session_route(manager, op),
+            methods=[method],
+            response_model=reply,
+        )
 
     @app.websocket("/ws")
     async def ws(websocket: WebSocket) -> None:

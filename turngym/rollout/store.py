@@ -21,7 +21,16 @@ from turngym.core.types import Trajectory
 
 JSONL_NAME = "trajectories.jsonl"
 PARQUET_NAME = "trajectories.parquet"
-_TOKEN_FIELDS = {"token_ids", "loss_mask", "logprobs"}
+#: the parquet columns copied from the trajectory's field of the same name -> their arrow type (the name
+#: of a ``pyarrow`` type factory: this module imports pyarrow only to write or read parquet); the token
+#: fields are list columns of their type
+_FLAT_COLUMNS = {
+    "env_id": "string", "task_id": "string", "seed": "int64", "group": "string", "sample": "int32",
+    "num_turns": "int32", "total_reward": "float64", "outcome": "float64", "terminated": "bool_",
+    "truncated": "bool_", "masked": "bool_", "mask_reason": "string",
+}  # fmt: skip
+_TOKEN_COLUMNS = {"token_ids": "int32", "loss_mask": "int8", "logprobs": "float64"}
+_TOKEN_FIELDS = set(_TOKEN_COLUMNS)
 
 
 class TrajectoryWriter:
@@ -88,25 +97,10 @@ def save_parquet(trajectories: Iterable[Trajectory], path: str | Path) -> Path:
 
     rows = [_row(t) for t in trajectories]
     schema = pa.schema(
-        [
-            ("env_id", pa.string()),
-            ("task_id", pa.string()),
-            ("seed", pa.int64()),
-            ("group", pa.string()),
-            ("sample", pa.int32()),
-            ("num_turns", pa.int32()),
-            ("total_reward", pa.float64()),
-            ("outcome", pa.float64()),
-            ("terminated", pa.bool_()),
-            ("truncated", pa.bool_()),
-            ("masked", pa.bool_()),
-            ("mask_reason", pa.string()),
-            ("n_tokens", pa.int32()),
-            ("token_ids", pa.list_(pa.int32())),
-            ("loss_mask", pa.list_(pa.int8())),
-            ("logprobs", pa.list_(pa.float64())),
-            ("json", pa.string()),
-        ]
+        [(name, getattr(pa, kind)()) for name, kind in _FLAT_COLUMNS.items()]
+        + [("n_tokens", pa.int32())]
+        + [(name, pa.list_(getattr(pa, kind)())) for name, kind in _TOKEN_COLUMNS.items()]
+        + [("json", pa.string())]
     )
     table = pa.Table.from_pylist(rows, schema=schema)
     path = Path(path)
@@ -117,7 +111,7 @@ def save_parquet(trajectories: Iterable[Trajectory], path: str | Path) -> Path:
 def load_parquet(path: str | Path) -> list[Trajectory]:
     import pyarrow.parquet as pq
 
-    table = pq.read_table(path, columns=["token_ids", "loss_mask", "logprobs", "json"])
+    table = pq.read_table(path, columns=[*_TOKEN_COLUMNS, "json"])
     out = []
     for row in table.to_pylist():
         data = json.loads(row["json"])
@@ -142,21 +136,8 @@ def load_trajectories(path: str | Path) -> list[Trajectory]:
 
 def _row(t: Trajectory) -> dict:
     return {
-        "env_id": t.env_id,
-        "task_id": t.task_id,
-        "seed": t.seed,
-        "group": t.group,
-        "sample": t.sample,
-        "num_turns": t.num_turns,
-        "total_reward": t.total_reward,
-        "outcome": t.outcome,
-        "terminated": t.terminated,
-        "truncated": t.truncated,
-        "masked": t.masked,
-        "mask_reason": t.mask_reason,
+        **{name: getattr(t, name) for name in _FLAT_COLUMNS},
         "n_tokens": len(t.token_ids),
-        "token_ids": t.token_ids,
-        "loss_mask": t.loss_mask,
-        "logprobs": t.logprobs,
+        **{name: getattr(t, name) for name in _TOKEN_COLUMNS},
         "json": t.model_dump_json(exclude=_TOKEN_FIELDS),
     }

@@ -19,6 +19,14 @@ def _torchrun(nproc: int, config: Path | None, overrides: list[str]) -> int:
     return subprocess.call(cmd)
 
 
+#: the config arguments of every trainer command (``_split_args`` reads them): a YAML file, then dotted overrides
+ConfigArg = Annotated[Path | None, typer.Argument(help="YAML training config (omit for the defaults)")]
+OverridesArg = Annotated[
+    list[str] | None,
+    typer.Argument(help="dotted overrides, e.g. optim.lr=1e-5 credit.method=igpo sft.steps=200"),
+]
+
+
 def _split_args(config: Path | None, overrides: list[str] | None) -> tuple[Path | None, list[str]]:
     """``turngym train key=value ...`` without a config file: the first argument is an override too."""
     rest = list(overrides or [])
@@ -38,12 +46,8 @@ def heldout_summary(run_dir: str | Path) -> str | None:
 
 
 def train(
-    config: Annotated[
-        Path | None, typer.Argument(help="YAML training config (omit for the defaults)")
-    ] = None,
-    overrides: Annotated[
-        list[str] | None, typer.Argument(help="dotted overrides, e.g. optim.lr=1e-5 credit.method=igpo")
-    ] = None,
+    config: ConfigArg = None,
+    overrides: OverridesArg = None,
     nproc: Annotated[
         int | None,
         typer.Option(help="learner processes (data parallel, torchrun); default: the config's cluster.nproc"),
@@ -100,15 +104,9 @@ def train(
         console.print(f"[bold]{line}[/]", highlight=False, soft_wrap=True)
 
 
-def sft(
-    config: Annotated[
-        Path | None, typer.Argument(help="YAML training config; its sft section is used")
-    ] = None,
-    overrides: Annotated[
-        list[str] | None, typer.Argument(help="dotted overrides, e.g. sft.steps=200")
-    ] = None,
-) -> None:
-    """Supervised warm start on scripted-expert trajectories; saves the model under RUN_DIR/sft."""
+def sft(config: ConfigArg = None, overrides: OverridesArg = None) -> None:
+    """Supervised warm start on scripted-expert trajectories, as the sft section of the config sets it;
+    saves the model under RUN_DIR/sft."""
     from rich.console import Console
 
     from turngym.agents.models import load_model, load_tokenizer

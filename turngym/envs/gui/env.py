@@ -62,7 +62,8 @@ async def _mouse_button(page: Page, down: bool, button: str) -> None:
     await (page.mouse.down(button=button) if down else page.mouse.up(button=button))
 
 
-async def _drag(page: Page, x0: float, y0: float, x1: float, y1: float) -> None:
+async def _drag(page: Page, x1: float, y1: float, x0: float, y0: float) -> None:
+    """Drag from (x0, y0) to (x1, y1) (the target first, as :meth:`GuiMiniWoBEnv._point` passes it)."""
     await page.mouse.move(x0, y0)
     await page.mouse.down()
     await page.mouse.move(x1, y1, steps=10)
@@ -84,6 +85,32 @@ async def _press(page: Page, key: str) -> None:
 
 async def _wait(page: Page, ms: float) -> None:
     await page.wait_for_timeout(ms)
+
+
+def _pointer_tool(name: str, summary: str, reply: str, fn: Any, *args: Any) -> Any:
+    """A tool ``name(x, y)`` that runs the page function ``fn(page, cx, cy, *args)`` at a screenshot pixel
+    (through :meth:`GuiMiniWoBEnv._point`) and replies ``"<reply> (x, y)"``: one home for the pointer
+    tools that differ only in what they do there."""
+
+    async def pointer(self: Any, x: float, y: float) -> str:
+        await self._point(x, y, fn, *args)
+        return f"{reply} ({x:g}, {y:g})"
+
+    pointer.__name__ = pointer.__qualname__ = name
+    pointer.__doc__ = f"{summary}\n\nArgs:\n    x: horizontal pixel\n    y: vertical pixel\n"
+    return tool(pointer)
+
+
+def _button_tool(name: str, summary: str, down: bool) -> Any:
+    """A tool ``name(button)`` that presses (``down``) or releases a mouse button where the mouse is."""
+
+    async def press_or_release(self: Any, button: Button = "left") -> str:
+        await self.call_page(_mouse_button, down, button)
+        return f"{button} button {'down' if down else 'up'}"
+
+    press_or_release.__name__ = press_or_release.__qualname__ = name
+    press_or_release.__doc__ = f"{summary}\n\nArgs:\n    button: mouse button\n"
+    return tool(press_or_release)
 
 
 class GuiMiniWoBEnv(PixelObservation, MiniWoBEnvBase):
@@ -129,38 +156,13 @@ class GuiMiniWoBEnv(PixelObservation, MiniWoBEnvBase):
         await self._point(x, y, _mouse_click, button, num_clicks)
         return f"clicked at ({x:g}, {y:g})"
 
-    @tool
-    async def double_click(self, x: float, y: float) -> str:
-        """Double-click at (x, y).
-
-        Args:
-            x: horizontal pixel
-            y: vertical pixel
-        """
-        await self._point(x, y, _mouse_click, "left", 2)
-        return f"double-clicked at ({x:g}, {y:g})"
-
-    @tool
-    async def right_click(self, x: float, y: float) -> str:
-        """Right-click at (x, y).
-
-        Args:
-            x: horizontal pixel
-            y: vertical pixel
-        """
-        await self._point(x, y, _mouse_click, "right", 1)
-        return f"right-clicked at ({x:g}, {y:g})"
-
-    @tool
-    async def move_to(self, x: float, y: float) -> str:
-        """Move the mouse to (x, y) without clicking.
-
-        Args:
-            x: horizontal pixel
-            y: vertical pixel
-        """
-        await self._point(x, y, _mouse_move)
-        return f"mouse at ({x:g}, {y:g})"
+    double_click = _pointer_tool(
+        "double_click", "Double-click at (x, y).", "double-clicked at", _mouse_click, "left", 2
+    )
+    right_click = _pointer_tool(
+        "right_click", "Right-click at (x, y).", "right-clicked at", _mouse_click, "right", 1
+    )
+    move_to = _pointer_tool("move_to", "Move the mouse to (x, y) without clicking.", "mouse at", _mouse_move)
 
     @tool
     async def drag_to(self, x: float, y: float) -> str:
@@ -170,30 +172,13 @@ class GuiMiniWoBEnv(PixelObservation, MiniWoBEnvBase):
             x: horizontal pixel to drop at
             y: vertical pixel to drop at
         """
-        cx, cy = self._css(x, y)
-        await self.call_page(_drag, *self._mouse, cx, cy)
-        self._mouse = (cx, cy)
+        await self._point(x, y, _drag, *self._mouse)
         return f"dragged to ({x:g}, {y:g})"
 
-    @tool
-    async def mouse_down(self, button: Button = "left") -> str:
-        """Press a mouse button where the mouse is (and keep it pressed).
-
-        Args:
-            button: mouse button
-        """
-        await self.call_page(_mouse_button, True, button)
-        return f"{button} button down"
-
-    @tool
-    async def mouse_up(self, button: Button = "left") -> str:
-        """Release a mouse button.
-
-        Args:
-            button: mouse button
-        """
-        await self.call_page(_mouse_button, False, button)
-        return f"{button} button up"
+    mouse_down = _button_tool(
+        "mouse_down", "Press a mouse button where the mouse is (and keep it pressed).", True
+    )
+    mouse_up = _button_tool("mouse_up", "Release a mouse button.", False)
 
     @tool
     async def scroll(self, dx: float, dy: float) -> str:

@@ -65,6 +65,7 @@ class WebArenaEnv(SiteBrowserEnv):
     """
 
     default_max_turns = 15
+    verdict_key = "evaluation"
     # a fork runs site instances of its own (working copies restored to the episode's start state, where
     # the original's were at reset) and replays the episode's writes into them
     _fork_shared = (*SiteBrowserEnv._fork_shared, "tasks", "by_id", "judge")
@@ -189,11 +190,8 @@ class WebArenaEnv(SiteBrowserEnv):
         await self._release()
         return {"success": float(self.evaluation["score"])}
 
-    def _step_info(self) -> dict[str, Any]:
-        info = super()._step_info()
-        if self.evaluation is not None:
-            info["evaluation"] = dict(self.evaluation)
-        return info
+    def _verdict(self) -> dict[str, Any] | None:
+        return self.evaluation
 
     def _expert_text(self) -> str | None:
         if self._done or self.lease is None or self.view is None:

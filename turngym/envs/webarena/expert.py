@@ -165,17 +165,34 @@ def _read_top_title(inst: dict[str, Any], url: str, snap: Snapshot) -> str | Non
     return None
 
 
-def _look_up_in_tab(ctx: ExpertContext, key: str, reader: Callable[[], str | None], where: str) -> str | None:
-    """Open ``where`` in a second tab, read a value into memory, close the tab; None once done."""
-    if key in ctx.memory:
-        return call("tab_close") if len(ctx.tabs) > 1 else None
-    if len(ctx.tabs) < 2:
-        return call("new_tab", url=where)
-    value = reader()
-    if value is None:
-        return call("goto", url=where)
-    ctx.memory[key] = value
-    return call("tab_close")
+def _looking_up(
+    key: str,
+    reader: Callable[[dict[str, Any], str, Snapshot], str | None],
+    where: Callable[[dict[str, Any]], str],
+) -> Callable[[Policy], Policy]:
+    """Make a policy first read a value in a second tab, then act with it in ``ctx.memory[key]``: open
+    ``where(inst)`` in a new tab, read it there with ``reader`` (None: not on that page, go there),
+    remember it and close the tab."""
+
+    def look_up(inst: dict[str, Any], url: str, snap: Snapshot, ctx: ExpertContext) -> str | None:
+        if key in ctx.memory:
+            return call("tab_close") if len(ctx.tabs) > 1 else None
+        if len(ctx.tabs) < 2:
+            return call("new_tab", url=where(inst))
+        value = reader(inst, url, snap)
+        if value is None:
+            return call("goto", url=where(inst))
+        ctx.memory[key] = value
+        return call("tab_close")
+
+    def deco(act: Policy) -> Policy:
+        @functools.wraps(act)
+        def policy(inst: dict[str, Any], url: str, snap: Snapshot, ctx: ExpertContext) -> str | None:
+            return look_up(inst, url, snap, ctx) or act(inst, url, snap, ctx)
+
+        return policy
+
+    return deco
 
 
 # ------------------------------------------------------------------ forum
@@ -322,19 +339,13 @@ def _open_issue(inst, url, snap, ctx):
 
 # ------------------------------------------------------------------ both sites, two tabs
 @_policy(300)
+@_looking_up("count", _read_open_count, lambda inst: f"{TRACKER}/{inst['project']}/-/issues")
 def _comment_open_count(inst, url, snap, ctx):
-    where = f"{TRACKER}/{inst['project']}/-/issues"
-    look = _look_up_in_tab(ctx, "count", lambda: _read_open_count(inst, url, snap), where)
-    if look:
-        return look
     text = f"{inst['project']} has {ctx.memory['count']} open issues"
     return _reply({**inst, "text": text}, url, snap, ctx)
 
 
 @_policy(301)
+@_looking_up("top", _read_top_title, lambda inst: f"{FORUM}/f/{inst['forum']}?sort=top")
 def _issue_from_top_post(inst, url, snap, ctx):
-    where = f"{FORUM}/f/{inst['forum']}?sort=top"
-    look = _look_up_in_tab(ctx, "top", lambda: _read_top_title(inst, url, snap), where)
-    if look:
-        return look
     return _new_issue({**inst, "description": ctx.memory["top"]}, url, snap, ctx)

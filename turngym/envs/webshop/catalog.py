@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -64,22 +65,26 @@ class Product:
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> Product:
-        return cls(
-            asin=row["asin"],
-            type=row["type"],
-            brand=row["brand"],
-            title=row["title"],
-            category=row["category"],
-            query=row["query"],
-            price=float(row["price"]),
-            rating=float(row["rating"]),
-            n_ratings=int(row["n_ratings"]),
-            attributes=json.loads(row["attributes"]),
-            options=json.loads(row["options"]),
-            bullets=json.loads(row["bullets"]),
-            description=row["description"],
-            reviews=json.loads(row["reviews"]),
-        )
+        return cls(**{f.name: _READ.get(f.name, _same)(row[f.name]) for f in fields(cls)})
+
+
+#: the ``products`` table has a column per :class:`Product` field, of its name: the list and dict fields
+#: are stored as JSON text, and read back through ``_READ`` with the numbers cast
+_JSON_FIELDS = frozenset({"attributes", "options", "bullets", "reviews"})
+_READ: dict[str, Callable[[Any], Any]] = {
+    "price": float, "rating": float, "n_ratings": int, **dict.fromkeys(_JSON_FIELDS, json.loads)
+}  # fmt: skip
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _stored(p: Product) -> tuple[Any, ...]:
+    """A product's ``products`` columns, in field order."""
+    return tuple(
+        json.dumps(getattr(p, f.name)) if f.name in _JSON_FIELDS else getattr(p, f.name) for f in fields(p)
+    )
 
 
 def _brand(rng: np.random.Generator) -> str:
@@ -170,14 +175,11 @@ CREATE VIRTUAL TABLE products_fts USING fts5(title, body, tokenize='porter unico
 
 def write_catalog(conn: sqlite3.Connection, products: list[Product]) -> None:
     conn.executescript(_SCHEMA)
+    names = [f.name for f in fields(Product)]
     conn.executemany(
-        "INSERT INTO products VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-        [
-            (i + 1, p.asin, p.type, p.brand, p.title, p.category, p.query, p.price, p.rating, p.n_ratings,
-             json.dumps(p.attributes), json.dumps(p.options), json.dumps(p.bullets), p.description, json.dumps(p.reviews))
-            for i, p in enumerate(products)
-        ],
-    )  # fmt: skip
+        f"INSERT INTO products (rowid, {', '.join(names)}) VALUES ({', '.join('?' * (len(names) + 1))})",
+        [(i + 1, *_stored(p)) for i, p in enumerate(products)],
+    )
     conn.executemany(
         "INSERT INTO products_fts(rowid, title, body) VALUES (?,?,?)",
         [

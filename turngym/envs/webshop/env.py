@@ -65,6 +65,7 @@ class WebShopEnv(SiteBrowserEnv):
     """
 
     default_max_turns = 15
+    verdict_key = "purchase"
     # a fork shares the shop server and catalog (read-only) and opens a shop session of its own
     _fork_shared = (*SiteBrowserEnv._fork_shared, "app", "server", "catalog", "goal_list")
     _fork_fresh: dict[str, Any] = {**SiteBrowserEnv._fork_fresh, "sid": ""}
@@ -166,11 +167,8 @@ class WebShopEnv(SiteBrowserEnv):
             return {"purchase": float(self.result["reward"])}
         return {"purchase": 0.0} if done else {}
 
-    def _step_info(self) -> dict[str, Any]:
-        info = super()._step_info()
-        if self.result is not None:
-            info["purchase"] = dict(self.result)
-        return info
+    def _verdict(self) -> dict[str, Any] | None:
+        return self.result
 
     def _expert_text(self) -> str | None:
         if self._done or self.lease is None or self.goal is None or self.view is None:

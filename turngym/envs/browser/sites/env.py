@@ -123,6 +123,8 @@ class SiteBrowserEnv(ElementTools, BrowserEnv):
     """
 
     default_max_turns = 20
+    #: the step-info key of :meth:`_verdict`
+    verdict_key = "verdict"
     _fork_fresh: dict[str, Any] = {**BrowserEnv._fork_fresh, "tabs": []}
     system_intro = (
         "You control a web browser to complete a task on a website. Each observation shows the open tabs, "
@@ -261,6 +263,18 @@ class SiteBrowserEnv(ElementTools, BrowserEnv):
 
     def _turn_reward(self, results: list[ToolResult], done: bool) -> dict[str, float]:
         return {}
+
+    def _verdict(self) -> dict[str, Any] | None:
+        """The site's verdict on the episode (what its reward was computed from), or None before there
+        is one; shown in the step info under :attr:`verdict_key`."""
+        return None
+
+    def _step_info(self) -> dict[str, Any]:
+        info = super()._step_info()
+        verdict = self._verdict()
+        if verdict is not None:
+            info[self.verdict_key] = dict(verdict)
+        return info
 
     # ------------------------------------------------------------------ forking
     async def _fork_sites(self) -> None:
