@@ -166,12 +166,15 @@ class EnvJudge:
 
     ``rubric``: the dimensions and weights an LLM judge scores; ``messages(a, b)``: the env's own
     judge prompt as chat messages (None: the trainer's generic prompt over ``rubric``);
-    ``pairwise(a, b) -> (score_a, score_b)``: a programmatic one-order judge (None: none).
+    ``pairwise(a, b) -> (score_a, score_b)``: a programmatic one-order judge (None: none);
+    ``pointwise(a) -> score``: the same rubric on one trajectory (the ``pointwise`` credit method's
+    default scorer; None: none).
     """
 
     rubric: Rubric
     messages: Callable[[Trajectory, Trajectory], Messages] | None = None
     pairwise: PairFn | None = None
+    pointwise: Callable[[Trajectory], float] | None = None
 
     def parse(self, text: str) -> tuple[float, float]:
         """``parse_judge_reply(text, self.rubric)``."""

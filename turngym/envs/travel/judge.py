@@ -304,4 +304,6 @@ def llm_pairwise(
     return judge
 
 
-JUDGE = EnvJudge(rubric=TRAVEL_RUBRIC, messages=judge_messages, pairwise=pairwise_scores)
+JUDGE = EnvJudge(
+    rubric=TRAVEL_RUBRIC, messages=judge_messages, pairwise=pairwise_scores, pointwise=score_trajectory
+)

@@ -23,6 +23,7 @@ from turngym.trainer.credit.gigpo import GiGPO, GiGPOSettings, gigpo
 from turngym.trainer.credit.grpo import GRPO, GRPOSettings, grpo
 from turngym.trainer.credit.igpo import IGPO, IGPOSettings, igpo
 from turngym.trainer.credit.pipeline import CreditOutput, CreditPipeline, token_advantages
+from turngym.trainer.credit.pointwise import Pointwise, PointwiseSettings
 from turngym.trainer.credit.registry import (
     CreditContext,
     MethodSettings,
@@ -49,6 +50,8 @@ __all__ = [
     "CreditMethod",
     "CreditOutput",
     "CreditPipeline",
+    "Pointwise",
+    "PointwiseSettings",
     "DualLevel",
     "GRPOSettings",
     "Gated",
