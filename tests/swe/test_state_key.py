@@ -96,7 +96,10 @@ def test_bash_edits_and_untracked_files_change_the_key(env, task):
     # staging changes the index, a real difference in git's state; a mode change is one too
     staged = bash_key(env, "git add scratch.txt")
     assert staged != other
-    assert bash_key(env, f"chmod +x {src}") != staged
+    moded = bash_key(env, f"chmod +x {src}")
+    assert moded != staged
+    # an untracked file sha256sum cannot read (a dangling symlink) still gives a key, and a new one
+    assert bash_key(env, "ln -s nowhere dangling") not in (moded, staged)
 
 
 def test_a_fork_has_its_parents_key_and_its_own_after_it_diverges(env, task):
@@ -131,3 +134,16 @@ def test_a_container_that_cannot_be_keyed_gives_a_key_of_its_own_and_says_why(en
     finally:
         fork.close()
     assert "state_key_error" not in env.step(call("bash", command="true"))[4], "the parent is unharmed"
+
+
+def test_a_repository_git_cannot_read_gives_a_key_of_its_own_and_the_episode_goes_on(env, task):
+    start(env)
+    fork = env.fork()
+    try:
+        obs, _, terminated, _, info = fork.step(call("bash", command="rm -rf .git"))
+        assert "repository digest failed" in info["state_key_error"] and not terminated
+        assert info["state_key"].startswith("unkeyed-") and not info.get("masked")
+        _, _, _, _, again = fork.step(call("bash", command="true"))
+        assert again["state_key"].startswith("unkeyed-") and again["state_key"] != info["state_key"]
+    finally:
+        fork.close()

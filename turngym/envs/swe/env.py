@@ -55,12 +55,13 @@ _TEST_COMMAND = re.compile(r"\b(pytest|py\.test|unittest|tox|nox)\b|\bpython3?\s
 _IMAGE_CACHE: dict[tuple[Any, ...], str] = {}
 #: one command, run in /testbed after each reset and step, whose output is a sha256 of the repository's
 #: state: HEAD, the index (modes, blob ids, paths), the working tree against the index (binary diff,
-#: modes included) and the path and content hash of every untracked file git does not ignore. Only the
-#: 64-hex digest comes back, whatever the repository's size; git reads files it finds stat-dirty.
+#: modes included) and the path and content hash of every untracked file git does not ignore (a file
+#: sha256sum cannot read, e.g. a dangling symlink, adds its error line instead). Only the 64-hex digest
+#: comes back, whatever the repository's size; git reads files it finds stat-dirty.
 _REPO_DIGEST = (
     "set -o pipefail; { git rev-parse HEAD && git ls-files -s -z && printf '\\0--\\0' && "
     "git diff --binary --no-color --no-ext-diff --no-renames && printf '\\0--\\0' && "
-    "git ls-files -z -o --exclude-standard | xargs -0 -r sha256sum -- ; } | sha256sum"
+    "{ git ls-files -z -o --exclude-standard | xargs -0 -r sha256sum -- 2>&1; true; }; } | sha256sum"
 )
 
 SYSTEM_PROMPT = """You are an autonomous software engineer working in a sandboxed Linux container.
