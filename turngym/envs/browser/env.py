@@ -16,6 +16,13 @@ episode's page functions and verified by comparing state keys after every turn (
 says how its page starts (:meth:`BrowserEnv._fork_start`) and which members a fork gets fresh
 (:attr:`BrowserEnv._fork_fresh`).
 
+Live instances (``max_live``): each live env (reset or forked, not yet closed) may hold a browser
+context, about 60 MiB of Chromium memory each. At most :attr:`BrowserEnv.max_live` envs of one pool are
+live at once: a reset past it waits (``live_wait_s``) for another env of the pool to close, a fork past it
+is a :class:`ForkError` at once (a tree holding its paths' envs would wait for itself); closing an env
+frees its place. Tree rollouts read ``max_live`` and reserve their paths within it
+(:mod:`turngym.rollout.tree`), so their forks never meet the limit.
+
 Leaves build on it: ``web-miniwob`` (MiniWoB++ task pages; element-id tools, :mod:`.element_tools`),
 ``gui-miniwob`` (pixels, :mod:`.pixels`), and the multi-page local sites of :mod:`.sites`
 (``web-arena-lite``, ``web-shop``).
@@ -23,8 +30,12 @@ Leaves build on it: ``web-miniwob`` (MiniWoB++ task pages; element-id tools, :mo
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
+import threading
+import time
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -37,6 +48,52 @@ from turngym.tools import ToolError
 from turngym.tools.parsers import HermesParser
 
 T = TypeVar("T")
+
+#: live envs (reset or forked, not yet closed) each Chromium of the pool holds by default. Measured on
+#: this project's machine (Debian Chromium, headless; web-miniwob click-test and book-flight, 1 to 32
+#: live envs in one browser): each live env's context and page add about 60 MiB of proportional set size
+#: (PSS) over a browser base of about 250-330 MiB. 16 keeps one Chromium near 1.3 GiB: room for several
+#: pools, Docker sandboxes and a policy on a modest machine.
+MAX_LIVE_PER_BROWSER = 16
+
+
+class _LivePlaces:
+    """The envs live on one pool (reset or forked, not yet closed), shared by threads and event loops.
+    A weak set: an env dropped without ``close()`` gives its place back when it is collected."""
+
+    def __init__(self) -> None:
+        self.envs: weakref.WeakSet[BrowserEnv] = weakref.WeakSet()
+        self.lock = threading.Lock()
+
+    def take(self, env: BrowserEnv, limit: int) -> bool:
+        with self.lock:
+            if env in self.envs:
+                return True
+            if len(self.envs) >= limit:
+                return False
+            self.envs.add(env)
+            return True
+
+    def give(self, env: BrowserEnv) -> None:
+        with self.lock:
+            self.envs.discard(env)
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.envs)
+
+
+_LIVE: weakref.WeakKeyDictionary[BrowserPool, _LivePlaces] = weakref.WeakKeyDictionary()
+_LIVE_LOCK = threading.Lock()
+
+
+def live_places(pool: BrowserPool) -> _LivePlaces:
+    """The live envs of ``pool`` (made on first use)."""
+    with _LIVE_LOCK:
+        places = _LIVE.get(pool)
+        if places is None:
+            places = _LIVE[pool] = _LivePlaces()
+        return places
 
 
 def short_error(e: BaseException) -> str:
@@ -61,6 +118,11 @@ class BrowserEnv(Env):
         scale: device scale factor (screenshots have ``scale`` pixels per CSS px).
         action_timeout_s: limit of one browser action.
         load_timeout_s: limit for loading a page.
+        max_live: at most this many envs of the pool live at once (reset or forked, not yet closed);
+            default :data:`MAX_LIVE_PER_BROWSER` per browser of the pool; never above the pool's
+            capacity (its contexts at once). See :attr:`max_live`.
+        live_wait_s: how long a reset waits for a live place when the pool has ``max_live`` live envs
+            (None: until one closes, as a lease waits for a full pool); past it, a clear error.
         max_turns, parser, ...: as for every :class:`~turngym.core.env.Env`.
 
     A subclass implements ``_reset`` (lease a page with :attr:`pool`, load it, return the task),
@@ -76,7 +138,7 @@ class BrowserEnv(Env):
     _fork_shared: tuple[str, ...] = ("_pool",)
     #: members a fork gets fresh (a copy of the value given here) instead of a deep copy of the parent's:
     #: live browser objects, and per-episode resources the fork must open for itself in ``_fork_start``
-    _fork_fresh: dict[str, Any] = {"lease": None}
+    _fork_fresh: dict[str, Any] = {"lease": None, "_live": None}
 
     def __init__(
         self,
@@ -86,11 +148,21 @@ class BrowserEnv(Env):
         scale: float = 1.0,
         action_timeout_s: float = 5.0,
         load_timeout_s: float = 10.0,
+        max_live: int | None = None,
+        live_wait_s: float | None = None,
         **kwargs: Any,
     ):
         if scale <= 0:
             raise ValueError("scale must be > 0")
+        if max_live is not None and int(max_live) < 1:
+            raise ValueError(f"max_live must be >= 1, got {max_live}")
+        if live_wait_s is not None and live_wait_s < 0:
+            raise ValueError(f"live_wait_s must be >= 0, got {live_wait_s}")
         self._pool = pool
+        self._max_live = None if max_live is None else int(max_live)
+        self.live_wait_s = live_wait_s
+        #: the pool's live places while this env holds one (from its first reset, or its fork, to close)
+        self._live: _LivePlaces | None = None
         self.viewport = (int(viewport[0]), int(viewport[1]))
         self.scale = float(scale)
         self.action_timeout_s = action_timeout_s
@@ -131,6 +203,63 @@ class BrowserEnv(Env):
         if self._pool is None:
             return BrowserPool.shared()
         return self._pool
+
+    @property
+    def max_live(self) -> int:
+        """At most this many envs of this env's pool are live at once (reset or forked, not yet closed):
+        the ``max_live`` given, else :data:`MAX_LIVE_PER_BROWSER` per browser of the pool, and never more
+        than the pool's capacity (a fork past it could not lease a context). Tree rollouts reserve their
+        paths within it."""
+        pool = self.pool
+        limit = self._max_live if self._max_live is not None else MAX_LIVE_PER_BROWSER * pool.size
+        return min(limit, pool.capacity)
+
+    def _live_error(self, limit: int, places: _LivePlaces) -> str:
+        return (
+            f"{places.count()} envs of its browser pool are live (reset or forked, not yet closed) and "
+            f"max_live is {limit}; close one (its place is freed on close), or raise max_live= (and the "
+            "pool's capacity: size, contexts_per_browser)"
+        )
+
+    async def _take_live(self) -> None:
+        """A live place for a reset: at once if one is free, else wait up to ``live_wait_s``."""
+        if self._live is not None:
+            return  # held since an earlier reset or the fork
+        limit, places = self.max_live, live_places(self.pool)
+        deadline = None if self.live_wait_s is None else time.monotonic() + self.live_wait_s
+        while not places.take(self, limit):
+            if deadline is not None and time.monotonic() >= deadline:
+                name = self.spec.id if self.spec is not None else type(self).__name__
+                raise BrowserError(
+                    f"{name} cannot reset: no live place within {self.live_wait_s:g}s; "
+                    + self._live_error(limit, places)
+                )
+            await asyncio.sleep(0.05)  # other envs close on other threads and loops: poll
+        self._live = places
+
+    def _give_live(self) -> None:
+        places, self._live = self._live, None
+        if places is not None:
+            places.give(self)
+
+    async def areset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[list[Message], dict[str, Any]]:
+        self._check_open()
+        held = self._live is not None
+        await self._take_live()
+        try:
+            return await super().areset(seed=seed, options=options)
+        except BaseException:
+            if not held:  # a reset that failed leaves the env as it was: holding no place
+                self._give_live()
+            raise
+
+    async def aclose(self) -> None:
+        try:
+            await super().aclose()
+        finally:
+            self._give_live()
 
     async def call_page(self, fn: Callable[..., Awaitable[T]], *args: Any, timeout: float | None = None) -> T:
         """Run ``fn(page, *args)`` in this episode's page; a playwright failure becomes a ``ToolError``."""
@@ -286,6 +415,10 @@ class BrowserEnv(Env):
                 "members in _fork_shared, and members the fork must open for itself in _fork_fresh"
             ) from e
         assert isinstance(child, BrowserEnv)
+        limit, places = self.max_live, live_places(self.pool)
+        if not places.take(child, limit):  # never waits: the caller may hold the envs that would free one
+            raise ForkError(f"{name} cannot fork now: " + self._live_error(limit, places))
+        child._live = places
         if self.lease is None:  # a finished episode whose page was released: a finished fork, no page
             return child
         try:

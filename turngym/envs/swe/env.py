@@ -36,6 +36,7 @@ import hashlib
 import json
 import re
 import shlex
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -52,6 +53,16 @@ from turngym.tools import ToolError, tool
 _MALFORMED = frozenset({"parse_error", "no_call", "bad_arguments", "unknown_tool", "too_many_calls"})
 _TEST_COMMAND = re.compile(r"\b(pytest|py\.test|unittest|tox|nox)\b|\bpython3?\s+\S*test\S*\.py")
 _IMAGE_CACHE: dict[tuple[Any, ...], str] = {}
+#: one command, run in /testbed after each reset and step, whose output is a sha256 of the repository's
+#: state: HEAD, the index (modes, blob ids, paths), the working tree against the index (binary diff,
+#: modes included) and the path and content hash of every untracked file git does not ignore (a file
+#: sha256sum cannot read, e.g. a dangling symlink, adds its error line instead). Only the 64-hex digest
+#: comes back, whatever the repository's size; git reads files it finds stat-dirty.
+_REPO_DIGEST = (
+    "set -o pipefail; { git rev-parse HEAD && git ls-files -s -z && printf '\\0--\\0' && "
+    "git diff --binary --no-color --no-ext-diff --no-renames && printf '\\0--\\0' && "
+    "{ git ls-files -z -o --exclude-standard | xargs -0 -r sha256sum -- 2>&1; true; }; } | sha256sum"
+)
 
 SYSTEM_PROMPT = """You are an autonomous software engineer working in a sandboxed Linux container.
 A Python repository is checked out at /testbed (it is the current directory; there is no network).
@@ -165,6 +176,8 @@ class SweDockerEnv(Env):
         self._grade: Any = None
         self._dead: str | None = None
         self._flags = {"edit_applied": 0.0, "tests_run": 0.0}
+        self._key = f"unkeyed-{uuid.uuid4().hex}"  # until the first ``_refresh_key``
+        self._key_error: str | None = None
 
     # ------------------------------------------------------------ sandbox plumbing
     def _pool_for(self, task: SweTask) -> Any:
@@ -268,6 +281,7 @@ class SweDockerEnv(Env):
             except Exception:
                 self._release_sandbox()
                 raise
+        await self._refresh_key()
         system = SYSTEM_PROMPT + ("\n\n" + self.tool_instructions() if self.tools_in_prompt else "")
         if task.harbor is not None:
             user = HARBOR_USER_PROMPT.format(
@@ -290,6 +304,7 @@ class SweDockerEnv(Env):
                 "base_commit": head,
                 "graded_commit": task.graded_commit,
                 "container": self._sb.name,
+                **({"state_key_error": self._key_error} if self._key_error is not None else {}),
             },
         )
 
@@ -301,6 +316,8 @@ class SweDockerEnv(Env):
         info: dict[str, Any] = {}
         if self._grade is not None:
             info["grade"] = self._grade.as_dict()
+        if self._key_error is not None:
+            info["state_key_error"] = self._key_error
         if self._dead:  # a sandbox fault is not the policy's doing: the trajectory must not be trained on
             info.update(sandbox_error=self._dead, masked=True, mask_reason=f"sandbox fault: {self._dead}")
         return info
@@ -375,8 +392,56 @@ class SweDockerEnv(Env):
             pool.release_later(sb)
 
     def _state_key(self) -> str:
-        payload = json.dumps([self._swe.instance_id if self._swe else "", sorted(self._edited.items())])
-        return hashlib.sha1(payload.encode()).hexdigest()[:16]
+        """The key of the repository state after the last reset or step (``_refresh_key``)."""
+        return self._key
+
+    async def _refresh_key(self) -> None:
+        """Key the repository as it is now: the task plus a digest, made in the container by one command
+        (``_REPO_DIGEST``), of HEAD, git's index, the working tree's changes against it and the content
+        of untracked files not ignored (``__pycache__``, ``*.pyc``, ... are: ``_GIT_INIT``). However a
+        change was made (the editor, ``sed -i`` or ``echo >`` through bash, ``git add``), equal
+        repositories give equal keys and different ones different keys. Files outside ``/testbed``
+        (``/tmp``, ``/root``) are not part of it.
+
+        A digest that cannot be made (the container is gone, git fails) gives a key no other state can
+        have (a fresh random one) and says why in ``info["state_key_error"]``: GiGPO and tree credit
+        then group the turn with nothing, which is right, where a stale key would group it wrongly.
+        """
+        from turngym.sandboxes.docker import SandboxDead, SandboxError, run_blocking
+
+        self._key_error = None
+        digest = ""
+        if self._dead:
+            self._key_error = f"the sandbox is gone ({self._dead})"
+        elif self._sb is None:
+            self._key_error = "the episode holds no container"
+        else:
+            try:
+                res = await run_blocking(
+                    self._sb.exec, _REPO_DIGEST, timeout=min(self.command_timeout, 30.0), workdir=REPO_DIR
+                )
+                digest = res.output.split()[0] if res.exit_code == 0 and res.output.strip() else ""
+                if not digest:
+                    self._key_error = (
+                        f"the repository digest failed (exit {res.exit_code}): {res.output[-300:]}"
+                    )
+            except SandboxDead as e:
+                self._dead = str(e)  # the episode ends this turn, masked (``_step_info``)
+                self.end_episode()
+                self._key_error = f"the sandbox container died ({e})"
+            except SandboxError as e:
+                self._key_error = f"the repository digest failed ({e})"
+        if self._key_error is not None:
+            self._key = f"unkeyed-{uuid.uuid4().hex}"
+            return
+        payload = json.dumps([self._swe.instance_id if self._swe else "", digest])
+        self._key = hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    async def _observe(self, results: list[ToolResult]) -> list[Message]:
+        """No extra messages; keys the repository after the turn's tools ran (before the episode's end
+        is decided, so a container found dead ends it this turn)."""
+        await self._refresh_key()
+        return []
 
     async def _close(self) -> None:
         """Give the container back before returning (not in the background, as a reset does): a closed
