@@ -98,3 +98,16 @@ def test_real_travel_open_episodes_are_ranked_as_the_arena_judge_ranks_them():
         sa, sb = judge(group[a], group[b])
         assert sa < sb
     assert 0 < out.metrics["pointwise/score_mean"] <= 10
+
+
+def test_open_ended_envs_give_warm_start_demonstrations():
+    """travel-open has no outcome (always 0): its expert's finished episodes are the SFT data, so a
+    pointwise/arena run can start from a warm start as the other families do; travel-planner keeps
+    only passing plans."""
+    from turngym.trainer.sft import expert_trajectories, open_ended
+
+    assert open_ended("travel-open") and not open_ended("travel-planner")
+    demos = expert_trajectories("travel-open", range(2))
+    assert len(demos) == 2 and all(t.terminated and t.outcome == 0 for t in demos)
+    cut = expert_trajectories("travel-open", range(2), {"max_turns": 3})  # unfinished: not demonstrations
+    assert cut == []

@@ -99,6 +99,10 @@ class RolloutSettings(_Strict):
     eval_env_kwargs: dict[str, Any] = Field(default_factory=dict)  # merged over env_kwargs (e.g. split: test)
     # eval metrics also per value of this key of the tasks' reference (search-qa: "hops", "kind")
     eval_breakdown: str | None = None
+    # eval also judges each held-out trajectory against the start policy's on the same task (the
+    # first evaluation after the warm start, kept in run_dir/eval_baseline*.jsonl) with the arena's
+    # judge (credit.arena's judge keys, else the env's published one): eval/judge/win_rate
+    eval_judge: bool = False
     tree: TreeRolloutSettings | None = None  # tree rollouts for training (turngym.rollout.tree)
 
 

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +36,7 @@ __all__ = [
     "Rubric",
     "backend_complete",
     "get_judge_rubric",
+    "judge_win_rate",
     "openai_complete",
     "outcome_judge",
     "parse_judge_reply",
@@ -83,6 +86,42 @@ class ProgrammaticJudge:
         if sa == sb:
             self._counters.add("judge/ties")
         return sa, sb
+
+
+def judge_win_rate(
+    trajs: list[Trajectory], baseline: list[Trajectory], judge: Callable[[Trajectory, Trajectory], tuple]
+) -> dict[str, float]:
+    """How often a policy's trajectories beat a baseline's on the same tasks (matched by seed), by
+    ``judge(a, b) -> (score_a, score_b)`` (a judge that adds both orders, as the arena's do): a win
+    is 1, a tie 0.5. A masked trajectory loses to an unmasked one (two masked: a tie, not judged);
+    a judge that raises on a pair leaves the pair out of the rate and counts it in
+    ``eval/judge/errors``. Returns ``eval/judge/{win_rate,ties,pairs,errors,seconds}``."""
+    t0 = time.perf_counter()
+    by_seed = {t.seed: t for t in baseline}
+    points: list[float] = []
+    ties = errors = 0
+    for t in trajs:
+        base = by_seed.get(t.seed)
+        if base is None:
+            continue
+        if t.masked or base.masked:
+            points.append(0.5 if t.masked and base.masked else float(base.masked))
+            continue
+        try:
+            sa, sb = judge(t, base)
+        except Exception as e:  # noqa: BLE001 - one bad pair must not end the evaluation
+            errors += 1
+            logging.getLogger(__name__).warning("eval judge failed on seed %s: %s", t.seed, e)
+            continue
+        ties += sa == sb
+        points.append(1.0 if sa > sb else 0.5 if sa == sb else 0.0)
+    return {
+        "eval/judge/win_rate": sum(points) / len(points) if points else float("nan"),
+        "eval/judge/ties": float(ties),
+        "eval/judge/pairs": float(len(points)),
+        "eval/judge/errors": float(errors),
+        "eval/judge/seconds": time.perf_counter() - t0,
+    }
 
 
 def outcome_judge() -> ProgrammaticJudge:

@@ -32,6 +32,7 @@ from turngym.trainer.config import TrainConfig
 from turngym.trainer.credit.pipeline import CreditPipeline
 from turngym.trainer.credit.registry import build_credit_pipeline
 from turngym.trainer.distributed import main_first, merge_metrics, shard, sync_context, zero_backward
+from turngym.trainer.judges import judge_win_rate
 
 log = logging.getLogger("turngym.trainer")
 
@@ -82,6 +83,7 @@ class Trainer:
         self.cfg = config
         self.run_dir = Path(config.run_dir)
         self.judge = judge
+        self._eval_judge: Callable | None = None  # rollout.eval_judge's, built on first use
         self.step = 0
         self._setup_done = False
 
@@ -264,7 +266,29 @@ class Trainer:
         metrics = {f"eval/{k}": v for k, v in reward_metrics(trajs).items()}
         if r.eval_breakdown:
             metrics.update(breakdown_metrics(trajs, r.eval_breakdown, "eval/"))
+        if r.eval_judge:
+            metrics.update(self.judge_against_start(trajs))
         return merge_metrics(self.dist, metrics)
+
+    def judge_against_start(self, trajs: list[Trajectory]) -> dict[str, float]:
+        """``rollout.eval_judge``: each held-out trajectory against the start policy's on the same
+        task seed, judged both orders by the arena's judge (:func:`judge_win_rate`). The first call
+        keeps its trajectories as that baseline (a file in the run directory, so a resumed run
+        compares with the same one) and reports 0.5, the start policy against itself."""
+        from turngym.rollout.store import load_jsonl, save_jsonl
+
+        rank = f".rank-{self.dist.rank}" if self.dist.enabled else ""
+        path = self.run_dir / f"eval_baseline{rank}.jsonl"
+        if not path.exists():
+            save_jsonl(trajs, path)
+            return {"eval/judge/win_rate": 0.5, "eval/judge/pairs": float(len(trajs))}
+        if self._eval_judge is None:
+            from turngym.trainer.credit.arena import build_judge
+
+            self._eval_judge = self.judge or build_judge(
+                self.cfg.credit.options("arena"), self.cfg.rollout.env
+            )
+        return judge_win_rate(trajs, load_jsonl(path), self._eval_judge)
 
     # ----------------------------------------------------------------- update
     def update(self, trajs: list[Trajectory], token_adv: list[np.ndarray]) -> dict[str, float]:

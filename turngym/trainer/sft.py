@@ -43,13 +43,28 @@ def tokenize_trajectory(traj: Trajectory, tokenizer: Any, fmt: Any = None) -> To
 
 
 def expert_trajectories(env: str, seeds: Iterable[int], env_kwargs: dict | None = None) -> list[Trajectory]:
-    """Play the env's scripted expert on each seed; only successful, unmasked episodes are kept."""
+    """Play the env's scripted expert on each seed; only successful (for an open-ended env: finished),
+    unmasked episodes are kept."""
     from turngym.agents.scripted import ScriptedAgent
     from turngym.rollout.engine import RolloutConfig, RolloutEngine
 
     engine = RolloutEngine(env, ScriptedAgent(), RolloutConfig(group_size=1), env_kwargs=env_kwargs)
     trajs = asyncio.run(engine.run(list(seeds)))
-    return [t for t in trajs if not t.masked and t.terminated and t.outcome > 0]
+    # an open-ended env (travel-open: judged pairwise, outcome always 0) has no success to check:
+    # its expert's finished episodes are the demonstrations
+    finished = open_ended(env, env_kwargs)
+    return [t for t in trajs if not t.masked and t.terminated and (finished or t.outcome > 0)]
+
+
+def open_ended(env: str, env_kwargs: dict | None = None) -> bool:
+    """Whether ``env`` declares no checkable outcome (an ``open_ended`` attribute, e.g. travel-open)."""
+    import turngym
+
+    probe = turngym.make(env, **(env_kwargs or {}))
+    try:
+        return bool(getattr(probe.unwrapped, "open_ended", False))
+    finally:
+        probe.close()
 
 
 def expert_sequences(
