@@ -39,6 +39,7 @@ ARGS: dict[str, list[str] | None] = {
     "travel_planner.py": ["--queries", "100"],
     "credit_tournament.py": ["--trials", "100"],
     "info_gain.py": ["--trajectories", "32", "--repeats", "3"],
+    "ig_targets.py": ["--episodes", "10"],  # IGPO's gain per turn, answer vs per-hop targets (SmolLM2)
     "scale.py": ["--actors", "1", "2", "--tasks", "8", "--group", "2"],
     "swe_docker.py": ["--n", "10", "--episodes", "4"],
     "web_miniwob.py": ["--episodes", "8", "--steps", "16", "--concurrency", "2"],
@@ -47,6 +48,7 @@ ARGS: dict[str, list[str] | None] = {
     "reliability_load.py": ["--seconds", "60", "--swe", "1"],
     "attention_kernels.py": None,  # CUDA only; see gpu_results.md
     "train_curves.py": None,  # a GPU learning-curve run (device tool); see gpu_results.md
+    "curves_report.py": None,  # packs such a run's directory into docs/ (needs the directory)
     "run_all.py": None,
 }
 TIMEOUT_S = 1200
