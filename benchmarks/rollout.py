@@ -410,7 +410,11 @@ async def bench_overhead(
         sampling = SamplingParams(max_tokens=max_tokens, temperature=0.0)
         agent = LLMAgent(rec, tok, sampling, max_context=1024)
         cfg = RolloutConfig(group_size=g, max_concurrency=n * g)
-        warm = RolloutEngine("arith", LLMAgent(backend, tok, sampling), cfg, env_kwargs={"max_turns": 1})
+        # compiled steps compile per (width, context) bucket: warm every bucket the runs will use
+        warm_turns = turns if HF_COMPILE else 1
+        warm = RolloutEngine(
+            "arith", LLMAgent(backend, tok, sampling), cfg, env_kwargs={"max_turns": warm_turns}
+        )
         await warm.run(n)
 
         def forwards() -> tuple[float, ...]:
@@ -562,6 +566,13 @@ async def bench_async(
     await RolloutEngine(env_factory, agent, RolloutConfig(group_size=1), env_id="arith").run(1)  # warm-up
     cfg = RolloutConfig(group_size=g, max_concurrency=concurrency)
     jobs = [(seed, k) for seed in range(n) for k in range(g)]
+    if HF_COMPILE and not kind.startswith("sim"):  # compile every bucket the timed runs will use
+        await RolloutEngine(env_factory, agent, cfg, env_id="arith").run(n)
+        for start in range(0, len(jobs), concurrency):
+            await lockstep(env_factory, agent, jobs[start : start + concurrency])
+        fresh_cache(backend)
+        rec.calls.clear()
+        rec.requests.clear()
     async_s, lock_s = [], []
     passes: dict[str, list] = {"engine": [], "lockstep": []}
 
