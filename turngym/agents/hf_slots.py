@@ -46,15 +46,17 @@ replayed.
   residual adds, the MLP's activation; then the sampling), and replaying them is what a step costs.
   ``compile="default"`` (or ``True``) runs the decode body through ``torch.compile`` (inductor fuses
   the elementwise, norm, rotary and sampling kernels) before a bucket's graph captures it, so the
-  graph replays fewer, fused kernels; on CPU the compiled body runs eagerly. The named settings are
-  ``turngym.agents.hf_engines.COMPILE_SETTINGS`` (``default``, ``max-autotune-no-cudagraphs``: the same, Triton matmul
-  templates autotuned per bucket; ``dynamic``: one compile for every bucket, sizes symbolic); none uses
-  inductor's own CUDA graphs (this backend captures them). Shapes are static per bucket, so the
-  static settings compile once per (width, context, filtered) bucket, at its first step (seconds
-  each, ``stats["compile_s"]``); the compiled code reads the live parameters, so ``update_weights``
-  needs no recompile. A compile that fails (no C++ compiler, an op inductor cannot lower, a crash)
-  turns compiling off for this backend with a warning, ``stats["compile_fallbacks"]`` counts it, and
-  steps run the plain body. Off by default; the trainer's ``rollout.hf_compile``, ``AgentSpec.hf_compile``.
+  graph replays fewer, fused kernels; on CPU the compiled body runs without graphs. The named
+  settings are ``turngym.agents.hf_engines.COMPILE_SETTINGS``: ``default``;
+  ``max-autotune-no-cudagraphs`` (Triton matmul templates autotuned per bucket); ``dynamic`` (one
+  compile for every bucket, sizes symbolic). None uses inductor's own CUDA graphs (this backend
+  captures them). The static settings compile once per (width, context, filtered) bucket, at its
+  first step (seconds each, ``stats["compile_s"]``); dynamo keeps the code per process, so a later
+  backend of the same shapes (the trainer makes one per rollout) reuses it. The compiled code reads
+  the live parameters, so ``update_weights`` needs no recompile. A compile that fails (no C++
+  compiler, an op inductor cannot lower, a crash) turns compiling off for this backend with a
+  warning, ``stats["compile_fallbacks"]`` counts it, and steps run the plain body. Off by default;
+  the trainer's ``rollout.hf_compile``, ``AgentSpec.hf_compile``, the CLI's ``--hf-compile``.
 
 ``stats`` adds ``graph_captures``, ``graph_replays``, ``eager_decodes``, ``graph_fallbacks``,
 ``capture_s``, ``compiles``, ``compile_s`` and ``compile_fallbacks`` to ``HFBackend``'s counters.
