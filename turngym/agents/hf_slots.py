@@ -97,7 +97,6 @@ class KVSlotsTooLarge(ValueError):
 MIN_COLUMNS = 64  # the smallest context bucket
 
 
-
 @dataclass
 class _SlotBatch:
     """The scheduler's view of the slots: each slot's request (None: free) and how many cache
