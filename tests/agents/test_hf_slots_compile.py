@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from turngym.agents import SamplingParams
-from turngym.agents.factory import AgentSpec
+from turngym.agents.factory import AgentSpec, make_token_backend
 from turngym.agents.hf import HFBackend
 from turngym.agents.hf_engines import COMPILE_SETTINGS, compile_setting, make_hf_backend
 from turngym.agents.hf_slots import HFSlotBackend
@@ -127,6 +127,10 @@ def test_compile_settings_and_their_path_to_the_backend(model, tokenizer, caplog
     spec = load_config(None, ["rollout.hf_compile=max-autotune-no-cudagraphs"]).backend_spec()
     assert spec.hf_compile == "max-autotune-no-cudagraphs"
     assert load_config(None, []).backend_spec().hf_compile is None
+    slots_spec = AgentSpec(kind="hf", model="tiny", hf_engine="slots", hf_compile="default", max_context=64)
+    assert (
+        make_token_backend(slots_spec, model=model, tokenizer=tokenizer).compile == "default"
+    )  # the trainer's way
 
     made = make_hf_backend(model, tokenizer, engine="slots", max_context=64, compile="dynamic")
     assert isinstance(made, HFSlotBackend) and made.compile == "dynamic"
