@@ -512,9 +512,12 @@ class HFSlotBackend(HFBackend):
                 self._step(w, k, filtered)  # compiles the bucket's body (compile on), or falls back
             torch.cuda.current_stream(self.device).wait_stream(side)
             self._ids.copy_(pending)
-            body = self._body()
+            body = self._body()  # compiled (the warm-up compiled this bucket) or plain
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+            with (
+                torch._dynamo.config.patch(recompile_limit=self._recompile_limit),
+                torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"),
+            ):
                 body(w, k, filtered)
         except Exception as e:  # noqa: BLE001 - out of memory or an op that cannot be captured
             self.cuda_graphs = False
