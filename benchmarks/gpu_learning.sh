@@ -14,8 +14,10 @@
 # The run lives in /root/smol (kept while the machine stays warm) and is launched with setsid, so it
 # goes on between calls; every call packs the curves so far into $OUT/curves.tgz.
 # TRAIN_ARGS overrides the benchmark's arguments; METHODS, SEEDS, LR, STEPS, EVAL_EVERY, MAX_BATCH, GPU_FRACTION, GPUS,
-# DEADLINE override single ones; HF_ENGINE picks the rollout engine (auto, continuous, slots);
-# EXTRA adds arguments (e.g. EXTRA="--set loss.kl_coef=0.05 --set optim.warmup_steps=5").
+# DEADLINE override single ones; HF_ENGINE picks the rollout engine (auto, continuous, slots), HF_COMPILE
+# its torch.compile setting (rollout.hf_compile; also the engines benchmark's slots_compile column);
+# EXTRA adds arguments (e.g. EXTRA="--set loss.kl_coef=0.05 --set optim.warmup_steps=5"); BENCH_ARGS adds
+# rollout.py's (e.g. PARTS=engines,process,async BENCH_ARGS="--hf-engine slots --hf-model smollm2-135m").
 # A second run beside the first (another env or comparison on other cards of the same lease):
 # TRAIN_ARGS2 (its whole train_curves.py argument list, --gpus included), CARDS and CARDS2 the
 # CUDA_VISIBLE_DEVICES of each (e.g. CARDS=0,1 CARDS2=2,3); it lives in $ROOT/run2 and packs as run2/.
@@ -85,6 +87,7 @@ launch() {  # the learning run, in the background (setsid: it outlives the call)
     --eval-tasks 128 --eval-every ${EVAL_EVERY:-3} --max-tokens 64 --micro-batch-tokens 8192 --max-batch ${MAX_BATCH:-24} --grad-ckpt \
     --gpu-fraction ${GPU_FRACTION:-0.155} --gpus ${GPUS:-1} --deadline-s ${DEADLINE:-1560} ${EXTRA:-}"}
   [[ -n ${HF_ENGINE:-} ]] && ARGS="$ARGS --set rollout.hf_engine=$HF_ENGINE"
+  [[ -n ${HF_COMPILE:-} ]] && ARGS="$ARGS --set rollout.hf_compile=$HF_COMPILE"
   # shellcheck disable=SC2086
   # shellcheck disable=SC2086
   env ${CARDS:+CUDA_VISIBLE_DEVICES=$CARDS} \
@@ -115,8 +118,9 @@ bench)  # the engines benchmark (issue 19), then the learning run on the engine 
     launch  # beside the benchmark: the run on CARDS, the benchmark alone on BENCH_CARD
   fi
   # shellcheck disable=SC2086
-  env ${BENCH_CARD:+CUDA_VISIBLE_DEVICES=$BENCH_CARD} timeout "${BENCH_S:-240}" \
-    python3 benchmarks/rollout.py gpu --parts "${PARTS:-engines}" ${BENCH_ARGS:-} --json "$OUT/bench.jsonl" 2>&1 |
+  env ${BENCH_CARD:+CUDA_VISIBLE_DEVICES=$BENCH_CARD} timeout "${BENCH_S:-420}" \
+    python3 benchmarks/rollout.py gpu --parts "${PARTS:-engines}" \
+    ${HF_COMPILE:+--hf-compile $HF_COMPILE} ${BENCH_ARGS:-} --json "$OUT/bench.jsonl" 2>&1 |
     grep -v "Loading weights" | tee "$OUT/bench.log" | tail -n 20
   if [[ -n ${BENCH_CARD:-} && -n ${HF_ENGINE:-} ]]; then
     wait_for "${2:-0}"

@@ -183,9 +183,13 @@ BIG = dict(
 
 
 def model_path(device: str):
-    """The tiny model on CPU; a 76M-parameter random Qwen2 (loaded in bf16) on CUDA."""
+    """``--hf-model`` when given; else the tiny model on CPU, a 76M-parameter random Qwen2 (loaded in
+    bf16) on CUDA."""
+    from turngym.agents.models import resolve_model
     from turngym.agents.tiny import TinyConfig, tiny_model_path
 
+    if HF_MODEL:
+        return resolve_model(HF_MODEL)
     return tiny_model_path(TinyConfig(**BIG) if device.startswith("cuda") else TinyConfig())
 
 
@@ -193,6 +197,8 @@ REUSE_PREFIX = True  # HFBackend prefix reuse (``--no-reuse`` turns it off, for 
 CUDNN_ATTENTION = False  # HFBackend may use cuDNN's attention kernel (``--cudnn-attention``)
 HF_PROCESS = False  # the model in a worker process (HFProcessBackend), ``--hf-process``
 HF_ENGINE = "continuous"  # the HF engine (``--hf-engine``: continuous, slots or auto)
+HF_COMPILE: str | None = None  # the slots engine's torch.compile setting (``--hf-compile``)
+HF_MODEL: str | None = None  # the overhead/async parts' model (``--hf-model``; default: model_path's)
 
 
 def make_backend(kind: str, device: str = "cpu", fuse_tokens: int | None = None):
@@ -207,6 +213,7 @@ def make_backend(kind: str, device: str = "cpu", fuse_tokens: int | None = None)
             kind="hf_worker" if HF_PROCESS else "hf",
             model=path,
             hf_engine=HF_ENGINE,
+            hf_compile=HF_COMPILE,
             max_context=4096,
             max_batch_size=64,
         )
@@ -403,7 +410,11 @@ async def bench_overhead(
         sampling = SamplingParams(max_tokens=max_tokens, temperature=0.0)
         agent = LLMAgent(rec, tok, sampling, max_context=1024)
         cfg = RolloutConfig(group_size=g, max_concurrency=n * g)
-        warm = RolloutEngine("arith", LLMAgent(backend, tok, sampling), cfg, env_kwargs={"max_turns": 1})
+        # compiled steps compile per (width, context) bucket: warm every bucket the runs will use
+        warm_turns = turns if HF_COMPILE else 1
+        warm = RolloutEngine(
+            "arith", LLMAgent(backend, tok, sampling), cfg, env_kwargs={"max_turns": warm_turns}
+        )
         await warm.run(n)
 
         def forwards() -> tuple[float, ...]:
@@ -555,6 +566,13 @@ async def bench_async(
     await RolloutEngine(env_factory, agent, RolloutConfig(group_size=1), env_id="arith").run(1)  # warm-up
     cfg = RolloutConfig(group_size=g, max_concurrency=concurrency)
     jobs = [(seed, k) for seed in range(n) for k in range(g)]
+    if HF_COMPILE and not kind.startswith("sim"):  # compile every bucket the timed runs will use
+        await RolloutEngine(env_factory, agent, cfg, env_id="arith").run(n)
+        for start in range(0, len(jobs), concurrency):
+            await lockstep(env_factory, agent, jobs[start : start + concurrency])
+        fresh_cache(backend)
+        rec.calls.clear()
+        rec.requests.clear()
     async_s, lock_s = [], []
     passes: dict[str, list] = {"engine": [], "lockstep": []}
 
@@ -792,12 +810,16 @@ def memory_bound_step_ms(model, batch: int, context: int, card: str) -> float | 
     return round(1000 * (weights + kv) / bw, 4)
 
 
-async def bench_engines(model_name: str, batches: list[int], prompt_len: int, new_tokens: int) -> dict:
+async def bench_engines(
+    model_name: str, batches: list[int], prompt_len: int, new_tokens: int, compile: str = "default"
+) -> dict:
     """Decode throughput of the HF engines on one card, in one run: the continuous engine
-    (``HFBackend``, eager passes), the slots engine (``HFSlotBackend``, CUDA-graph decode steps) and
-    plain transformers ``generate``; each shape warmed up first; sampled, no stop token. Beside
-    each figure the memory-bound floor of a decode step; first, whether the slots engine's greedy
-    ids (graphs) equal its eager ids and the continuous engine's."""
+    (``HFBackend``, eager passes), the slots engine (``HFSlotBackend``, CUDA-graph decode steps),
+    the slots engine with its decode step compiled before capture (``slots_compile``: the
+    ``compile`` setting, its compile seconds per shape beside it) and plain transformers
+    ``generate``; each shape warmed up first; sampled, no stop token. Beside each figure the
+    memory-bound floor of a decode step; first, whether the slots engine's greedy ids (graphs, and
+    compiled graphs) equal its eager ids and the continuous engine's."""
     import torch
 
     from turngym.agents.hf import HFBackend
@@ -814,6 +836,10 @@ async def bench_engines(model_name: str, batches: list[int], prompt_len: int, ne
     context = max(prompt_len + new_tokens, 512)  # the greedy checks' chat prompts fit too
     width = max(batches)
     slots = HFSlotBackend(model, tok, max_batch_size=width, max_context=context, max_wait_ms=20)
+    fused = HFSlotBackend(
+        model, tok, max_batch_size=width, max_context=context, max_wait_ms=20, compile=compile
+    )
+    out["compile"] = compile
     eager = HFSlotBackend(model, tok, max_batch_size=8, max_context=context, cuda_graphs=False)
     cont = HFBackend(model, tok, max_batch_size=width, max_wait_ms=20)
     rng = random.Random(0)
@@ -830,10 +856,11 @@ async def bench_engines(model_name: str, batches: list[int], prompt_len: int, ne
     ]
     greedy = SamplingParams(max_tokens=48, temperature=0.0)
     ids = {}
-    for name, b in (("graphs", slots), ("eager", eager), ("continuous", cont)):
+    for name, b in (("graphs", slots), ("compiled", fused), ("eager", eager), ("continuous", cont)):
         gens = await asyncio.gather(*(b.generate(c, greedy) for c in chats))
         ids[name] = [g.token_ids for g in gens]
     out["greedy_graphs_eq_eager"] = ids["graphs"] == ids["eager"]
+    out["greedy_compiled_eq_eager"] = ids["compiled"] == ids["eager"]
     out["greedy_graphs_eq_continuous"] = ids["graphs"] == ids["continuous"]
     out["greedy_first_differing_prompt"] = next(
         (i for i, (a, b) in enumerate(zip(ids["graphs"], ids["continuous"], strict=True)) if a != b), None
@@ -841,14 +868,18 @@ async def bench_engines(model_name: str, batches: list[int], prompt_len: int, ne
     sampled = SamplingParams(max_tokens=32, temperature=1.0, seed=11)
     s1 = [(await slots.generate(c, sampled)).token_ids for c in chats]
     s2 = [(await eager.generate(c, sampled)).token_ids for c in chats]
+    s3 = [(await fused.generate(c, sampled)).token_ids for c in chats]
     out["seeded_graphs_eq_eager"] = s1 == s2
+    out["seeded_compiled_eq_eager"] = s3 == s2
+    print("engines checks", {k: v for k, v in out.items() if "_eq_" in k}, flush=True)
     await eager.aclose()
     sampling = SamplingParams(max_tokens=new_tokens, temperature=1.0, stop_token_ids=NEVER)
     for b in [1, *batches]:
         prompts = [[rng.randrange(10, vocab - 10) for _ in range(prompt_len)] for _ in range(b)]
         row: dict = {}
-        for name, backend in (("continuous", cont), ("slots", slots)):
-            for _ in range(2):  # the first run warms up this shape (and captures its graphs)
+        for name, backend in (("continuous", cont), ("slots", slots), ("slots_compile", fused)):
+            compile_s = fused.stats["compile_s"]
+            for _ in range(2):  # the first run warms up this shape (compiles, captures its graphs)
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
                 gens = await asyncio.gather(*(backend.generate(p, sampling) for p in prompts))
@@ -856,6 +887,8 @@ async def bench_engines(model_name: str, batches: list[int], prompt_len: int, ne
                 dt = time.perf_counter() - t0
             row[f"{name}_tok_s"] = round(sum(len(g.token_ids) for g in gens) / dt, 1)
             row[f"{name}_step_ms"] = round(1000 * dt / new_tokens, 2)
+            if backend is fused:
+                row["slots_compile_compile_s"] = round(fused.stats["compile_s"] - compile_s, 1)
         x = torch.tensor(prompts, device="cuda")
         for _ in range(2):
             torch.cuda.synchronize()
@@ -874,11 +907,14 @@ async def bench_engines(model_name: str, batches: list[int], prompt_len: int, ne
         row["generate_tok_s"] = round(b * new_tokens / dt, 1)
         row["slots_over_continuous"] = round(row["slots_tok_s"] / row["continuous_tok_s"], 2)
         row["slots_over_generate"] = round(row["slots_tok_s"] / row["generate_tok_s"], 2)
+        row["slots_compile_over_slots"] = round(row["slots_compile_tok_s"] / row["slots_tok_s"], 2)
         row["memory_bound_step_ms"] = memory_bound_step_ms(model, b, prompt_len + new_tokens // 2, card)
         out[f"batch_{b}"] = row
         print("engines", b, row, flush=True)
     out["slots_stats"] = {k: v for k, v in slots.stats.items() if k != "widths"}
+    out["slots_compile_stats"] = {k: v for k, v in fused.stats.items() if k != "widths"}
     await slots.aclose()
+    await fused.aclose()
     await cont.aclose()
     return out
 
@@ -962,7 +998,8 @@ def bench_gpu(args, emit) -> None:
         return
     parts = set(args.parts.split(","))
     if "engines" in parts:
-        emit("engines", asyncio.run(bench_engines(args.model, [16, 64, 256], 256, 128)))
+        compile = HF_COMPILE or "default"
+        emit("engines", asyncio.run(bench_engines(args.model, [16, 64, 256], 256, 128, compile)))
     if "throughput" in parts:
         emit("throughput", asyncio.run(bench_throughput([16, 64], 256, 128, "cuda")))
     if "kvcache" in parts:
@@ -971,7 +1008,8 @@ def bench_gpu(args, emit) -> None:
         HF_PROCESS = process
         name = "overhead_process" if process else "overhead_in_process"
         if name.removeprefix("overhead_") in parts:
-            emit(name, asyncio.run(bench_overhead("hf", 16, 4, 3, 32, args.repeats, device="cuda")))
+            res = asyncio.run(bench_overhead("hf", 16, 4, 3, 32, args.repeats, device="cuda"))
+            emit(name, {**engine_setting(), **res})
     if "cudnn" in parts:  # in-process, SDPA allowed cuDNN's kernel (per-shape plans)
         HF_PROCESS, CUDNN_ATTENTION = False, True
         res = asyncio.run(bench_overhead("hf", 16, 4, 3, 32, args.repeats, device="cuda"))
@@ -980,9 +1018,14 @@ def bench_gpu(args, emit) -> None:
     HF_PROCESS = True
     if "varied" in parts:
         varied = bench_overhead("hf", 16, 4, 3, 32, args.repeats, device="cuda", lengths=(16, 96))
-        emit("overhead_varied_process", asyncio.run(varied))
+        emit("overhead_varied_process", {**engine_setting(), **asyncio.run(varied)})
     if "async" in parts:
-        emit("async_process", asyncio.run(async_from_args(args, "hf", "cuda")))
+        emit("async_process", {**engine_setting(), **asyncio.run(async_from_args(args, "hf", "cuda"))})
+
+
+def engine_setting() -> dict:
+    """Which HF backend a result measured (the engine, its compile setting, the model)."""
+    return {"hf_engine": HF_ENGINE, "hf_compile": HF_COMPILE, "hf_model": str(HF_MODEL or "default")}
 
 
 def main() -> None:
@@ -1023,6 +1066,17 @@ def main() -> None:
         choices=["auto", "continuous", "slots"],
         help="HF backend engine for the overhead/async/process parts (turngym.agents.hf_engines)",
     )
+    ap.add_argument(
+        "--hf-compile",
+        help="the slots engine's torch.compile setting (turngym.agents.hf_engines.COMPILE_SETTINGS): "
+        "for the overhead/async/process parts (default off) and the engines part's slots_compile "
+        "column (default: default)",
+    )
+    ap.add_argument(
+        "--hf-model",
+        help="the overhead/async/process parts' model (a name, path or hub id, e.g. smollm2-135m); "
+        "default: the tiny model on CPU, a 76M random Qwen2 on CUDA",
+    )
     ap.add_argument("--no-reuse", action="store_true", help="HF backend: no prefix reuse across turns")
     ap.add_argument(
         "--cudnn-attention", action="store_true", help="HF backend on CUDA: allow cuDNN's SDPA kernel"
@@ -1044,8 +1098,9 @@ def main() -> None:
         "against other jobs: a tiny-model pass measured 38 ms with 2 threads, 1.2 ms with 1); 0 = torch's default",
     )
     args = ap.parse_args()
-    global REUSE_PREFIX, HF_PROCESS, CUDNN_ATTENTION, HF_ENGINE
+    global REUSE_PREFIX, HF_PROCESS, CUDNN_ATTENTION, HF_ENGINE, HF_COMPILE, HF_MODEL
     REUSE_PREFIX, HF_PROCESS, HF_ENGINE = not args.no_reuse, args.hf_process, args.hf_engine
+    HF_COMPILE, HF_MODEL = args.hf_compile, args.hf_model
     CUDNN_ATTENTION = args.cudnn_attention
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)

@@ -102,3 +102,49 @@ async def test_slot_graphs_give_the_eager_ids_and_seeded_samples(tiny_dir, token
         await cont.aclose()
     await graphs.aclose()
     await eager.aclose()
+
+
+async def test_compiled_slot_graphs_give_the_eager_ids(tiny_dir, tokenizer):
+    """The slots engine with ``compile`` on (the decode body through torch.compile, then captured as
+    a CUDA graph per bucket) gives the eager steps' greedy and seeded ids across turns that resume
+    parked rows (fp32), and sees an in-place weight update."""
+    import torch
+
+    from turngym.agents.hf_slots import HFSlotBackend
+    from turngym.agents.models import load_model
+
+    model = load_model(tiny_dir, device="cuda", dtype=torch.float32)
+    fused = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=512, compile="default")
+    eager = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=512, cuda_graphs=False)
+    obs = tokenizer.encode(" observation: 17", add_special_tokens=False)
+    seeded = SamplingParams(max_tokens=12, temperature=1.0, seed=5, stop_token_ids=(-1,))
+
+    async def turns(backend, prompt, route, sampling):
+        out = []
+        for _ in range(3):
+            gen = await backend.generate(prompt, sampling, route=route)
+            out.append(gen.token_ids)
+            prompt = prompt + gen.token_ids + obs
+        return out
+
+    async def both(tag):
+        got = {}
+        for name, backend in (("fused", fused), ("eager", eager)):
+            for sampling in (GREEDY, seeded):
+                ps = prompts(tokenizer)
+                got[name, sampling.seed] = await asyncio.gather(
+                    *(turns(backend, p, f"{tag}{name}{i}", sampling) for i, p in enumerate(ps))
+                )
+        return got
+
+    got = await both("a")
+    assert got["fused", None] == got["eager", None] and got["fused", 5] == got["eager", 5]
+    st = fused.stats
+    assert st["compiles"] >= 1 and st["compile_fallbacks"] == 0 and st["graph_fallbacks"] == 0
+    assert st["graph_captures"] >= 1 and st["graph_replays"] > 0
+    state = {k: v * 3.0 if k.endswith("mlp.down_proj.weight") else v for k, v in model.state_dict().items()}
+    fused.update_weights(state)  # the same model object: the eager backend sees it too
+    after = await both("b")
+    assert after["fused", None] == after["eager", None] and after["fused", None] != got["fused", None]
+    await fused.aclose()
+    await eager.aclose()

@@ -62,6 +62,9 @@ class AgentSpec(BaseModel):
     base_url: str | None = None  # openai: the API's base URL
     dtype: str = "auto"
     hf_engine: Literal["auto", "continuous", "slots"] = "auto"
+    # hf: torch.compile the slots engine's decode step (turngym.agents.hf_engines.COMPILE_SETTINGS:
+    # default, max-autotune-no-cudagraphs, dynamic; true = default); None: off
+    hf_compile: bool | str | None = None
     max_batch_size: int = 64  # hf: rows generated together
     max_context: int = 4096  # tokens per trajectory (prompt + every turn)
     max_tokens: int = 256  # per turn
@@ -75,6 +78,13 @@ class AgentSpec(BaseModel):
         if kind not in _KINDS:
             raise ValueError(f"unknown agent kind {kind!r}; registered: {', '.join(agent_kinds())}")
         return kind
+
+    @field_validator("hf_compile")
+    @classmethod
+    def _compile_setting(cls, value: bool | str | None) -> str | None:
+        from turngym.agents.hf_engines import compile_setting
+
+        return compile_setting(value)
 
     @model_validator(mode="after")
     def _needs_model(self) -> AgentSpec:
@@ -130,6 +140,7 @@ def make_token_backend(
             tokenizer,
             engine=spec.hf_engine,
             max_context=spec.max_context,
+            compile=spec.hf_compile,
             dtype=spec.torch_dtype,
             max_batch_size=spec.max_batch_size,
             **extra,
@@ -142,7 +153,14 @@ def make_token_backend(
         kwargs["dtype"] = spec.torch_dtype
     if max_wait_ms is not None:
         kwargs["max_wait_ms"] = max_wait_ms
-    return make_hf_backend(source, tokenizer, engine=spec.hf_engine, max_context=spec.max_context, **kwargs)
+    return make_hf_backend(
+        source,
+        tokenizer,
+        engine=spec.hf_engine,
+        max_context=spec.max_context,
+        compile=spec.hf_compile,
+        **kwargs,
+    )
 
 
 @agent_kind("scripted")

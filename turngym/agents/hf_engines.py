@@ -9,7 +9,8 @@
   slots over half the free device memory, attention they do not support).
 
 ``hf_backend_class("auto", device)`` returns the class; ``register_hf_engine`` adds one
-(``"module:Class"``, imported on first use).
+(``"module:Class"``, imported on first use). ``COMPILE_SETTINGS``: the named ``torch.compile``
+settings of engines that compile their decode step (``slots``; the ``compile`` option).
 """
 
 from __future__ import annotations
@@ -25,6 +26,27 @@ HF_ENGINES: dict[str, str] = {
     "slots": "turngym.agents.hf_slots:HFSlotBackend",
 }
 ENGINE_CHOICES = ("auto", *HF_ENGINES)
+
+# ``compile``'s named settings: torch.compile arguments. Never a mode with inductor's own CUDA graphs
+# ("reduce-overhead", "max-autotune"): the backend captures the compiled step in its own graph.
+COMPILE_SETTINGS: dict[str, dict[str, Any]] = {
+    "default": {"mode": "default", "dynamic": False},
+    "max-autotune-no-cudagraphs": {"mode": "max-autotune-no-cudagraphs", "dynamic": False},
+    "dynamic": {"mode": "default", "dynamic": True},
+}
+
+
+def compile_setting(compile: bool | str | None) -> str | None:
+    """The name in ``COMPILE_SETTINGS`` that ``compile`` stands for (``True``: ``default``; ``None``,
+    ``False``, ``""``, ``"off"``, ``"none"``: off, None); other names raise ``ValueError``."""
+    if compile is None or compile is False or str(compile).lower() in ("", "off", "none", "false"):
+        return None
+    name = "default" if compile is True or str(compile).lower() == "true" else str(compile)
+    if name not in COMPILE_SETTINGS:
+        raise ValueError(
+            f"unknown compile setting {compile!r}; choose from {', '.join(COMPILE_SETTINGS)} (or off)"
+        )
+    return name
 
 
 def register_hf_engine(name: str, target: str) -> None:
@@ -59,13 +81,27 @@ def hf_backend_class(engine: str = "auto", device: Any = None, model: Any = None
 
 
 def make_hf_backend(
-    model: Any, tokenizer: Any = None, *, engine: str = "auto", max_context: int | None = None, **kwargs: Any
+    model: Any,
+    tokenizer: Any = None,
+    *,
+    engine: str = "auto",
+    max_context: int | None = None,
+    compile: bool | str | None = None,
+    **kwargs: Any,
 ) -> Any:
     """An in-process HF backend of ``engine``; ``max_context`` sizes the KV slots of engines that
-    have them (``slots``) and is ignored by the others. Other arguments go to the constructor."""
+    have them (``slots``) and is ignored by the others; ``compile`` (``torch.compile`` of the decode
+    step, see ``COMPILE_SETTINGS``) goes to engines that compile (``slots``),
+    others ignore it with a warning. Other arguments go to the constructor."""
     cls = hf_backend_class(engine, kwargs.get("device"), model)
     if max_context is not None and getattr(cls, "sized_context", False):
         kwargs["max_context"] = max_context
+    setting = compile_setting(compile)
+    if setting is not None:
+        if getattr(cls, "compiles", False):
+            kwargs["compile"] = setting
+        else:
+            log.warning("the %s engine does not compile its steps; compile=%r ignored", cls.__name__, setting)
     try:
         return cls(model, tokenizer, **kwargs)
     except ValueError as e:  # auto: slots that do not fit the device, or a model they cannot serve
@@ -73,6 +109,7 @@ def make_hf_backend(
             raise
         log.warning("the slots engine cannot serve here (%s); using the continuous engine", e)
         kwargs.pop("max_context", None)
+        kwargs.pop("compile", None)
         loaded, tok = getattr(e, "model", None), getattr(e, "tokenizer", None)  # see HFSlotBackend._refusal
         if loaded is not None:
             model, tokenizer = loaded, tok

@@ -42,9 +42,24 @@ replayed.
 * **Fallback**: on CPU, or with ``cuda_graphs=False``, decode steps run the same code eagerly. A
   capture that fails (out of memory, an op that cannot be captured) turns graphs off for this backend
   with a warning, ``stats["graph_fallbacks"]`` counts it, and steps run eagerly.
+* **Fused steps (``compile``)**: a captured step is some 600 small kernels (per layer: norms, rotary,
+  residual adds, the MLP's activation; then the sampling), and replaying them is what a step costs.
+  ``compile="default"`` (or ``True``) runs the decode body through ``torch.compile`` (inductor fuses
+  the elementwise, norm, rotary and sampling kernels) before a bucket's graph captures it, so the
+  graph replays fewer, fused kernels; on CPU the compiled body runs without graphs. The named
+  settings are ``turngym.agents.hf_engines.COMPILE_SETTINGS``: ``default``;
+  ``max-autotune-no-cudagraphs`` (Triton matmul templates autotuned per bucket); ``dynamic`` (one
+  compile for every bucket, sizes symbolic). None uses inductor's own CUDA graphs (this backend
+  captures them). The static settings compile once per (width, context, filtered) bucket, at its
+  first step (seconds each, ``stats["compile_s"]``); dynamo keeps the code per process, so a later
+  backend of the same shapes (the trainer makes one per rollout) reuses it. The compiled code reads
+  the live parameters, so ``update_weights`` needs no recompile. A compile that fails (no C++
+  compiler, an op inductor cannot lower, a crash) turns compiling off for this backend with a
+  warning, ``stats["compile_fallbacks"]`` counts it, and steps run the plain body. Off by default;
+  the trainer's ``rollout.hf_compile``, ``AgentSpec.hf_compile``, the CLI's ``--hf-compile``.
 
-``stats`` adds ``graph_captures``, ``graph_replays``, ``eager_decodes``, ``graph_fallbacks`` and
-``capture_s`` to ``HFBackend``'s counters.
+``stats`` adds ``graph_captures``, ``graph_replays``, ``eager_decodes``, ``graph_fallbacks``,
+``capture_s``, ``compiles``, ``compile_s`` and ``compile_fallbacks`` to ``HFBackend``'s counters.
 """
 
 from __future__ import annotations
@@ -67,6 +82,7 @@ from turngym.agents.hf import (
     _Request,
     last_logits_pass,
 )
+from turngym.agents.hf_engines import COMPILE_SETTINGS, compile_setting
 
 log = logging.getLogger(__name__)
 
@@ -135,11 +151,13 @@ class HFSlotBackend(HFBackend):
     """``HFBackend`` on fixed KV slots with CUDA-graph decode steps (see the module doc).
 
     ``max_context``: cache columns per slot (default: the model's limit, at most 4096);
-    ``cuda_graphs``: capture decode steps (default: on CUDA); ``prefill_tokens``: rows x longest
-    feed per prefill pass. Other arguments as ``HFBackend`` (``fuse_tokens`` and
+    ``cuda_graphs``: capture decode steps (default: on CUDA); ``compile``: fuse the decode step with
+    ``torch.compile`` (a name in ``COMPILE_SETTINGS``, ``True`` for ``default``; default off);
+    ``prefill_tokens``: rows x longest feed per prefill pass. Other arguments as ``HFBackend`` (``fuse_tokens`` and
     ``cudnn_attention`` do not apply)."""
 
     sized_context = True  # ``make_hf_backend`` passes ``max_context`` on
+    compiles = True  # ... and ``compile``
 
     def __init__(
         self,
@@ -148,9 +166,11 @@ class HFSlotBackend(HFBackend):
         *,
         max_context: int | None = None,
         cuda_graphs: bool | None = None,
+        compile: bool | str | None = None,
         prefill_tokens: int = 16384,
         **kwargs: Any,
     ):
+        setting = compile_setting(compile)  # a bad name fails before the model loads
         super().__init__(model, tokenizer, **kwargs)
         config = self.model.config
         problem = _attention_problem(config)
@@ -170,6 +190,8 @@ class HFSlotBackend(HFBackend):
         self.max_context = max_context
         self.cuda_graphs = on_cuda if cuda_graphs is None else bool(cuda_graphs)
         self.prefill_tokens = prefill_tokens
+        self.compile = setting
+        self._compiled: Any = None  # the compiled decode body, made on first use
         self.kv_bytes = kv_cache_bytes(self.model, self.max_batch_size, max_context + 1)
         free = free_device_bytes(self.device)
         if free is not None and self.kv_bytes > KV_SHARE * free:
@@ -184,8 +206,20 @@ class HFSlotBackend(HFBackend):
         self._graphs: dict[tuple[int, int, bool], Any] = {}
         self._pool: Any = None
         self.stats.update(
-            graph_captures=0, graph_replays=0, eager_decodes=0, graph_fallbacks=0, capture_s=0.0
+            graph_captures=0,
+            graph_replays=0,
+            eager_decodes=0,
+            graph_fallbacks=0,
+            capture_s=0.0,
+            compiles=0,
+            compile_s=0.0,
+            compile_fallbacks=0,
         )
+        self._compiled_buckets: set[tuple[int, int, bool]] = set()
+        # dynamo keeps one entry per bucket a static setting compiles: room for every bucket
+        widths = len({_bucket(n, 1, self.max_batch_size) for n in range(1, self.max_batch_size + 1)})
+        contexts = len({_bucket(n, MIN_COLUMNS, max_context) for n in range(1, max_context + 1)})
+        self._recompile_limit = 2 * widths * contexts + 8
         _register_attention()
 
     def _refusal(self, e: ValueError) -> ValueError:
@@ -378,7 +412,7 @@ class HFSlotBackend(HFBackend):
                 graph.replay()
                 self.stats["graph_replays"] += 1
             else:
-                self._decode_body(w, k, filtered)
+                self._step(w, k, filtered)
                 self.stats["eager_decodes"] += 1
             version = self.weights_version
         t_fwd = time.perf_counter()
@@ -415,6 +449,48 @@ class HFSlotBackend(HFBackend):
         self._step_out[0, :w].copy_(tok)
         self._step_out[1, :w].copy_(lp)
 
+    def _body(self) -> Any:
+        """The decode body to run: compiled (``compile`` on; compiling on its first call for a
+        bucket) or plain."""
+        if self.compile is None:
+            return self._decode_body
+        if self._compiled is None:
+            import torch
+
+            self._compiled = torch.compile(self._decode_body, **COMPILE_SETTINGS[self.compile])
+        return self._compiled
+
+    def _step(self, w: int, k: int, filtered: bool) -> None:
+        """One decode body, outside a capture: compiled when ``compile`` is on (the bucket's first
+        call compiles it, timed in ``stats``); a compile that fails turns compiling off for this
+        backend, with a warning and ``stats["compile_fallbacks"]``, and runs the plain body."""
+        if self.compile is None:
+            self._decode_body(w, k, filtered)
+            return
+        import torch
+
+        first = (w, k, filtered) not in self._compiled_buckets
+        t0 = time.perf_counter()
+        try:
+            # static settings keep one dynamo entry per bucket: room for every bucket
+            with torch._dynamo.config.patch(recompile_limit=self._recompile_limit):
+                self._body()(w, k, filtered)
+        except Exception as e:  # noqa: BLE001 - no compiler, an op inductor cannot lower, a crash
+            self.compile, self._compiled = None, None
+            self.stats["compile_fallbacks"] += 1
+            why = str(e).strip().splitlines()
+            log.warning(
+                "torch.compile of the decode step failed (%s: %s); running it uncompiled from now on",
+                type(e).__name__,
+                why[0] if why else "",
+            )
+            self._decode_body(w, k, filtered)
+            return
+        if first:
+            self._compiled_buckets.add((w, k, filtered))
+            self.stats["compiles"] += 1
+            self.stats["compile_s"] += time.perf_counter() - t0
+
     def _graph(self, w: int, k: int, filtered: bool) -> Any:
         """The captured decode step for (w, k, top-k/top-p filtering or not), captured on first use;
         None (and graphs off, with a warning) when a capture fails."""
@@ -433,12 +509,16 @@ class HFSlotBackend(HFBackend):
             side = torch.cuda.Stream(device=self.device)
             side.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(side):
-                self._decode_body(w, k, filtered)
+                self._step(w, k, filtered)  # compiles the bucket's body (compile on), or falls back
             torch.cuda.current_stream(self.device).wait_stream(side)
             self._ids.copy_(pending)
+            body = self._body()  # compiled (the warm-up compiled this bucket) or plain
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-                self._decode_body(w, k, filtered)
+            with (
+                torch._dynamo.config.patch(recompile_limit=self._recompile_limit),
+                torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"),
+            ):
+                body(w, k, filtered)
         except Exception as e:  # noqa: BLE001 - out of memory or an op that cannot be captured
             self.cuda_graphs = False
             self._graphs.clear()

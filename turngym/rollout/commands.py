@@ -145,6 +145,16 @@ EngineOpt = Annotated[
     ),
 ]
 
+CompileOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--hf-compile",
+        help="slots engine: torch.compile its decode step before capturing it (default, "
+        "max-autotune-no-cudagraphs or dynamic; turngym.agents.hf_engines.COMPILE_SETTINGS). Off when unset.",
+        show_default=False,
+    ),
+]
+
 
 def agent_run_options(
     backend: BackendOpt = "scripted",
@@ -164,6 +174,7 @@ def agent_run_options(
     dtype: DtypeOpt = "auto",
     hf_worker: WorkerOpt = None,
     hf_engine: EngineOpt = "auto",
+    hf_compile: CompileOpt = None,
 ) -> None:
     """The options of an agent run (which agent, which tasks, how to sample), one home for every
     command that runs one: :func:`with_run_options` adds them to a command."""
@@ -353,6 +364,7 @@ def agent_spec(a: dict[str, Any]) -> Any:
         base_url=a["base_url"],
         dtype=a["dtype"],
         hf_engine=a["hf_engine"],
+        hf_compile=a.get("hf_compile"),
         max_batch_size=a["concurrency"],
         max_context=a["max_context"],
         max_tokens=a["max_tokens"],

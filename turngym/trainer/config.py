@@ -86,6 +86,9 @@ class RolloutSettings(_Strict):
     # the in-process HF backend's engine (turngym.agents.hf_engines): auto = slots (CUDA graphs) on
     # CUDA, continuous elsewhere
     hf_engine: Literal["auto", "continuous", "slots"] = "auto"
+    # the slots engine's decode step through torch.compile (turngym.agents.hf_engines.COMPILE_SETTINGS:
+    # default, max-autotune-no-cudagraphs, dynamic; true = default); unset: off
+    hf_compile: bool | str | None = None
     # the rollout's token backend, in the keys of turngym.agents.factory.AgentSpec (kind, urls,
     # hf_engine, max_batch_size, dtype, ...; its model is model.path). Unset: kind hf (the policy served
     # in process) with weight_sync in_process, kind vllm at vllm_urls with weight_sync vllm_*.
@@ -300,6 +303,7 @@ class TrainConfig(_Strict):
             "kind": kind,
             "model": self.model.path,
             "hf_engine": r.hf_engine,
+            "hf_compile": r.hf_compile,
             "max_batch_size": r.max_batch_size,
             "max_context": r.max_context,  # the slots engine's KV slots
             "max_tokens": r.max_tokens,
