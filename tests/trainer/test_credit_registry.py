@@ -56,7 +56,9 @@ def test_unknown_method_names_the_known_ones():
     with pytest.raises(ValidationError, match="unknown credit.method 'ppo'; known: ") as e:
         load_config(None, ["credit.method=ppo"])
     assert all(name in str(e.value) for name in BUILTIN)
-    with pytest.raises(ValueError, match="known: arena, gated, gigpo, grpo, igpo, pointwise, tree, tree_gigpo, turn"):
+    with pytest.raises(
+        ValueError, match="known: arena, gated, gigpo, grpo, igpo, pointwise, tree, tree_gigpo, turn"
+    ):
         reg.get_credit_method("ppo")
 
 
