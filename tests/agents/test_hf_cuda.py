@@ -19,6 +19,22 @@ def prompts(tokenizer):
     return [tokenizer.encode(t, add_special_tokens=False) for t in texts]
 
 
+async def three_turns(backend, tokenizer, prompt, route, sampling=GREEDY):
+    """Three generations on one route, each turn's prompt the last one plus its output and an
+    observation (so later turns resume the route's parked row): the three Generations."""
+    obs = tokenizer.encode(" observation: 17", add_special_tokens=False)
+    out = []
+    for _ in range(3):
+        gen = await backend.generate(prompt, sampling, route=route)
+        out.append(gen)
+        prompt = prompt + gen.token_ids + obs
+    return out
+
+
+async def three_turn_ids(backend, tokenizer, prompt, route, sampling=GREEDY):
+    return [g.token_ids for g in await three_turns(backend, tokenizer, prompt, route, sampling)]
+
+
 @pytest.mark.parametrize("cudnn", [False, True])
 async def test_passes_choose_attention_kernels_and_restore_the_setting(tiny_dir, tokenizer, cudnn):
     import torch
@@ -39,19 +55,9 @@ async def test_batched_and_resumed_greedy_equal_alone_on_cuda(tiny_dir, tokenize
 
     on = HFBackend(tiny_dir, tokenizer, device="cuda", dtype=torch.float32, max_batch_size=8)
     off = HFBackend(on.model, tokenizer, max_batch_size=8, reuse_prefix=False)
-    obs = tokenizer.encode(" observation: 17", add_special_tokens=False)
-
-    async def turns(backend, prompt, route):
-        out = []
-        for _ in range(3):
-            gen = await backend.generate(prompt, GREEDY, route=route)
-            out.append(gen)
-            prompt = prompt + gen.token_ids + obs
-        return out
-
     ps = prompts(tokenizer)
-    batched = await asyncio.gather(*(turns(on, p, f"r{i}") for i, p in enumerate(ps)))
-    alone = [await turns(off, p, f"r{i}") for i, p in enumerate(ps)]
+    batched = await asyncio.gather(*(three_turns(on, tokenizer, p, f"r{i}") for i, p in enumerate(ps)))
+    alone = [await three_turns(off, tokenizer, p, f"r{i}") for i, p in enumerate(ps)]
     assert on.stats["reused_tokens"] > 0 and max(on.stats["widths"]) > 1
     for a_turns, b_turns in zip(batched, alone, strict=True):
         for a, b in zip(a_turns, b_turns, strict=True):
@@ -74,16 +80,10 @@ async def test_slot_graphs_give_the_eager_ids_and_seeded_samples(tiny_dir, token
     model = load_model(tiny_dir, device="cuda", dtype=getattr(torch, dtype))
     graphs = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=512)
     eager = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=512, cuda_graphs=False)
-    obs = tokenizer.encode(" observation: 17", add_special_tokens=False)
     seeded = SamplingParams(max_tokens=12, temperature=1.0, top_p=0.9, seed=5, stop_token_ids=(-1,))
 
-    async def turns(backend, prompt, route, sampling):
-        out = []
-        for _ in range(3):
-            gen = await backend.generate(prompt, sampling, route=route)
-            out.append(gen.token_ids)
-            prompt = prompt + gen.token_ids + obs
-        return out
+    def turns(backend, prompt, route, sampling):
+        return three_turn_ids(backend, tokenizer, prompt, route, sampling)
 
     for sampling in (GREEDY, seeded):
         ps = prompts(tokenizer)
@@ -116,16 +116,10 @@ async def test_compiled_slot_graphs_give_the_eager_ids(tiny_dir, tokenizer):
     model = load_model(tiny_dir, device="cuda", dtype=torch.float32)
     fused = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=512, compile="default")
     eager = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=512, cuda_graphs=False)
-    obs = tokenizer.encode(" observation: 17", add_special_tokens=False)
     seeded = SamplingParams(max_tokens=12, temperature=1.0, seed=5, stop_token_ids=(-1,))
 
-    async def turns(backend, prompt, route, sampling):
-        out = []
-        for _ in range(3):
-            gen = await backend.generate(prompt, sampling, route=route)
-            out.append(gen.token_ids)
-            prompt = prompt + gen.token_ids + obs
-        return out
+    def turns(backend, prompt, route, sampling):
+        return three_turn_ids(backend, tokenizer, prompt, route, sampling)
 
     async def both(tag):
         got = {}
