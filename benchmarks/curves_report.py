@@ -98,7 +98,8 @@ def plot(runs: dict[str, dict], title: str, dest: Path) -> None:
     import matplotlib.pyplot as plt
 
     panels = [(1, "held-out F1 (greedy)"), (2, "held-out F1, 2-hop"), (3, "held-out F1, 3-hop")]
-    fig, axes = plt.subplots(1, 4, figsize=(20, 4.5))
+    panels = [p for p in panels if by_method(runs, p[0])]  # no per-hop panels for an eval without hops
+    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(5 * len(panels) + 5, 4.5))
     colors = {}
     for ax, (col, name) in zip(axes, panels, strict=False):
         for method, steps in by_method(runs, col).items():
@@ -120,8 +121,8 @@ def plot(runs: dict[str, dict], title: str, dest: Path) -> None:
         c = colors.setdefault(method_of(run), f"C{len(colors)}")
         ys = [r[1] for r in data["train"]]
         smooth = [statistics.mean(ys[max(0, i - 4) : i + 1]) for i in range(len(ys))]
-        axes[3].plot([r[0] for r in data["train"]], smooth, color=c, lw=0.8)
-    axes[3].set(title="train outcome (sampled, 5-step mean)", xlabel="RL step")
+        axes[-1].plot([r[0] for r in data["train"]], smooth, color=c, lw=0.8)
+    axes[-1].set(title="train outcome (sampled, 5-step mean)", xlabel="RL step")
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(dest, dpi=90)
