@@ -127,6 +127,18 @@ def make_token_backend(
     if spec.kind not in ("hf", "hf_worker"):
         raise ValueError(f"agent kind {spec.kind!r} has no token-level backend")
     source = model if model is not None else spec.model
+    # what both HF kinds take from the spec (the worker builds the same engine in its process)
+    kwargs: dict[str, Any] = {
+        "engine": spec.hf_engine,
+        "max_context": spec.max_context,
+        "compile": spec.hf_compile,
+        "max_batch_size": spec.max_batch_size,
+        **engine_options,
+    }
+    if model is None:  # a model object keeps its own dtype
+        kwargs["dtype"] = spec.torch_dtype
+    if max_wait_ms is not None:
+        kwargs["max_wait_ms"] = max_wait_ms
     if spec.kind == "hf_worker":
         if model is not None:
             raise ValueError(
@@ -134,33 +146,10 @@ def make_token_backend(
             )
         from turngym.agents.hf_process import HFProcessBackend
 
-        extra = {} if max_wait_ms is None else {"max_wait_ms": max_wait_ms}
-        return HFProcessBackend(
-            source,
-            tokenizer,
-            engine=spec.hf_engine,
-            max_context=spec.max_context,
-            compile=spec.hf_compile,
-            dtype=spec.torch_dtype,
-            max_batch_size=spec.max_batch_size,
-            **extra,
-            **engine_options,
-        )
+        return HFProcessBackend(source, tokenizer, **kwargs)
     from turngym.agents.hf_engines import make_hf_backend
 
-    kwargs: dict[str, Any] = {"max_batch_size": spec.max_batch_size, **engine_options}
-    if model is None:
-        kwargs["dtype"] = spec.torch_dtype
-    if max_wait_ms is not None:
-        kwargs["max_wait_ms"] = max_wait_ms
-    return make_hf_backend(
-        source,
-        tokenizer,
-        engine=spec.hf_engine,
-        max_context=spec.max_context,
-        compile=spec.hf_compile,
-        **kwargs,
-    )
+    return make_hf_backend(source, tokenizer, **kwargs)
 
 
 @agent_kind("scripted")
