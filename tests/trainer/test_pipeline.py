@@ -108,6 +108,7 @@ def test_gated_pipeline_logs_outcome_and_total_separately():
     assert out.metrics["gated/total_mean"] == pytest.approx(1.0)
     assert out.metrics["gated/outcome_mean"] == pytest.approx(0.5)
     assert out.metrics["gated/gate_open_frac"] == pytest.approx(0.5)
+    assert out.metrics["gated/low_mean"] == pytest.approx(1.0)  # both earned 0.5 + 0.5, gate or not
     g = grpo([2.0, 0.0])
     assert out.turn_advantages == [pytest.approx([g[0]] * 2), pytest.approx([g[1]] * 2)]
     turn = CreditPipeline(

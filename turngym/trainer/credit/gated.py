@@ -93,6 +93,8 @@ class Gated:
         low = [self._low(t) for t in group]
         turns = [t.turns for t in group]
         gate_open = sum(h >= self.delta for h in high) / max(len(group), 1)
+        # the stepwise reward earned, gate or no gate: what direct accumulation can farm
+        low_sums = [sum(self.gamma**t * x for t, x in enumerate(lows)) for lows in low]
         if self.advantage == "trajectory":
             per_turn = gated(high, low, self.delta, self.gamma)
             totals = [sum(r) for r in per_turn]
@@ -109,6 +111,7 @@ class Gated:
                 "gated/total_mean": sum(totals) / max(len(totals), 1),
                 "gated/outcome_mean": sum(high) / max(len(high), 1),
                 "gated/gate_open_frac": gate_open,
+                "gated/low_mean": sum(low_sums) / max(len(low_sums), 1),
             },
         )
 
