@@ -7,6 +7,9 @@ hops, and the training outcome (sampled, 5-step moving mean).
         --out docs/credit_curves_smollm2_h200x4
 
 prints a table of held-out F1 per method and eval step (mean, sd, min, max over the seeds).
+Another env's headline: ``--eval-metric eval/judge/win_rate --eval-label "judge win rate vs warm
+start"`` (travel-open, arena vs pointwise); ``--train-extra gated/low_mean`` adds a panel of that
+training metric (G-RA: the stepwise reward direct accumulation can farm) and a column to the JSON.
 """
 
 from __future__ import annotations
@@ -17,23 +20,26 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+EVAL_METRIC = "eval/reward/outcome"  # the default headline: held-out F1 on search-qa
 EVAL = ["step", "f1", "f1_2hop", "f1_3hop", "turns_3hop", "masked_frac"]
 TRAIN = ["step", "f1", "turns", "s_step", "s_rollout", "s_update", "s_credit", "ig_separation", "kl"]
 
 
-def read_run(path: Path) -> dict[str, list[list]]:
+def read_run(
+    path: Path, eval_metric: str = EVAL_METRIC, train_extra: str | None = None
+) -> dict[str, list[list]]:
     rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     ev = [
         [
             r["step"],
-            r["eval/reward/outcome"],
+            r[eval_metric],
             r.get("eval/by_hops/2/reward/outcome"),
             r.get("eval/by_hops/3/reward/outcome"),
             r.get("eval/by_hops/3/episode/turns"),
             r.get("eval/reward/masked_frac"),
         ]
         for r in rows
-        if "eval/reward/outcome" in r
+        if eval_metric in r
     ]
     tr = [
         [
@@ -46,6 +52,7 @@ def read_run(path: Path) -> dict[str, list[list]]:
             r.get("time/credit"),
             r.get("ig/separation"),
             r.get("update/kl"),
+            *([r.get(train_extra)] if train_extra else []),
         ]
         for r in rows
         if "reward/outcome" in r and "time/step" in r
@@ -53,11 +60,11 @@ def read_run(path: Path) -> dict[str, list[list]]:
     return {"eval": ev, "train": tr}
 
 
-def load(run_dir: Path) -> dict[str, dict]:
+def load(run_dir: Path, eval_metric: str = EVAL_METRIC, train_extra: str | None = None):
     """``{"grpo-s0": {"eval": [...], "train": [...]}, ...}`` for every run under ``run_dir``."""
     runs = {}
     for f in sorted(run_dir.glob("*-s*/metrics.jsonl")):
-        runs[f.parent.name] = read_run(f)
+        runs[f.parent.name] = read_run(f, eval_metric, train_extra)
     if not runs:
         raise SystemExit(f"{run_dir}: no METHOD-sSEED/metrics.jsonl")
     return runs
@@ -91,15 +98,24 @@ def table(runs: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def plot(runs: dict[str, dict], title: str, dest: Path) -> None:
+def plot(
+    runs: dict[str, dict],
+    title: str,
+    dest: Path,
+    eval_label: str = "held-out F1 (greedy)",
+    train_extra: str | None = None,
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [(1, "held-out F1 (greedy)"), (2, "held-out F1, 2-hop"), (3, "held-out F1, 3-hop")]
+    panels = [(1, eval_label), (2, "held-out F1, 2-hop"), (3, "held-out F1, 3-hop")]
     panels = [p for p in panels if by_method(runs, p[0])]  # no per-hop panels for an eval without hops
-    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(5 * len(panels) + 5, 4.5))
+    extra = [train_extra] if train_extra else []
+    fig, axes = plt.subplots(
+        1, len(panels) + 1 + len(extra), figsize=(5 * (len(panels) + len(extra)) + 5, 4.5)
+    )
     colors = {}
     for ax, (col, name) in zip(axes, panels, strict=False):
         for method, steps in by_method(runs, col).items():
@@ -117,12 +133,16 @@ def plot(runs: dict[str, dict], title: str, dest: Path) -> None:
                     ax.plot(*zip(*pts, strict=True), color=c, lw=0.6, alpha=0.5)
         ax.set(title=name, xlabel="RL step")
         ax.legend(fontsize=7)
-    for run, data in runs.items():
-        c = colors.setdefault(method_of(run), f"C{len(colors)}")
-        ys = [r[1] for r in data["train"]]
-        smooth = [statistics.mean(ys[max(0, i - 4) : i + 1]) for i in range(len(ys))]
-        axes[-1].plot([r[0] for r in data["train"]], smooth, color=c, lw=0.8)
-    axes[-1].set(title="train outcome (sampled, 5-step mean)", xlabel="RL step")
+    train_panels = [(1, "train outcome (sampled, 5-step mean)")]
+    train_panels += [(len(TRAIN), f"train {name} (5-step mean)") for name in extra]
+    for ax, (col, name) in zip(axes[len(panels) :], train_panels, strict=True):
+        for run, data in runs.items():
+            c = colors.setdefault(method_of(run), f"C{len(colors)}")
+            pts = [(r[0], r[col]) for r in data["train"] if r[col] is not None]
+            ys = [y for _, y in pts]
+            smooth = [statistics.mean(ys[max(0, i - 4) : i + 1]) for i in range(len(ys))]
+            ax.plot([x for x, _ in pts], smooth, color=c, lw=0.8)
+        ax.set(title=name, xlabel="RL step")
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(dest, dpi=90)
@@ -136,16 +156,19 @@ def main() -> None:
     ap.add_argument(
         "--out", type=Path, required=True, help="path without suffix: writes OUT.json and OUT.png"
     )
+    ap.add_argument("--eval-metric", default=EVAL_METRIC, help="the eval curve's metric")
+    ap.add_argument("--eval-label", default="held-out F1 (greedy)", help="its panel's title")
+    ap.add_argument("--train-extra", help="a training metric for one more panel (e.g. gated/low_mean)")
     args = ap.parse_args()
-    runs = load(args.run_dir)
-    doc = {
-        "card": args.card,
-        "session": args.session,
-        "columns": {"eval": EVAL, "train": TRAIN},
-        "runs": runs,
+    runs = load(args.run_dir, args.eval_metric, args.train_extra)
+    columns = {
+        "eval": [EVAL[0], "f1" if args.eval_metric == EVAL_METRIC else args.eval_metric, *EVAL[2:]],
+        "train": TRAIN + ([args.train_extra] * bool(args.train_extra)),
     }
+    doc = {"card": args.card, "session": args.session, "columns": columns, "runs": runs}
     args.out.with_suffix(".json").write_text(json.dumps(doc, separators=(",", ":")))
-    plot(runs, f"{args.session} — {args.card}", args.out.with_suffix(".png"))
+    title = f"{args.session} — {args.card}"
+    plot(runs, title, args.out.with_suffix(".png"), args.eval_label, args.train_extra)
     print(table(runs))
 
 

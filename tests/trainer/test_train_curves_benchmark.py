@@ -99,3 +99,20 @@ def test_train_curves_runs_another_env_with_method_options(tmp_path):
     rows = [json.loads(x) for x in (out / "gated.delta_-1e9-s0" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1] and "gated/gate_open_frac" in rows[1]
     assert rows[1]["gated/gate_open_frac"] == 1.0  # direct accumulation: the gate never closes
+    assert "gated/low_mean" in rows[1]
+    # the report of another env: its own eval metric and a training metric's panel
+    dest = tmp_path / "report"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "curves_report.py"), str(out), "--card", "cpu"]
+    cmd += ["--session", "t", "--out", str(dest), "--eval-metric", "eval/reward/success"]
+    res = subprocess.run([*cmd, "--train-extra", "gated/low_mean"], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads(dest.with_suffix(".json").read_text())
+    assert (
+        doc["columns"]["eval"][1] == "eval/reward/success" and doc["columns"]["train"][-1] == "gated/low_mean"
+    )
+    gated_run = doc["runs"]["gated.delta_-1e9-s0"]
+    assert [r[1] for r in gated_run["eval"]] == [
+        r["eval/reward/success"] for r in rows if "eval/reward/success" in r
+    ]
+    assert [r[-1] for r in gated_run["train"]] == [r["gated/low_mean"] for r in rows if "time/step" in r]
+    assert doc["runs"]["grpo-s0"]["train"][0][-1] is None  # grpo logs no gated metrics
