@@ -113,6 +113,31 @@ async def test_a_fork_copies_a_running_donor_which_is_unchanged(on, off, tokeniz
     await off.aclose()
 
 
+async def test_forks_arriving_with_their_donors_first_request_copy_its_fresh_row(on, off, tokenizer):
+    """A tree branching at its first turn: the donor has no row yet when its first request and its
+    forks' arrive together. The donor is prefilled first, then each fork starts from a copy of that
+    row and feeds one token; a fork whose prompt extends the donor's feeds only its own tail."""
+    prompt = enc(tokenizer, "Evaluate: (3 + 4) * 2 and then some more words")
+    longer = prompt + enc(tokenizer, " and a longer one")
+    for r in ("c1", "c2", "c3"):
+        on.share_prefix("p", r)
+    asks = [
+        ("p", prompt, TURN),
+        ("c1", prompt, TURN.replace(temperature=1.0, seed=1)),
+        ("c2", prompt, TURN.replace(temperature=1.0, seed=2)),
+        ("c3", longer, TURN),
+    ]
+    got = await asyncio.gather(*(on.generate(x, s, route=r) for r, x, s in asks))
+    for g, (_, x, s) in zip(got, asks, strict=True):
+        same(g, await off.generate(x, s))
+    assert on.stats["shared_rows"] == 3
+    # the donor's prompt; one token each for the forks with its prompt; c3's own tail
+    assert on.stats["prompt_tokens"] == len(prompt) + 2 + (len(longer) - len(prompt))
+    assert on.stats["reused_tokens"] == 2 * (len(prompt) - 1) + len(prompt)
+    await on.aclose()
+    await off.aclose()
+
+
 @pytest.mark.parametrize("gone", ["release", "reset_prefix_cache", "update_weights", "expired"])
 async def test_a_donor_row_that_is_gone_gives_a_full_prefill(gone, model, off, tokenizer):
     on = slot_backend(model, tokenizer, park_s=0.05 if gone == "expired" else 600.0)

@@ -34,12 +34,10 @@ replayed.
   storage, so they see the new weights), the trace, the stats and the ledger's queued/prefill/decode
   times. It runs in a worker process too (``HFProcessBackend(..., engine="slots")``).
 * **Forks** (``share_prefix(route, child)``, a tree rollout's branch): the child's first request
-  takes a free slot and starts from a copy of the first columns of ``route``'s row (parked or
-  running), up to their common prefix, then prefills only the rest (``stats["shared_rows"]``; the
-  copied columns count in ``reused_tokens``). The copy is one ``index_copy_`` per layer on the device,
-  into the same static buffers the graphs read. No donor row (released, evicted, expired, stale
-  weights or epoch) or a prompt that does not extend its ids: a full prefill. ``release``,
-  ``update_weights`` and ``reset_prefix_cache`` forget the forks that have not started.
+  starts from an on-device copy of ``route``'s row (parked, running, or prefilled in the same
+  iteration) up to their common prefix and prefills only the rest (``turngym.agents.hf_slot_share``;
+  ``stats["shared_rows"]``, the copied columns count in ``reused_tokens``); no usable donor row, a full
+  prefill.
 * **Limits**: a prompt longer than ``max_context`` fails with ``BackendError``; a generation that
   reaches ``max_context`` ends with ``finish_reason="length"``. Full-attention decoders only (Llama,
   Qwen2, SmolLM2, ...): sliding-window, soft-capped or recurrent attention raises at construction.
@@ -90,6 +88,7 @@ from turngym.agents.hf import (
     last_logits_pass,
 )
 from turngym.agents.hf_engines import COMPILE_SETTINGS, compile_setting
+from turngym.agents.hf_slot_share import SlotSharing
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +153,7 @@ class _SlotCache:
         return k[self.rows, :, : self.columns], v[self.rows, :, : self.columns]
 
 
-class HFSlotBackend(HFBackend):
+class HFSlotBackend(SlotSharing, HFBackend):
     """``HFBackend`` on fixed KV slots with CUDA-graph decode steps (see the module doc).
 
     ``max_context``: cache columns per slot (default: the model's limit, at most 4096);
@@ -210,6 +209,7 @@ class HFSlotBackend(HFBackend):
                 )
             )
         self._cache: _SlotCache | None = None  # allocated on the first pass
+        self._after: dict[int, _Request] = {}  # fork slot -> donor placed in the same iteration (_place)
         self._graphs: dict[tuple[int, int, bool], Any] = {}
         self._pool: Any = None
         self.stats.update(
@@ -247,23 +247,6 @@ class HFSlotBackend(HFBackend):
     def _new_batch(self) -> _SlotBatch:
         return _SlotBatch([None] * self.max_batch_size)
 
-    def update_weights(self, state_dict: dict[str, Any], strict: bool = True) -> None:
-        """``HFBackend.update_weights``; forks waiting for their first request forget their donors
-        (the donors' KV came from the old weights)."""
-        super().update_weights(state_dict, strict)
-        self._donors.clear()
-
-    def reset_prefix_cache(self) -> None:
-        super().reset_prefix_cache()
-        self._donors.clear()
-
-    def release(self, route: str) -> None:
-        """``HFBackend.release``; forks of ``route`` that have not started yet will prefill in full."""
-        super().release(route)
-        for child, donor in list(self._donors.items()):
-            if donor == route:
-                self._donors.pop(child, None)
-
     # ------------------------------------------------------------- scheduler
     def _iterate(self, batch: _SlotBatch, joiners: list[_Request]) -> None:  # type: ignore[override]
         """Place the joiners in slots and prefill them, then one decode step for every live row;
@@ -291,8 +274,8 @@ class HFSlotBackend(HFBackend):
         (it then feeds only the prompt after the reused prefix), else the lowest free slot, evicting
         the oldest parked row when none is free. Parked rows that expired, were released, hold KV of
         older weights or an older prefix-cache epoch, or lost their route's reuse, are freed. A fresh
-        request of a forked route (``share_prefix``) starts from a copy of its donor's row
-        (``_share``)."""
+        request of a forked route (``share_prefix``) starts from a copy of its donor's row, or waits
+        for the prefill of a donor placed now (``turngym.agents.hf_slot_share``)."""
         now = time.perf_counter()
         released, self._released = self._released, set()
         parked: dict[str | None, int] = {}
@@ -322,6 +305,7 @@ class HFSlotBackend(HFBackend):
             fresh.append(r)
         unclaimed = sorted((batch.slots[s].parked, s) for s in parked.values())  # type: ignore[union-attr]
         copies: list[tuple[int, int, int]] = []  # (donor slot, new slot, columns)
+        joining: dict[int, str] = {}  # slot -> donor route, for forks whose donor has no row yet
         for r in fresh:
             s = next((i for i, x in enumerate(batch.slots) if x is None), None)
             if s is None:
@@ -331,67 +315,26 @@ class HFSlotBackend(HFBackend):
                 _, s = unclaimed.pop(0)
                 batch.free(s)
                 self.stats["parked_dropped"] += 1
-            r.reuse = self._share(donors, r, s, copies)
+            r.reuse = self._share(donors, r, s, copies, joining)
             batch.slots[s] = r
             placed.append((s, r))
         if copies:
             self._copy_rows(copies)
+        self._after = self._after_donors(placed, joining) if joining else {}
         return placed
 
-    # ------------------------------------------------------------- prefix sharing
-    def _donor_rows(self, batch: _SlotBatch) -> dict[str, tuple[int, list[int]]]:
-        """Route -> (slot, the ids whose KV the slot holds) of every row a fork may copy: parked or
-        running, its KV from the current weights (stale parked rows are already freed). Empty when
-        no fork waits for its first request."""
-        if not (self._donors and self.reuse_prefix):
-            return {}
-        wanted = set(self._donors.values())
-        held = {}
-        for s, r in enumerate(batch.slots):
-            if r is not None and r.route in wanted and r.versions and r.versions[-1] == self.weights_version:
-                held[r.route] = (s, r.cached_ids[: batch.lengths[s]])
-        return held
-
-    def _share(
-        self,
-        donors: dict[str, tuple[int, list[int]]],
-        r: _Request,
-        s: int,
-        copies: list[tuple[int, int, int]],
-    ) -> int:
-        """How many leading prompt tokens of the fresh request ``r`` (placed in slot ``s``) come from
-        a copy of its donor's row (``share_prefix``; the copy is added to ``copies``): their common
-        prefix, leaving at least one token to feed; 0 (a full prefill) without a donor row, or when
-        the prompt does not extend the donor's first token."""
-        src = self._donors.pop(r.route, None) if r.route is not None else None
-        if src is None or src not in donors:
-            return 0
-        slot, held = donors[src]
-        reuse = min(_common_prefix(held, r.prompt_ids), len(r.prompt_ids) - 1)
-        if reuse <= 0:
-            return 0
-        if slot != s:  # the donor's own evicted slot already holds the prefix
-            copies.append((slot, s, reuse))
-        self.stats["shared_rows"] += 1
-        return reuse
-
-    def _copy_rows(self, copies: list[tuple[int, int, int]]) -> None:
-        """Copy the first ``columns`` cache columns of each donor slot into its new slot, every layer,
-        on the device and in place (the captured graphs keep reading the same storage). All donors
-        are read before any slot is written, so a slot that is both gives its own old KV."""
-        import torch
-
-        cache = self._buffers()
-        n = max(c for _, _, c in copies)  # a shorter prefix copies a few extra columns, never read
-        src = torch.tensor([a for a, _, _ in copies], device=self.device)
-        dst = torch.tensor([b for _, b, _ in copies], device=self.device)
-        with torch.inference_mode():
-            for t in (*cache.keys, *cache.values):
-                t[:, :, :n].index_copy_(0, dst, t[src, :, :n])
-
     def _prefill(self, batch: _SlotBatch, placed: list[tuple[int, _Request]]) -> None:
-        """Feed the placed rows in passes of at most ``prefill_tokens`` (rows x longest feed); a
-        failing pass is retried row by row, so only the culprit fails."""
+        """Feed the placed rows; forks whose donor was placed now too (``_after``) after it, from a
+        copy of its row."""
+        after, self._after = self._after, {}
+        self._prefill_rows(batch, [(s, r) for s, r in placed if s not in after])
+        if after:
+            self._share_joined(batch, after)
+            self._prefill_rows(batch, [(s, r) for s, r in placed if s in after])
+
+    def _prefill_rows(self, batch: _SlotBatch, placed: list[tuple[int, _Request]]) -> None:
+        """Feed the rows in passes of at most ``prefill_tokens`` (rows x longest feed); a failing
+        pass is retried row by row, so only the culprit fails."""
         group: list[tuple[int, _Request]] = []
         longest = 0
         for s, r in sorted(placed, key=lambda p: len(p[1].prompt_ids) - p[1].reuse):
