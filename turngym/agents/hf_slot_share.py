@@ -71,7 +71,7 @@ class SlotSharing:
                 held[r.route] = (s, r.cached_ids[: batch.lengths[s]])
         return held
 
-    def _share(
+    def _share_row(
         self,
         donors: dict[str, tuple[int, list[int]]],
         r: _Request,

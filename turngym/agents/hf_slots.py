@@ -315,7 +315,7 @@ class HFSlotBackend(SlotSharing, HFBackend):
                 _, s = unclaimed.pop(0)
                 batch.free(s)
                 self.stats["parked_dropped"] += 1
-            r.reuse = self._share(donors, r, s, copies, joining)
+            r.reuse = self._share_row(donors, r, s, copies, joining)
             batch.slots[s] = r
             placed.append((s, r))
         if copies:
