@@ -177,7 +177,15 @@ async def test_slot_forks_copy_rows_under_captured_graphs(tiny_dir, tokenizer):
     assert (await graphs.generate(nxt, GREEDY, route="p")).token_ids == (
         await full.generate(nxt, GREEDY)
     ).token_ids
+    # forks arriving with their donor's first request copy its row right after its prefill
+    graphs.share_prefix("q", "d1")
+    graphs.share_prefix("q", "d2")
+    fresh = prompts(tokenizer)[2]
+    asks = [("q", GREEDY), ("d1", GREEDY), ("d2", seeded)]
+    got = await asyncio.gather(*(graphs.generate(fresh, s, route=r) for r, s in asks))
+    for g, (_, s) in zip(got, asks, strict=True):
+        assert g.token_ids == (await full.generate(fresh, s)).token_ids
     st = graphs.stats
-    assert st["shared_rows"] == 2 and captured >= 1 and st["graph_replays"] > 0 and st["graph_fallbacks"] == 0
+    assert st["shared_rows"] == 4 and captured >= 1 and st["graph_replays"] > 0 and st["graph_fallbacks"] == 0
     await graphs.aclose()
     await full.aclose()
