@@ -1,13 +1,17 @@
 """Flat groups vs tree rollouts at an equal sampled-token budget, with the tiny model on CPU.
 
     python benchmarks/tree_budget.py [--envs arith search-qa] [--tasks 4] [--group 4] [--k 2] [--turns 0,1]
+        [--hf-engine continuous|slots] [--modes flat tree tree-noshare]
 
-Per env, in the same run and with the same backend (the HF continuous engine, prefix reuse on):
+Per env, in the same run and with the same backend (the HF engine ``--hf-engine``, default the
+continuous one; prefix reuse on):
 
 1. flat: ``--group`` independent samples of each of ``--tasks`` tasks; its sampled tokens per task
    are the budget;
 2. tree: one tree per task (``--k`` children at the ``--turns`` schedule) with ``max_tokens`` = that
-   per-task budget (a tree stops branching once it has sampled it; live paths finish).
+   per-task budget (a tree stops branching once it has sampled it; live paths finish);
+3. tree-noshare (when listed in ``--modes``): the same trees with the backend's ``share_prefix`` off,
+   so every branch prefills its whole prefix (what sharing saves).
 
 Printed per mode: trajectories (leaves), tree nodes, tokens the policy sampled, sampled tokens reused
 through shared prefixes (flat: 0), prefix tokens a branch started with, the backend's prompt tokens
@@ -29,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from turngym.agents import LLMAgent, SamplingParams  # noqa: E402
-from turngym.agents.hf import HFBackend  # noqa: E402
+from turngym.agents.hf_engines import make_hf_backend  # noqa: E402
 from turngym.agents.models import load_tokenizer  # noqa: E402
 from turngym.agents.tiny import tiny_model_path  # noqa: E402
 from turngym.rollout import RolloutConfig, RolloutEngine  # noqa: E402
@@ -45,9 +49,14 @@ async def one(env_id: str, mode: str, args, backend, tokenizer, budget: int | No
         tree = TreeConfig(k=args.k, turns=turns, max_tokens=budget, max_nodes=None)
         cfg = RolloutConfig(tree=tree, max_concurrency=64)
     engine = RolloutEngine(env_id, agent, cfg, env_kwargs={"max_turns": args.max_turns})
+    if mode == "tree-noshare":
+        backend.share_prefix = None  # LLMSession.fork then leaves every branch to a full prefill
     before = dict(backend.stats)
     t0 = time.perf_counter()
-    trajs = await engine.run(range(args.tasks))
+    try:
+        trajs = await engine.run(range(args.tasks))
+    finally:
+        vars(backend).pop("share_prefix", None)
     wall = time.perf_counter() - t0
     s = engine.stats
     generated = s.generated_tokens
@@ -67,20 +76,22 @@ async def one(env_id: str, mode: str, args, backend, tokenizer, budget: int | No
 
 
 async def bench(env_id: str, args, backend, tokenizer) -> None:
-    rows: dict[str, list[dict[str, float]]] = {"flat": [], "tree": []}
+    modes = ["flat", *(m for m in args.modes if m != "flat")]  # flat sets the budget
+    rows: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
     for _ in range(args.repeats):
         flat = await one(env_id, "flat", args, backend, tokenizer, None)
         rows["flat"].append(flat)
         budget = max(1, round(flat["generated"] / args.tasks))  # the flat run's sampled tokens per task
-        rows["tree"].append(await one(env_id, "tree", args, backend, tokenizer, budget))
+        for mode in modes[1:]:
+            rows[mode].append(await one(env_id, mode, args, backend, tokenizer, budget))
     keys = list(rows["flat"][0])
     print(
         f"\n{env_id}: {args.tasks} tasks, flat groups of {args.group} vs trees k={args.k} turns={args.turns}"
     )
-    print(f"{'mode':6}" + "".join(f"{k:>19}" for k in keys))
+    print(f"{'mode':13}" + "".join(f"{k:>19}" for k in keys))
     for mode, rs in rows.items():
         mean = {k: sum(r[k] for r in rs) / len(rs) for k in keys}
-        print(f"{mode:6}" + "".join(f"{mean[k]:>19.2f}" for k in keys))
+        print(f"{mode:13}" + "".join(f"{mean[k]:>19.2f}" for k in keys))
 
 
 def main() -> None:
@@ -93,11 +104,15 @@ def main() -> None:
     ap.add_argument("--max-turns", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--hf-engine", choices=["continuous", "slots"], default="continuous")
+    ap.add_argument("--modes", nargs="+", choices=["flat", "tree", "tree-noshare"], default=["flat", "tree"])
     args = ap.parse_args()
     path = tiny_model_path()
     tokenizer = load_tokenizer(path)
-    backend = HFBackend(path, tokenizer, max_batch_size=64, max_wait_ms=20)
-    print(f"load average before: {os.getloadavg()[0]:.2f}")
+    backend = make_hf_backend(
+        path, tokenizer, engine=args.hf_engine, max_context=2048, max_batch_size=64, max_wait_ms=20
+    )
+    print(f"engine: {type(backend).__name__}; load average before: {os.getloadavg()[0]:.2f}")
 
     async def run() -> None:
         try:

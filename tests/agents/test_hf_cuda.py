@@ -142,3 +142,50 @@ async def test_compiled_slot_graphs_give_the_eager_ids(tiny_dir, tokenizer):
     assert after["fused", None] == after["eager", None] and after["fused", None] != got["fused", None]
     await fused.aclose()
     await eager.aclose()
+
+
+async def test_slot_forks_copy_rows_under_captured_graphs(tiny_dir, tokenizer):
+    """``share_prefix`` on the slots engine with CUDA graphs (fp32): forks made after the graphs were
+    captured copy their donor's row into the same static cache the graphs read, then decode by replay;
+    greedy and seeded forks give the ids of full prefills on an eager backend, and the donor's next
+    turn is unchanged."""
+    import torch
+
+    from turngym.agents.hf_slots import HFSlotBackend
+    from turngym.agents.models import load_model
+
+    model = load_model(tiny_dir, device="cuda", dtype=torch.float32)
+    graphs = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=512, park_s=600.0)
+    full = HFSlotBackend(
+        model, tokenizer, max_batch_size=8, max_context=512, cuda_graphs=False, reuse_prefix=False
+    )
+    seeded = SamplingParams(max_tokens=12, temperature=1.0, top_p=0.9, seed=5, stop_token_ids=(-1,))
+    obs = tokenizer.encode(" observation: 17", add_special_tokens=False)
+    prompt = prompts(tokenizer)[1]
+    first = await graphs.generate(prompt, GREEDY, route="p")  # captures the first graphs
+    captured = graphs.stats["graph_captures"]
+    context = prompt + first.token_ids + obs
+    graphs.share_prefix("p", "c1")
+    graphs.share_prefix("p", "c2")
+    samplings = [GREEDY, GREEDY, seeded]
+    got = await asyncio.gather(
+        *(graphs.generate(context, s, route=r) for r, s in zip(("p", "c1", "c2"), samplings, strict=True))
+    )
+    for g, s in zip(got, samplings, strict=True):
+        assert g.token_ids == (await full.generate(context, s)).token_ids
+    nxt = context + got[0].token_ids + obs
+    assert (await graphs.generate(nxt, GREEDY, route="p")).token_ids == (
+        await full.generate(nxt, GREEDY)
+    ).token_ids
+    # forks arriving with their donor's first request copy its row right after its prefill
+    graphs.share_prefix("q", "d1")
+    graphs.share_prefix("q", "d2")
+    fresh = prompts(tokenizer)[2]
+    asks = [("q", GREEDY), ("d1", GREEDY), ("d2", seeded)]
+    got = await asyncio.gather(*(graphs.generate(fresh, s, route=r) for r, s in asks))
+    for g, (_, s) in zip(got, asks, strict=True):
+        assert g.token_ids == (await full.generate(fresh, s)).token_ids
+    st = graphs.stats
+    assert st["shared_rows"] == 4 and captured >= 1 and st["graph_replays"] > 0 and st["graph_fallbacks"] == 0
+    await graphs.aclose()
+    await full.aclose()

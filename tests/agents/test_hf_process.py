@@ -48,6 +48,12 @@ async def test_same_generations_as_in_process_with_prefix_reuse(tiny_dir, tokeni
         assert stats["reused_tokens"] == sum(len(p) + 11 for p in ps)  # prompt + 11 of the 12 generated
         assert ("eager_decodes" in stats) == (engine == "slots")  # the worker runs the engine asked for
         assert backend.device == "cpu" and backend.vocab_size == inproc.vocab_size
+        # a fork of t0 (a tree's branch) starts from a copy of t0's row in the worker
+        backend.share_prefix("t0", "f0")
+        fork = nxt[0] + second[0].token_ids + [8, 9]
+        got = await backend.generate(fork, GREEDY, route="f0")
+        assert got.token_ids == inproc.generate_batch([fork], [GREEDY])[0].token_ids
+        assert backend.stats["shared_rows"] == 1
     finally:
         await backend.aclose()
 

@@ -14,10 +14,10 @@ Same constructor arguments as ``HFBackend`` (the model must be a path or hub id)
 (``auto``, ``continuous`` or ``slots``: ``turngym.agents.hf_engines``) and ``max_context`` (the
 slots' size), and the same behaviour: continuous batching, per-request seeds, raw logprobs, prefix reuse per ``route``.
 ``update_weights(state_dict)`` sends the tensors through ``torch.multiprocessing`` (CUDA tensors
-as IPC handles, CPU tensors through shared memory). ``stats``, ``release``, ``reset_prefix_cache``,
-``start_trace``/``take_trace`` are forwarded. A caller that gives up (cancelled, timed out) frees
-its row in the worker. If the worker dies, every pending and later call raises ``BackendError``
-with its exit code; ``aclose`` stops it.
+as IPC handles, CPU tensors through shared memory). ``stats``, ``release``, ``share_prefix``,
+``reset_prefix_cache``, ``start_trace``/``take_trace`` are forwarded. A caller that gives up
+(cancelled, timed out) frees its row in the worker. If the worker dies, every pending and later call
+raises ``BackendError`` with its exit code; ``aclose`` stops it.
 """
 
 from __future__ import annotations
@@ -107,6 +107,11 @@ class HFProcessBackend(TokenBackend):
     def release(self, route: str) -> None:
         """The trajectory behind ``route`` is over: the worker drops its parked row."""
         self._send(("release", route), quiet=True)
+
+    def share_prefix(self, route: str, child: str) -> None:
+        """``child`` was forked from ``route``: its first request may start from a copy of ``route``'s
+        row in the worker (sent ahead of the child's requests, on the same pipe)."""
+        self._send(("share", route, child), quiet=True)
 
     def reset_prefix_cache(self) -> None:
         self._call("reset")
@@ -276,6 +281,8 @@ def _worker(conn: Any, model: str, tokenizer: str | None, kwargs: dict) -> None:
             cancelled.add(msg[1])
         elif kind == "release":
             backend.release(msg[1])
+        elif kind == "share":
+            backend.share_prefix(msg[1], msg[2])
         elif kind == "call":
             _, cid, what, args = msg
             try:

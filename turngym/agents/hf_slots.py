@@ -33,6 +33,11 @@ replayed.
   cancellation, ``update_weights`` (in place, between steps: the graphs read the same parameter
   storage, so they see the new weights), the trace, the stats and the ledger's queued/prefill/decode
   times. It runs in a worker process too (``HFProcessBackend(..., engine="slots")``).
+* **Forks** (``share_prefix(route, child)``, a tree rollout's branch): the child's first request
+  starts from an on-device copy of ``route``'s row (parked, running, or prefilled in the same
+  iteration) up to their common prefix and prefills only the rest (``turngym.agents.hf_slot_share``;
+  ``stats["shared_rows"]``, the copied columns count in ``reused_tokens``); no usable donor row, a full
+  prefill.
 * **Limits**: a prompt longer than ``max_context`` fails with ``BackendError``; a generation that
   reaches ``max_context`` ends with ``finish_reason="length"``. Full-attention decoders only (Llama,
   Qwen2, SmolLM2, ...): sliding-window, soft-capped or recurrent attention raises at construction.
@@ -83,6 +88,7 @@ from turngym.agents.hf import (
     last_logits_pass,
 )
 from turngym.agents.hf_engines import COMPILE_SETTINGS, compile_setting
+from turngym.agents.hf_slot_share import SlotSharing
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +153,7 @@ class _SlotCache:
         return k[self.rows, :, : self.columns], v[self.rows, :, : self.columns]
 
 
-class HFSlotBackend(HFBackend):
+class HFSlotBackend(SlotSharing, HFBackend):
     """``HFBackend`` on fixed KV slots with CUDA-graph decode steps (see the module doc).
 
     ``max_context``: cache columns per slot (default: the model's limit, at most 4096);
@@ -203,6 +209,7 @@ class HFSlotBackend(HFBackend):
                 )
             )
         self._cache: _SlotCache | None = None  # allocated on the first pass
+        self._after: dict[int, _Request] = {}  # fork slot -> donor placed in the same iteration (_place)
         self._graphs: dict[tuple[int, int, bool], Any] = {}
         self._pool: Any = None
         self.stats.update(
@@ -266,7 +273,9 @@ class HFSlotBackend(HFBackend):
         """A slot for each joiner: its route's parked row when the prompt extends what that row holds
         (it then feeds only the prompt after the reused prefix), else the lowest free slot, evicting
         the oldest parked row when none is free. Parked rows that expired, were released, hold KV of
-        older weights or an older prefix-cache epoch, or lost their route's reuse, are freed."""
+        older weights or an older prefix-cache epoch, or lost their route's reuse, are freed. A fresh
+        request of a forked route (``share_prefix``) starts from a copy of its donor's row, or waits
+        for the prefill of a donor placed now (``turngym.agents.hf_slot_share``)."""
         now = time.perf_counter()
         released, self._released = self._released, set()
         parked: dict[str | None, int] = {}
@@ -279,6 +288,7 @@ class HFSlotBackend(HFBackend):
                 self.stats["parked_dropped"] += 1
             else:
                 parked[r.route] = s
+        donors = self._donor_rows(batch)  # before any slot changes hands: the KV each holds now
         placed: list[tuple[int, _Request]] = []
         fresh: list[_Request] = []
         for r in joiners:
@@ -294,6 +304,8 @@ class HFSlotBackend(HFBackend):
                 self.stats["parked_dropped"] += 1
             fresh.append(r)
         unclaimed = sorted((batch.slots[s].parked, s) for s in parked.values())  # type: ignore[union-attr]
+        copies: list[tuple[int, int, int]] = []  # (donor slot, new slot, columns)
+        joining: dict[int, str] = {}  # slot -> donor route, for forks whose donor has no row yet
         for r in fresh:
             s = next((i for i, x in enumerate(batch.slots) if x is None), None)
             if s is None:
@@ -303,14 +315,26 @@ class HFSlotBackend(HFBackend):
                 _, s = unclaimed.pop(0)
                 batch.free(s)
                 self.stats["parked_dropped"] += 1
-            r.reuse = 0
+            r.reuse = self._share_row(donors, r, s, copies, joining)
             batch.slots[s] = r
             placed.append((s, r))
+        if copies:
+            self._copy_rows(copies)
+        self._after = self._after_donors(placed, joining) if joining else {}
         return placed
 
     def _prefill(self, batch: _SlotBatch, placed: list[tuple[int, _Request]]) -> None:
-        """Feed the placed rows in passes of at most ``prefill_tokens`` (rows x longest feed); a
-        failing pass is retried row by row, so only the culprit fails."""
+        """Feed the placed rows; forks whose donor was placed now too (``_after``) after it, from a
+        copy of its row."""
+        after, self._after = self._after, {}
+        self._prefill_rows(batch, [(s, r) for s, r in placed if s not in after])
+        if after:
+            self._share_joined(batch, after)
+            self._prefill_rows(batch, [(s, r) for s, r in placed if s in after])
+
+    def _prefill_rows(self, batch: _SlotBatch, placed: list[tuple[int, _Request]]) -> None:
+        """Feed the rows in passes of at most ``prefill_tokens`` (rows x longest feed); a failing
+        pass is retried row by row, so only the culprit fails."""
         group: list[tuple[int, _Request]] = []
         longest = 0
         for s, r in sorted(placed, key=lambda p: len(p[1].prompt_ids) - p[1].reuse):
