@@ -49,9 +49,10 @@ replayed.
   with a warning, ``stats["graph_fallbacks"]`` counts it, and steps run eagerly.
 * **Fused steps (``compile``)**: a captured step is some 600 small kernels (per layer: norms, rotary,
   residual adds, the MLP's activation; then the sampling), and replaying them is what a step costs.
-  ``compile="default"`` (or ``True``) runs the decode body through ``torch.compile`` (inductor fuses
-  the elementwise, norm, rotary and sampling kernels) before a bucket's graph captures it, so the
-  graph replays fewer, fused kernels; on CPU the compiled body runs without graphs. The named
+  ``compile="default"`` (or ``True``) runs the decode step's model pass through ``torch.compile``
+  (inductor fuses the elementwise, norm and rotary kernels; the sampling after it stays eager: inductor
+  2.11 cannot lower its argmax over the vocabulary) before a bucket's graph captures the step, so the
+  graph replays fewer, fused kernels; on CPU the compiled pass runs without graphs. The named
   settings are ``turngym.agents.hf_engines.COMPILE_SETTINGS``: ``default``;
   ``max-autotune-no-cudagraphs`` (Triton matmul templates autotuned per bucket); ``dynamic`` (one
   compile for every bucket, sizes symbolic). None uses inductor's own CUDA graphs (this backend
@@ -197,7 +198,7 @@ class HFSlotBackend(SlotSharing, HFBackend):
         self.cuda_graphs = on_cuda if cuda_graphs is None else bool(cuda_graphs)
         self.prefill_tokens = prefill_tokens
         self.compile = setting
-        self._compiled: Any = None  # the compiled decode body, made on first use
+        self._compiled: Any = None  # the compiled model pass of a decode step, made on first use
         self.kv_bytes = kv_cache_bytes(self.model, self.max_batch_size, max_context + 1)
         free = free_device_bytes(self.device)
         if free is not None and self.kv_bytes > KV_SHARE * free:
@@ -452,11 +453,10 @@ class HFSlotBackend(SlotSharing, HFBackend):
                 ("pass", t0, time.perf_counter(), "decode", len(live), 0, w, k, cpu, t_fwd - t0)
             )
 
-    def _decode_body(self, w: int, k: int, filtered: bool) -> None:
-        """The decode step of slots ``0..w-1`` over ``k`` columns, from the static inputs (``_ids``,
-        ``_step_in``: positions and uniform draws; the slots' sampling settings) to the static
-        outputs (``_step_out``: tokens and raw logprobs; ``_ids``: the next step's inputs); what a
-        graph captures."""
+    def _decode_logits(self, w: int, k: int) -> Any:
+        """The model's pass of a decode step over slots ``0..w-1`` and ``k`` columns, from the static
+        inputs (``_ids``, ``_step_in``'s positions) to the last position's fp32 logits: the part
+        ``compile`` fuses (the layers' ~600 small kernels)."""
         cache = self._cache
         assert cache is not None
         ids, pos = self._ids[:w, None], self._step_in[0, :w].long()[:, None]
@@ -464,8 +464,17 @@ class HFSlotBackend(SlotSharing, HFBackend):
         cache.rows, cache.width, cache.columns = None, w, k
         mask = (self._columns[None, :k] <= pos)[:, None, None, :]
         out = last_logits_pass(self.model, ids, mask, pos, cache)
+        return out.logits[:, -1].float()
+
+    def _decode_body(self, w: int, k: int, filtered: bool, logits_fn: Any = None) -> None:
+        """The decode step of slots ``0..w-1`` over ``k`` columns, from the static inputs (``_ids``,
+        ``_step_in``: positions and uniform draws; the slots' sampling settings) to the static
+        outputs (``_step_out``: tokens and raw logprobs; ``_ids``: the next step's inputs); what a
+        graph captures. ``logits_fn``: the (compiled) model pass; sampling stays eager, since
+        inductor cannot lower an argmax over a 49k vocabulary on every version (torch 2.11:
+        "NYI TritonSplitDimKernel reductions") and the sampling is a few kernels."""
+        logits = (logits_fn or self._decode_logits)(w, k)
         u = self._step_in[1, :w].float()
-        logits = out.logits[:, -1].float()
         tok, lp = pick(
             logits, self._temp[:w], self._greedy[:w], self._top_k[:w], self._top_p[:w], u, filtered
         )
@@ -474,15 +483,15 @@ class HFSlotBackend(SlotSharing, HFBackend):
         self._step_out[1, :w].copy_(lp)
 
     def _body(self) -> Any:
-        """The decode body to run: compiled (``compile`` on; compiling on its first call for a
-        bucket) or plain."""
+        """The decode body to run: with the model pass compiled (``compile`` on; compiling on its
+        first call for a bucket) or plain."""
         if self.compile is None:
             return self._decode_body
         if self._compiled is None:
             import torch
 
-            self._compiled = torch.compile(self._decode_body, **COMPILE_SETTINGS[self.compile])
-        return self._compiled
+            self._compiled = torch.compile(self._decode_logits, **COMPILE_SETTINGS[self.compile])
+        return functools.partial(self._decode_body, logits_fn=self._compiled)
 
     def _step(self, w: int, k: int, filtered: bool) -> None:
         """One decode body, outside a capture: compiled when ``compile`` is on (the bucket's first
