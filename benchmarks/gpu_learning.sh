@@ -26,9 +26,11 @@
 set -uo pipefail
 ROOT=/root/smol
 RUN=$ROOT/run
-RUNS=("$RUN")
-[[ -n ${TRAIN_ARGS2:-} ]] && RUNS+=("$ROOT/run2")
-[[ -n ${TRAIN_ARGS3:-} ]] && RUNS+=("$ROOT/run3")
+RUNS=("$RUN")  # the runs this call launches, or (a wait call, which sets no TRAIN_ARGSn) finds there
+for n in 2 3; do
+  v=TRAIN_ARGS$n
+  [[ -n ${!v:-} || -d $ROOT/run$n ]] && RUNS+=("$ROOT/run$n")
+done
 export PYTHONPATH=$ROOT/site:$ROOT/tg PYTHONUNBUFFERED=1 TURNGYM_CACHE_DIR=$ROOT/cache
 
 pack() {  # run 1 at the archive's top (as before), run N under runN/
