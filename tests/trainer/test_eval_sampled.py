@@ -75,20 +75,29 @@ def test_sampled_metrics_masked_survivor_scores_do_not_count():
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.lists(
-        st.tuples(st.sampled_from("abcd"), st.sampled_from([-0.1, 0.0, 0.5, 1.0]), st.booleans()),
-        min_size=1,
-        max_size=24,
+    st.integers(1, 4).flatmap(
+        lambda k: st.lists(
+            st.lists(
+                st.tuples(st.sampled_from([-0.1, 0.0, 0.5, 1.0]), st.booleans()), min_size=k, max_size=k
+            ),
+            min_size=1,
+            max_size=5,
+        )
     )
 )
-def test_sampled_metrics_properties(episodes):
-    m = sampled_metrics([make_traj([o], group=g, masked=masked) for g, o, masked in episodes])
-    wins = [g for g, o, masked in episodes if o >= 1.0 and not masked]
-    assert m["reward/success"] == len(wins) / len(episodes)
-    assert m["pass_at_k"] == len(set(wins)) / len({g for g, _, _ in episodes})
-    # pass@k is at least the success rate of the best task, and never below the mean success
+def test_sampled_metrics_properties(tasks):
+    """k episodes per task (as the eval samples them): success and pass@k count unmasked wins only,
+    and pass@k is never below the mean success."""
+    trajs = [
+        make_traj([o], group=f"task{i}", masked=masked) for i, eps in enumerate(tasks) for o, masked in eps
+    ]
+    m = sampled_metrics(trajs)
+    wins = [[o >= 1.0 and not masked for o, masked in eps] for eps in tasks]
+    assert m["episodes"] == len(trajs)
+    assert m["reward/success"] == sum(map(sum, wins)) / len(trajs)
+    assert m["pass_at_k"] == sum(map(any, wins)) / len(tasks)
     assert m["pass_at_k"] >= m["reward/success"] - 1e-12
-    assert m["reward/masked_frac"] == sum(masked for _, _, masked in episodes) / len(episodes)
+    assert m["reward/masked_frac"] == sum(masked for eps in tasks for _, masked in eps) / len(trajs)
 
 
 ROWS = [
