@@ -38,11 +38,12 @@ def _split_args(config: Path | None, overrides: list[str] | None) -> tuple[Path 
 
 
 def heldout_summary(run_dir: str | Path) -> str | None:
-    """The run's held-out before/after line (first and last eval of ``metrics.jsonl``), or None."""
+    """The run's held-out before/after lines (first and last eval of ``metrics.jsonl``: the greedy
+    eval's, then the sampled eval's when the run has one), one per line, or None."""
     from turngym.trainer.metrics import read_metrics
-    from turngym.viewer.report import eval_summary
+    from turngym.viewer.report import eval_summaries
 
-    return eval_summary(read_metrics(run_dir))
+    return "\n".join(eval_summaries(read_metrics(run_dir))) or None
 
 
 def train(
@@ -100,7 +101,7 @@ def train(
         f"[green]done[/] at step {summary['step']}: metrics {run / 'metrics.jsonl'}, tensorboard {run / 'tb'}, "
         f"trajectories {run / 'trajectories'}, checkpoints {run / 'checkpoints'}, model {run / 'final'}"
     )
-    if line := heldout_summary(run):
+    for line in (heldout_summary(run) or "").splitlines():
         console.print(f"[bold]{line}[/]", highlight=False, soft_wrap=True)
 
 

@@ -98,7 +98,13 @@ class RolloutSettings(_Strict):
     eval_tasks: int = 0  # 0: no evaluation
     eval_every: int = 0
     eval_seed_offset: int = 1_000_000
-    eval_temperature: float = 0.0
+    eval_temperature: float = 0.0  # 0: the greedy held-out eval (eval/...)
+    # also evaluate the policy's own samples: eval_samples episodes per held-out task at
+    # eval_sample_temperature (eval/sampled/...: success and outcome over all of them, masked ones as
+    # failures, and pass@k over the tasks); 0: off. A greedy eval can sit still while RL sharpens the
+    # distribution the policy samples from (and trains on): this one shows it.
+    eval_samples: int = Field(default=0, ge=0)
+    eval_sample_temperature: float = Field(default=1.0, gt=0.0)
     eval_env_kwargs: dict[str, Any] = Field(default_factory=dict)  # merged over env_kwargs (e.g. split: test)
     # eval metrics also per value of this key of the tasks' reference (search-qa: "hops", "kind")
     eval_breakdown: str | None = None

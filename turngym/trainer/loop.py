@@ -253,22 +253,35 @@ class Trainer:
         return trajs, engine.stats.as_dict()
 
     def evaluate(self) -> dict[str, float]:
+        """The held-out eval: one episode per task at ``rollout.eval_temperature`` (greedy by default,
+        ``eval/...``), and with ``rollout.eval_samples`` = k also k episodes per task sampled at
+        ``rollout.eval_sample_temperature`` (``eval/sampled/...``). Both count a masked trajectory
+        as a failure and reseed sampling from ``cfg.seed`` (the same eval at every step), leaving
+        the training RNG as they found it."""
         r = self.cfg.rollout
         if r.eval_tasks <= 0:
             return {}
         import torch
 
         state = torch.get_rng_state()
-        torch.manual_seed(self.cfg.seed)
         seeds = shard([r.eval_seed_offset + k for k in range(r.eval_tasks)], self.dist)
-        trajs, _ = self.rollout(seeds, 1, r.eval_temperature, {**r.env_kwargs, **r.eval_env_kwargs})
+        env_kwargs = {**r.env_kwargs, **r.eval_env_kwargs}
+        torch.manual_seed(self.cfg.seed)
+        trajs, _ = self.rollout(seeds, 1, r.eval_temperature, env_kwargs)
+        sampled = []
+        if r.eval_samples:
+            torch.manual_seed(_derive(self.cfg.seed, -1))  # not a training step's seed
+            sampled, _ = self.rollout(seeds, r.eval_samples, r.eval_sample_temperature, env_kwargs)
         torch.set_rng_state(state)
         metrics = {f"eval/{k}": v for k, v in reward_metrics(trajs).items()}
+        metrics["eval/episodes"] = float(len(trajs))
         if r.eval_breakdown:
             metrics.update(breakdown_metrics(trajs, r.eval_breakdown, "eval/"))
+        if sampled:
+            metrics.update({f"eval/sampled/{k}": v for k, v in sampled_metrics(sampled).items()})
         if r.eval_judge:
             metrics.update(self.judge_against_start(trajs))
-        return merge_metrics(self.dist, metrics)
+        return merge_metrics(self.dist, metrics, summed=("eval/episodes", "eval/sampled/episodes"))
 
     def judge_against_start(self, trajs: list[Trajectory]) -> dict[str, float]:
         """``rollout.eval_judge``: each held-out trajectory against the start policy's on the same
@@ -610,6 +623,23 @@ def reward_metrics(trajs: list[Trajectory]) -> dict[str, float]:
             }
         )
     return out
+
+
+def sampled_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """:func:`reward_metrics` over every sampled episode (masked ones count as failures), with
+    ``episodes`` (how many) and ``pass_at_k`` (the share of tasks, by group, with at least one
+    successful unmasked episode)."""
+    if not trajs:
+        return {}
+    groups: dict[str, bool] = {}
+    for t in trajs:
+        won = not t.masked and t.terminated and t.outcome >= 1.0
+        groups[t.group] = groups.get(t.group, False) or won
+    return {
+        **reward_metrics(trajs),
+        "episodes": float(len(trajs)),
+        "pass_at_k": sum(groups.values()) / len(groups),
+    }
 
 
 def _derive(seed: int, step: int) -> int:

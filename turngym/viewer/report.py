@@ -7,8 +7,9 @@ over steps, turns per episode, tool-error rate by turn index) rendered by matplo
 A tree rollout's group (turns with ``node_id``/``parent_id``, ``turngym.rollout.tree``) also gets
 its tree drawn as inline SVG (``tree_view``): nodes with their value (the mean return of the
 unmasked leaves below), edges parent -> child, the turn each branch point branched at.
-A training run's held-out before/after numbers (first and last ``eval/`` rows of ``metrics.jsonl``)
-head the report (``eval_summary``).
+A training run's held-out before/after numbers (first and last ``eval/`` rows of ``metrics.jsonl``;
+greedy, and the policy's own samples when the run logged ``eval/sampled/``) head the report
+(``eval_summary``).
 
 Advantages are read from ``turn.info["advantages"]`` (``{method: value}``) or from
 ``trajectory.metadata["advantages"]`` (``{method: [value per turn]}``). Training metrics are
@@ -202,32 +203,47 @@ def tree_view(members: list[Trajectory]) -> dict[str, Any] | None:
     }
 
 
-EVAL_KEYS = ("eval/reward/outcome", "eval/reward/success")
+EVAL_KEYS = (
+    "eval/reward/outcome",
+    "eval/reward/success",
+    "eval/sampled/reward/outcome",
+    "eval/sampled/reward/success",
+)
+#: the held-out evals a training run logs (``Trainer.evaluate``): metric prefix -> its name in the summary
+EVALS = {"eval/": "held-out success", "eval/sampled/": "held-out sampled success"}
 
 
-def eval_summary(metrics: list[dict[str, Any]]) -> str | None:
+def eval_summary(metrics: list[dict[str, Any]], prefix: str = "eval/") -> str | None:
     """``held-out success 0.12 (step 0) -> 0.47 (step 40); outcome ...; masked ...`` from the first and
-    last metrics rows holding ``eval/reward/success`` (masked trajectories count as failures there);
-    None without two such rows."""
-    rows = [m for m in metrics if "eval/reward/success" in m]
+    last metrics rows holding ``{prefix}reward/success`` (masked trajectories count as failures there);
+    None without two such rows. ``prefix="eval/sampled/"``: the eval of the policy's own samples
+    (k per task), whose line also says k and pass@k."""
+    key = f"{prefix}reward/success"
+    rows = [m for m in metrics if key in m]
     if len(rows) < 2:
         return None
     a, b = rows[0], rows[-1]
     sa, sb = a.get("step", 0), b.get("step", len(metrics))
-    parts = [
-        f"held-out success {a['eval/reward/success']:.2f} (step {sa}) -> {b['eval/reward/success']:.2f} (step {sb})"
-    ]
-    pre = next((m for m in metrics if "eval_before_sft/reward/success" in m), None)
+    head = EVALS.get(prefix, f"{prefix} success")
+    parts = [f"{head} {a[key]:.2f} (step {sa}) -> {b[key]:.2f} (step {sb})"]
+    before = prefix.replace("eval/", "eval_before_sft/", 1) + "reward/success"
+    pre = next((m for m in metrics if before in m), None)
     if pre is not None:  # the untrained policy, before the warm start
-        parts[0] = (
-            f"held-out success {pre['eval_before_sft/reward/success']:.2f} (before training) -> "
-            + parts[0][len("held-out success ") :]
-        )
-    if "eval/reward/outcome" in a and "eval/reward/outcome" in b:
-        parts.append(f"outcome {a['eval/reward/outcome']:+.3f} -> {b['eval/reward/outcome']:+.3f}")
-    ma, mb = a.get("eval/reward/masked_frac", 0.0), b.get("eval/reward/masked_frac", 0.0)
+        parts[0] = f"{head} {pre[before]:.2f} (before training) -> " + parts[0][len(head) + 1 :]
+    if f"{prefix}reward/outcome" in a and f"{prefix}reward/outcome" in b:
+        parts.append(f"outcome {a[f'{prefix}reward/outcome']:+.3f} -> {b[f'{prefix}reward/outcome']:+.3f}")
+    if f"{prefix}pass_at_k" in a and f"{prefix}pass_at_k" in b:
+        n, tasks = b.get(f"{prefix}episodes"), b.get("eval/episodes")
+        k = f"@{round(n / tasks)}" if n and tasks else "@k"
+        parts.append(f"pass{k} {a[f'{prefix}pass_at_k']:.2f} -> {b[f'{prefix}pass_at_k']:.2f}")
+    ma, mb = a.get(f"{prefix}reward/masked_frac", 0.0), b.get(f"{prefix}reward/masked_frac", 0.0)
     parts.append(f"masked {ma:.0%} -> {mb:.0%}")
     return "; ".join(parts)
+
+
+def eval_summaries(metrics: list[dict[str, Any]]) -> list[str]:
+    """The :func:`eval_summary` line of each held-out eval the run logged (greedy, then sampled)."""
+    return [line for prefix in EVALS if (line := eval_summary(metrics, prefix))]
 
 
 def _svg(fig: Any) -> str:
@@ -247,13 +263,14 @@ def _plots(trajs: list[Trajectory], metrics: list[dict[str, Any]]) -> list[tuple
     steps = sorted({int(t.metadata.get("step", 0)) for t in trajs})
     if any(k in m for m in metrics for k in EVAL_KEYS):
         fig, ax = plt.subplots(figsize=(5, 3))
-        for k, marker in zip(EVAL_KEYS, "os", strict=True):
+        for k, marker, style in zip(EVAL_KEYS, "osov", ("-", "-", "--", "--"), strict=True):
             pts = [(m.get("step", i), m[k]) for i, m in enumerate(metrics) if k in m]
             if pts:
-                ax.plot(*zip(*pts, strict=True), marker=marker, label=k)
+                ax.plot(*zip(*pts, strict=True), marker=marker, linestyle=style, label=k)
         ax.set_xlabel("step")
         ax.legend(fontsize=7)
-        ax.set_title((eval_summary(metrics) or "held-out eval").replace("; ", "\n"), fontsize=7)
+        title = "\n".join(line.replace("; ", "\n") for line in eval_summaries(metrics))
+        ax.set_title(title or "held-out eval", fontsize=7)
         plots.append(("held-out eval", _svg(fig)))
         plt.close(fig)
     if metrics:
@@ -406,7 +423,7 @@ def write_report(run: str | Path, out: str | Path | None = None) -> Path:
         metrics = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
     out = Path(out) if out is not None else (run if run.is_dir() else run.parent) / "report.html"
     title = f"turngym · {run.name}"
-    if headline := eval_summary(metrics):
+    for headline in eval_summaries(metrics):
         title += f" · {headline}"
     out.write_text(build_report(trajs, title=title, metrics=metrics), encoding="utf-8")
     return out
