@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from tests import hf_turns
 from turngym.agents import SamplingParams
 from turngym.agents.hf import HFBackend
 
@@ -23,12 +24,7 @@ async def three_turns(backend, tokenizer, prompt, route, sampling=GREEDY):
     """Three generations on one route, each turn's prompt the last one plus its output and an
     observation (so later turns resume the route's parked row): the three Generations."""
     obs = tokenizer.encode(" observation: 17", add_special_tokens=False)
-    out = []
-    for _ in range(3):
-        gen = await backend.generate(prompt, sampling, route=route)
-        out.append(gen)
-        prompt = prompt + gen.token_ids + obs
-    return out
+    return await hf_turns.three_turns(backend, prompt, route, obs, sampling)
 
 
 async def three_turn_ids(backend, tokenizer, prompt, route, sampling=GREEDY):

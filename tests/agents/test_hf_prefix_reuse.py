@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from tests import hf_turns
 from turngym.agents import LLMAgent, SamplingParams
 from turngym.agents.hf import HFBackend
 from turngym.rollout import RolloutConfig, RolloutEngine
@@ -29,12 +30,7 @@ def first_prompts(tokenizer, n=3):
 
 async def three_turns(backend, prompt, route, obs):
     """Generate, then extend the context by the generation and an observation, twice more."""
-    gens = []
-    for _ in range(3):
-        gen = await backend.generate(prompt, TURN, route=route)
-        gens.append(gen)
-        prompt = prompt + gen.token_ids + obs
-    return gens
+    return await hf_turns.three_turns(backend, prompt, route, obs, TURN)
 
 
 async def test_resumed_turns_equal_full_prefills(backends, tokenizer):
