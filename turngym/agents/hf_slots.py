@@ -56,7 +56,7 @@ replayed.
   settings are ``turngym.agents.hf_engines.COMPILE_SETTINGS``: ``default``;
   ``max-autotune-no-cudagraphs`` (Triton matmul templates autotuned per bucket); ``dynamic`` (one
   compile for every bucket, sizes symbolic). None uses inductor's own CUDA graphs (this backend
-  captures them). The static settings compile once per (width, context, filtered) bucket, at its
+  captures them). The static settings compile once per (width, context) bucket, at its
   first step (seconds each, ``stats["compile_s"]``); dynamo keeps the code per process, so a later
   backend of the same shapes (the trainer makes one per rollout) reuses it. The compiled code reads
   the live parameters, so ``update_weights`` needs no recompile. A compile that fails (no C++
@@ -223,7 +223,7 @@ class HFSlotBackend(SlotSharing, HFBackend):
             compile_s=0.0,
             compile_fallbacks=0,
         )
-        self._compiled_buckets: set[tuple[int, int, bool]] = set()
+        self._compiled_buckets: set[tuple[int, int]] = set()  # (width, context): no sampling inside
         # dynamo keeps one entry per bucket a static setting compiles: room for every bucket
         widths = len({_bucket(n, 1, self.max_batch_size) for n in range(1, self.max_batch_size + 1)})
         contexts = len({_bucket(n, MIN_COLUMNS, max_context) for n in range(1, max_context + 1)})
@@ -502,7 +502,7 @@ class HFSlotBackend(SlotSharing, HFBackend):
             return
         import torch
 
-        first = (w, k, filtered) not in self._compiled_buckets
+        first = (w, k) not in self._compiled_buckets
         t0 = time.perf_counter()
         try:
             # static settings keep one dynamo entry per bucket: room for every bucket
@@ -520,7 +520,7 @@ class HFSlotBackend(SlotSharing, HFBackend):
             self._decode_body(w, k, filtered)
             return
         if first:
-            self._compiled_buckets.add((w, k, filtered))
+            self._compiled_buckets.add((w, k))
             self.stats["compiles"] += 1
             self.stats["compile_s"] += time.perf_counter() - t0
 
