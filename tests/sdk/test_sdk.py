@@ -130,3 +130,36 @@ def test_check_path_file_and_package(tmp_path):
     turngym.registry.unregister("path-check-v0")
     with pytest.raises(FileNotFoundError):
         load_envs_from_path(tmp_path / "missing.py")
+
+
+def test_check_cli_names_each_failure_last_on_stderr(tmp_path):
+    """A failing `turngym check` ends with one line per failed check, so a long run's tail says what failed."""
+    env_file = tmp_path / "coin_env.py"
+    env_file.write_text(
+        "import os\n"
+        "from turngym.sdk import ToolEnv\n"
+        "from turngym.tools import tool\n\n"
+        "class Coin(ToolEnv):\n"
+        "    tasks = [{'id': 'a', 'prompt': 'say 1', 'answer': '1'}]\n"
+        "    reward_components = ('correct',)\n\n"
+        "    @tool(terminal=True)\n"
+        "    def say(self, text: str) -> str:\n"
+        "        '''Say the answer.'''\n"
+        "        return os.urandom(8).hex()  # a different observation every time: not deterministic\n\n"
+        "    def reward(self, task, done):\n"
+        "        return {'correct': 0.0}\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "turngym.cli", "check", str(env_file)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines()[-2:] == [
+        "FAIL Coin determinism: AssertionError: seed 0: first-step observations differ",
+        "FAIL Coin gymnasium: AssertionError: Deterministic step observations are not equivalent for the same "
+        "seed and action",
+    ]
+    assert "Coin: FAIL" in out.stdout

@@ -68,7 +68,11 @@ def check_command(
                     c.name, "[green]ok[/green]" if c.passed else "[red]FAIL[/red]", c.detail.strip()[:800]
                 )
             console.print(table)
-    if not all(r.ok for r in reports):
+    failed = [(r.env_id, c) for r in reports for c in r.failures]
+    for env_id, c in failed:  # last, on stderr: a long run's tail names what failed
+        first = (c.detail.strip().splitlines() or [""])[0]
+        typer.echo(f"FAIL {env_id} {c.name}: {first[:300]}", err=True)
+    if failed:
         raise typer.Exit(1)
 
 
