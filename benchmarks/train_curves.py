@@ -158,6 +158,8 @@ def child_cmd(args: argparse.Namespace, run_dir: Path, model: str, method: str, 
         cmd += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
     if args.grad_ckpt:
         cmd.append("--grad-ckpt")
+    if args.autocast:
+        cmd += ["--autocast", args.autocast]
     for kv in args.set:
         cmd += ["--set", kv]
     if args.gpu_fraction:
@@ -208,7 +210,15 @@ def warm_start(args: argparse.Namespace, out: Path) -> tuple[list[dict], dict]:
         print(f"SFT step {step + 1}: loss {loss:.4f}, {time.time() - t0:.0f} s", flush=True)
 
     t1 = time.time()
-    losses = sft_train(m, seqs, steps=args.sft_steps, batch_size=args.sft_batch, lr=args.sft_lr, log=save)
+    losses = sft_train(
+        m,
+        seqs,
+        steps=args.sft_steps,
+        batch_size=args.sft_batch,
+        lr=args.sft_lr,
+        log=save,
+        autocast=args.autocast,
+    )
     info = {
         "sequences": len(seqs),
         "mean_tokens": sum(len(s.token_ids) for s in seqs) / max(len(seqs), 1),
@@ -263,6 +273,7 @@ def child(args: argparse.Namespace) -> None:
         f"steps={args.steps}",
         f"model.path={args.model}",
         "model.dtype=float32",
+        f"model.autocast={args.autocast or 'null'}",
         f"credit.method={method_spec(args.method)[0]}",
         *method_spec(args.method)[1],
         f"rollout.env={args.env}",
@@ -345,6 +356,11 @@ def parse_args() -> argparse.Namespace:
         help="a train-config override for every RL run (e.g. optim.warmup_steps=5, loss.kl_coef=0.01)",
     )
     ap.add_argument("--grad-ckpt", action="store_true", help="gradient checkpointing (SFT and RL)")
+    ap.add_argument(
+        "--autocast",
+        choices=["bfloat16"],
+        help="bf16 autocast for the SFT and RL forward passes (weights and optimizer stay fp32)",
+    )
     ap.add_argument("--gpu-fraction", type=float, help="per-process share of the GPU's memory (RL runs)")
     ap.add_argument("--hidden", type=int, default=384)
     ap.add_argument("--layers", type=int, default=6)

@@ -115,6 +115,36 @@ def test_sft_warm_start_learns_the_expert_format(tmp_path):
     assert expert_sequences  # the public helper exists for the CLI
 
 
+def test_bf16_autocast_runs_sft_and_the_update_in_bf16_and_keeps_fp32_weights(tmp_path, monkeypatch):
+    import torch
+
+    from turngym.trainer import batching
+
+    seen = []
+    real = batching.token_logprobs
+
+    def spy(model, *a, **kw):  # what a forward pass of the update and the warm start computes in
+        seen.append(torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None)
+        return real(model, *a, **kw)
+
+    monkeypatch.setattr(batching, "token_logprobs", spy)
+    cfg = config(
+        tmp_path, "bf16", "steps=2", "sft.steps=20", "sft.tasks=8", "sft.batch_size=4", "sft.lr=3e-3"
+    )
+    cfg.model.autocast = "bfloat16"
+    trainer = Trainer(cfg)
+    trainer.train()
+    assert seen and set(seen) == {torch.bfloat16}
+    assert {p.dtype for p in trainer.model.parameters()} == {torch.float32}
+    info = json.loads((tmp_path / "bf16" / "sft_done.json").read_text())
+    assert info["sft/loss_last"] < 0.7 * info["sft/loss_first"]
+    assert [r["step"] for r in read_metrics(tmp_path / "bf16") if "update/grad_norm" in r] == [1, 2]
+    with pytest.raises(ValueError, match="autocast"):
+        config(tmp_path, "fp16", "model.autocast=float16")
+    with pytest.raises(ValueError, match="bfloat16"):
+        batching.mixed_precision(trainer.model, "float16")
+
+
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 def test_the_slots_engine_serves_the_rollouts_and_frees_its_slots_for_the_update(tmp_path, monkeypatch, lora):
     from turngym.agents.hf_slots import HFSlotBackend

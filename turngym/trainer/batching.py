@@ -61,6 +61,22 @@ def train_mode_without_dropout(model: Any) -> Iterator[None]:
         model.train(was)
 
 
+def mixed_precision(model: Any, dtype: str | None):
+    """``torch.autocast`` on the model's device in ``dtype`` ("bfloat16"), or a no-op for None: matmuls
+    run in bf16 while the weights, their gradients and the optimizer stay in the model's own dtype.
+    Wrap forward passes only (the backward pass follows the forward's casts)."""
+    import contextlib
+
+    import torch
+
+    if not dtype:
+        return contextlib.nullcontext()
+    if dtype != "bfloat16":
+        raise ValueError(f"autocast supports 'bfloat16' (no loss scaling is done), got {dtype!r}")
+    device_type = next(model.parameters()).device.type
+    return torch.autocast(device_type=device_type, dtype=torch.bfloat16)
+
+
 def token_logprobs(
     model: Any,
     input_ids: Any,

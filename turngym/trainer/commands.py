@@ -130,6 +130,7 @@ def sft(config: ConfigArg = None, overrides: OverridesArg = None) -> None:
         batch_size=s.batch_size,
         lr=s.lr,
         seed=cfg.seed,
+        autocast=cfg.model.autocast,
         log=lambda k, loss: (
             console.print(f"sft step {k + 1}/{s.steps} loss {loss:.4f}")
             if (k + 1) % 10 == 0 or k == 0

@@ -35,6 +35,9 @@ class ModelSettings(_Strict):
     )
     device: str | None = None  # default: cuda if available
     dtype: str | None = None  # default: bf16 on GPU, fp32 on CPU
+    # "bfloat16": the forward passes of the policy update and the SFT warm start run under bf16 autocast
+    # while weights and optimizer state stay in ``dtype`` (fp32 weights at bf16 matmul speed on a GPU)
+    autocast: Literal["bfloat16"] | None = None
     lora: LoraSettings | None = None
     gradient_checkpointing: bool = False
     # CUDA only: cap this process's share of the card (torch's caching allocator raises OOM past it),

@@ -309,6 +309,7 @@ class Trainer:
 
         from turngym.trainer.batching import (
             micro_batches,
+            mixed_precision,
             pad_right,
             token_logprobs,
             train_mode_without_dropout,
@@ -345,21 +346,22 @@ class Trainer:
                     # DDP all-reduces gradients only in the last micro-batch's backward
                     with sync_context(self.ddp_model, last=g == len(groups) - 1):
                         chunk = cfg.optim.logprob_chunk_tokens
-                        logp, entropy = token_logprobs(
-                            self.ddp_model,
-                            ids,
-                            attn,
-                            with_entropy=loss_cfg.entropy_coef > 0,
-                            chunk_tokens=chunk,
-                        )
-                        ref = None
-                        if loss_cfg.kl_coef > 0:
-                            with torch.no_grad():
-                                if self.ref_model is not None:
-                                    ref, _ = token_logprobs(self.ref_model, ids, attn, chunk_tokens=chunk)
-                                else:
-                                    with self.model.disable_adapter():
-                                        ref, _ = token_logprobs(self.model, ids, attn, chunk_tokens=chunk)
+                        with mixed_precision(self.model, cfg.model.autocast):  # forward passes only
+                            logp, entropy = token_logprobs(
+                                self.ddp_model,
+                                ids,
+                                attn,
+                                with_entropy=loss_cfg.entropy_coef > 0,
+                                chunk_tokens=chunk,
+                            )
+                            ref = None
+                            if loss_cfg.kl_coef > 0:
+                                with torch.no_grad():
+                                    if self.ref_model is not None:
+                                        ref, _ = token_logprobs(self.ref_model, ids, attn, chunk_tokens=chunk)
+                                    else:
+                                        with self.model.disable_adapter():
+                                            ref, _ = token_logprobs(self.model, ids, attn, chunk_tokens=chunk)
                         loss, s = policy_loss(
                             logp, old, adv, mask, loss_cfg, ref, entropy, num_tokens, num_seqs
                         )
@@ -453,7 +455,13 @@ class Trainer:
             r.env, self.tokenizer, range(s.task_seed_offset, s.task_seed_offset + s.tasks), r.env_kwargs
         )
         losses = sft_train(
-            self.model, seqs, steps=s.steps, batch_size=s.batch_size, lr=s.lr, seed=self.cfg.seed
+            self.model,
+            seqs,
+            steps=s.steps,
+            batch_size=s.batch_size,
+            lr=s.lr,
+            seed=self.cfg.seed,
+            autocast=self.cfg.model.autocast,
         )
         self.model.eval()
         import torch

@@ -87,11 +87,20 @@ def sft_train(
     max_grad_norm: float = 1.0,
     log: Any = None,
     chunk_tokens: int | None = 4096,
+    autocast: str | None = None,
 ) -> list[float]:
-    """Train on ``sequences`` for ``steps`` optimizer steps (AdamW, cosine decay); returns the losses."""
+    """Train on ``sequences`` for ``steps`` optimizer steps (AdamW, cosine decay); returns the losses.
+
+    ``autocast="bfloat16"``: the forward passes run under bf16 autocast (``mixed_precision``); the
+    weights and AdamW's state stay in the model's dtype."""
     import torch
 
-    from turngym.trainer.batching import pad_right, token_logprobs, train_mode_without_dropout
+    from turngym.trainer.batching import (
+        mixed_precision,
+        pad_right,
+        token_logprobs,
+        train_mode_without_dropout,
+    )
 
     if not sequences:
         raise ValueError("no expert sequences to train on (does the env have a scripted expert?)")
@@ -110,7 +119,8 @@ def sft_train(
             ids = pad_right([s.token_ids for s in batch], 0, torch.long, device)
             attn = pad_right([[1] * len(s.token_ids) for s in batch], 0, torch.long, device)
             mask = pad_right([s.loss_mask for s in batch], 0, torch.float32, device)
-            logp, _ = token_logprobs(model, ids, attn, chunk_tokens=chunk_tokens)
+            with mixed_precision(model, autocast):
+                logp, _ = token_logprobs(model, ids, attn, chunk_tokens=chunk_tokens)
             loss = -(logp * mask).sum() / mask.sum().clamp(min=1.0)
             opt.zero_grad(set_to_none=True)
             loss.backward()
