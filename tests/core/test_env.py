@@ -31,6 +31,47 @@ def test_arith_expert_solves_and_info_keys():
     env.close()
 
 
+def test_arith_expert_recheck_repeats_its_last_call_once_on_its_share_of_tasks():
+    env = turngym.make("arith", depth=2, expert_recheck=1.0)
+    env.reset(seed=4)
+    actions = []
+    while not env.unwrapped._done:
+        actions.append(env.expert_action())
+        *_, info = env.step(actions[-1])
+    assert len(actions) == 4 and actions[2] == actions[1] and '"answer"' in actions[3]  # 2 ops, 1 repeat
+    assert info["reward_components"] == {"correct": 1.0}
+    env.close()
+    env = turngym.make("arith", depth=1, expert_recheck=0.3)
+    steps = [play_expert(env, seed=s)[2] for s in range(300)]
+    assert set(steps) == {2, 3} and 0.2 < steps.count(3) / len(steps) < 0.4
+    env.close()
+    with pytest.raises(ValueError, match="expert_recheck"):
+        turngym.make("arith", expert_recheck=-0.1)
+
+
+def test_arith_tool_reward_pays_each_calculate_call_and_can_be_farmed():
+    env = turngym.make("arith", depth=1, tool_reward=0.5, max_turns=4)
+    env.reset(seed=0)
+    call = env.expert_action()
+    rewards = []
+    for _ in range(4):  # farm: calculate every turn, never answer
+        _, r, term, trunc, info = env.step(call)
+        rewards.append((r, info["reward_components"]))
+    assert trunc and not term
+    assert [c for _, c in rewards[:3]] == [{"tool_ok": 0.5}] * 3
+    assert rewards[-1][1] == {"tool_ok": 0.5, "correct": 0.0, "format": -0.1}
+    assert sum(r for r, _ in rewards) == pytest.approx(1.9)
+    # the honest episode: one call, then the answer
+    env.reset(seed=0)
+    _, r1, *_ = env.step(env.expert_action())
+    _, r2, term, _, info = env.step(env.expert_action())
+    assert term and (r1, r2) == (0.5, 1.0) and info["reward_components"] == {"tool_ok": 0.0, "correct": 1.0}
+    bad = '<tool_call>{"name": "calculate", "arguments": {"a": 1, "op": "/", "b": 2}}</tool_call>'
+    env.reset(seed=0)
+    assert env.step(bad)[4]["reward_components"] == {"tool_ok": 0.0}  # only calls that ran pay
+    env.close()
+
+
 def test_reset_same_seed_same_task_and_observation():
     env = turngym.make("arith")
     a, ia = env.reset(seed=7)

@@ -81,16 +81,36 @@ class ArithEnv(Env):
     default_max_turns = 8
     forkable = True  # all state is small and per-episode: a deep copy is an independent env
 
-    def __init__(self, depth: int = 3, **kwargs: Any):
+    def __init__(
+        self,
+        depth: int = 3,
+        expert_recheck: float = 0.0,
+        tool_reward: float = 0.0,
+        **kwargs: Any,
+    ):
+        """``tool_reward``: a stepwise reward component ``tool_ok`` paid on every turn for each
+        ``calculate`` call that ran, beside the outcome ``correct`` of the answer turn. It is a dense
+        critic a policy can farm (calculate again instead of answering): the setting G-RA (credit
+        ``gated``) is for. 0 (the default): no stepwise reward.
+
+        ``expert_recheck``: the share of tasks on which the scripted expert repeats its last
+        ``calculate`` call once before answering (a careful expert double-checking), so that a student's
+        warm start puts a redundant call in its support, which a farmable ``tool_reward`` can then grow.
+        Which tasks is fixed by the expression's hash, not drawn from the episode's RNG."""
         if depth < 1:
             raise ValueError("depth must be >= 1")
+        if not 0.0 <= expert_recheck <= 1.0:
+            raise ValueError(f"expert_recheck must be in [0, 1], got {expert_recheck}")
         self.depth = depth
+        self.expert_recheck = expert_recheck
+        self.tool_reward = float(tool_reward)
         super().__init__(**kwargs)
         self._expr: _Node | None = None
         self._work: _Node | None = None
         self._target = 0
         self._answer: int | None = None
         self._computed: set[int] = set()
+        self._calls: list[tuple[int, str, int]] = []  # the calculate calls that ran, in order
 
     @tool
     def calculate(self, a: int, op: Literal["+", "-", "*"], b: int) -> str:
@@ -105,6 +125,7 @@ class ArithEnv(Env):
         if abs(value) > 10**12:
             raise ToolError("result too large")
         self._computed.add(value)
+        self._calls.append((a, op, b))
         if self._work is not None:
             _collapse(self._work, a, op, b)
         return str(value)
@@ -126,6 +147,7 @@ class ArithEnv(Env):
         self._target = self._expr.eval()
         self._answer = None
         self._computed = set()
+        self._calls = []
         expr = self._expr.text()
         system = (
             "You are a careful calculator agent. Evaluate the expression one operation at a time "
@@ -141,20 +163,31 @@ class ArithEnv(Env):
         )
 
     def _turn_reward(self, results: list[ToolResult], done: bool) -> dict[str, float]:
+        step: dict[str, float] = {}
+        if self.tool_reward:
+            step["tool_ok"] = self.tool_reward * sum(r.ok and r.name == "calculate" for r in results)
         if not done:
-            return {}
+            return step
         if self._answer is None:
-            return {"correct": 0.0, "format": -0.1}
-        return {"correct": float(self._answer == self._target)}
+            return {**step, "correct": 0.0, "format": -0.1}
+        return {**step, "correct": float(self._answer == self._target)}
 
     def _state_key(self) -> str:
         return f"{_digest(self._expr.text() if self._expr else '')}:{sorted(self._computed)}"
 
     def expert_action(self) -> str | None:
-        if self._work is None:
+        if self._work is None or self._expr is None:
             return None
         step = _next_step(self._work)
         if step is None:
+            text = self._expr.text()
+            if (
+                self._calls
+                and len(self._calls) == len(set(self._calls))
+                and _unit(text) < self.expert_recheck
+            ):
+                a, op, b = self._calls[-1]  # double-check the last operation once
+                return self.format_call("calculate", {"a": a, "op": op, "b": b})
             return self.format_call("answer", {"value": self._work.value})
         a, op, b = step
         return self.format_call("calculate", {"a": a, "op": op, "b": b})
@@ -168,3 +201,8 @@ def _copy(node: _Node) -> _Node:
 
 def _digest(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:10]
+
+
+def _unit(text: str) -> float:
+    """A number in [0, 1) fixed by ``text`` (independent of ``_digest``'s bits)."""
+    return int(hashlib.sha256(text.encode()).hexdigest()[:13], 16) / 16**13
