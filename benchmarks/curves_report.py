@@ -9,7 +9,8 @@ hops, and the training outcome (sampled, 5-step moving mean).
 prints a table of held-out F1 per method and eval step (mean, sd, min, max over the seeds).
 Another env's headline: ``--eval-metric eval/judge/win_rate --eval-label "judge win rate vs warm
 start"`` (travel-open, arena vs pointwise); ``--train-extra gated/low_mean`` adds a panel of that
-training metric (G-RA: the stepwise reward direct accumulation can farm) and a column to the JSON.
+training metric (G-RA: the stepwise reward direct accumulation can farm) and a column to the JSON;
+repeat it for more (``--train-extra gated/outcome_mean``: the outcome alone).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ TRAIN = ["step", "f1", "turns", "s_step", "s_rollout", "s_update", "s_credit", "
 
 
 def read_run(
-    path: Path, eval_metric: str = EVAL_METRIC, train_extra: str | None = None
+    path: Path, eval_metric: str = EVAL_METRIC, train_extra: list[str] | None = None
 ) -> dict[str, list[list]]:
     rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     ev = [
@@ -52,7 +53,7 @@ def read_run(
             r.get("time/credit"),
             r.get("ig/separation"),
             r.get("update/kl"),
-            *([r.get(train_extra)] if train_extra else []),
+            *(r.get(name) for name in train_extra or []),
         ]
         for r in rows
         if "reward/outcome" in r and "time/step" in r
@@ -60,7 +61,7 @@ def read_run(
     return {"eval": ev, "train": tr}
 
 
-def load(run_dir: Path, eval_metric: str = EVAL_METRIC, train_extra: str | None = None):
+def load(run_dir: Path, eval_metric: str = EVAL_METRIC, train_extra: list[str] | None = None):
     """``{"grpo-s0": {"eval": [...], "train": [...]}, ...}`` for every run under ``run_dir``."""
     runs = {}
     for f in sorted(run_dir.glob("*-s*/metrics.jsonl")):
@@ -103,7 +104,7 @@ def plot(
     title: str,
     dest: Path,
     eval_label: str = "held-out F1 (greedy)",
-    train_extra: str | None = None,
+    train_extra: list[str] | None = None,
 ) -> None:
     import matplotlib
 
@@ -112,7 +113,7 @@ def plot(
 
     panels = [(1, eval_label), (2, "held-out F1, 2-hop"), (3, "held-out F1, 3-hop")]
     panels = [p for p in panels if by_method(runs, p[0])]  # no per-hop panels for an eval without hops
-    extra = [train_extra] if train_extra else []
+    extra = list(train_extra or [])
     fig, axes = plt.subplots(
         1, len(panels) + 1 + len(extra), figsize=(5 * (len(panels) + len(extra)) + 5, 4.5)
     )
@@ -134,7 +135,7 @@ def plot(
         ax.set(title=name, xlabel="RL step")
         ax.legend(fontsize=7)
     train_panels = [(1, "train outcome (sampled, 5-step mean)")]
-    train_panels += [(len(TRAIN), f"train {name} (5-step mean)") for name in extra]
+    train_panels += [(len(TRAIN) + k, f"train {name} (5-step mean)") for k, name in enumerate(extra)]
     for ax, (col, name) in zip(axes[len(panels) :], train_panels, strict=True):
         for run, data in runs.items():
             c = colors.setdefault(method_of(run), f"C{len(colors)}")
@@ -158,12 +159,17 @@ def main() -> None:
     )
     ap.add_argument("--eval-metric", default=EVAL_METRIC, help="the eval curve's metric")
     ap.add_argument("--eval-label", default="held-out F1 (greedy)", help="its panel's title")
-    ap.add_argument("--train-extra", help="a training metric for one more panel (e.g. gated/low_mean)")
+    ap.add_argument(
+        "--train-extra",
+        action="append",
+        default=[],
+        help="a training metric for one more panel (e.g. gated/low_mean); repeat for more",
+    )
     args = ap.parse_args()
     runs = load(args.run_dir, args.eval_metric, args.train_extra)
     columns = {
         "eval": [EVAL[0], "f1" if args.eval_metric == EVAL_METRIC else args.eval_metric, *EVAL[2:]],
-        "train": TRAIN + ([args.train_extra] * bool(args.train_extra)),
+        "train": TRAIN + args.train_extra,
     }
     doc = {"card": args.card, "session": args.session, "columns": columns, "runs": runs}
     args.out.with_suffix(".json").write_text(json.dumps(doc, separators=(",", ":")))

@@ -351,3 +351,22 @@ async def test_sync_hooks_in_thread_picks_the_hooks_that_leave_the_loop(choice, 
     await env.aclose()
     loop_thread = threading.get_ident()
     assert {name for name, ident in seen.items() if ident != loop_thread} == threaded
+
+
+async def test_the_run_level_sampling_seed_changes_what_is_sampled_not_the_tasks():
+    def actions(sampling_seed):
+        eng = RolloutEngine(
+            "arith", RandomAgent(p_malformed=0.5), RolloutConfig(group_size=2, sampling_seed=sampling_seed)
+        )
+        return eng.run([3, 4])
+
+    plain, again, other = await actions(0), await actions(0), await actions(7)
+    texts = [[[t.action.content for t in tr.turns] for tr in run] for run in (plain, again, other)]
+    assert texts[0] == texts[1]  # reproducible
+    assert texts[0] != texts[2]  # another run-level seed samples otherwise
+    assert [t.task_id for t in plain] == [t.task_id for t in other]  # from the same tasks
+    assert RolloutConfig().agent_seed(3, 1) == 3001  # 0 keeps the plain per-trajectory seeds
+    mixed = RolloutConfig(sampling_seed=7)
+    assert mixed.agent_seed(3, 1) != 3001 and mixed.agent_seed(3, 1) != RolloutConfig(
+        sampling_seed=8
+    ).agent_seed(3, 1)

@@ -104,12 +104,15 @@ def test_train_curves_runs_another_env_with_method_options(tmp_path):
     dest = tmp_path / "report"
     cmd = [sys.executable, str(ROOT / "benchmarks" / "curves_report.py"), str(out), "--card", "cpu"]
     cmd += ["--session", "t", "--out", str(dest), "--eval-metric", "eval/reward/success"]
-    res = subprocess.run([*cmd, "--train-extra", "gated/low_mean"], capture_output=True, text=True, cwd=ROOT)
+    extra = ["--train-extra", "gated/outcome_mean", "--train-extra", "gated/low_mean"]
+    res = subprocess.run([*cmd, *extra], capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stderr[-3000:]
     doc = json.loads(dest.with_suffix(".json").read_text())
-    assert (
-        doc["columns"]["eval"][1] == "eval/reward/success" and doc["columns"]["train"][-1] == "gated/low_mean"
-    )
+    assert doc["columns"]["eval"][1] == "eval/reward/success"
+    assert doc["columns"]["train"][-2:] == ["gated/outcome_mean", "gated/low_mean"]
+    assert [r[-2] for r in doc["runs"]["gated.delta_-1e9-s0"]["train"]] == [
+        r["gated/outcome_mean"] for r in rows if "time/step" in r
+    ]
     gated_run = doc["runs"]["gated.delta_-1e9-s0"]
     assert [r[1] for r in gated_run["eval"]] == [
         r["eval/reward/success"] for r in rows if "eval/reward/success" in r

@@ -162,3 +162,18 @@ def test_the_slots_engine_serves_the_rollouts_and_frees_its_slots_for_the_update
     for r in rows:  # the slots engine's raw logprobs are the ones the update recomputes
         assert abs(r["update/ratio_mean"] - 1.0) < 1e-3
         assert r["rollout/time/generate/decode"] > 0
+
+
+def test_the_run_seed_reaches_every_sampling_seed(tmp_path, monkeypatch):
+    from turngym.rollout import engine as engine_mod
+
+    seen = []
+    real = engine_mod.RolloutEngine.__init__
+
+    def spy(self, env, agent, config=None, **kw):
+        seen.append(config.sampling_seed)
+        real(self, env, agent, config, **kw)
+
+    monkeypatch.setattr(engine_mod.RolloutEngine, "__init__", spy)
+    Trainer(config(tmp_path, "s5", "steps=1", "seed=5", "rollout.eval_tasks=2")).train()
+    assert seen and set(seen) == {5}  # the training step and the evals

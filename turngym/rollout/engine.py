@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import time
 import traceback
+import zlib
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
@@ -75,6 +76,15 @@ class RolloutConfig:
     max_turns: int | None = None  # tightens each env's own turn limit (``env.limit_turns``), never loosens it
     # grow a tree per task instead of ``group_size`` independent samples (turngym.rollout.tree)
     tree: TreeConfig | None = None
+    # mixed into every sampling seed the agent is given (trajectories and tree branches), so runs that
+    # differ only in it sample differently from the same tasks (the trainer passes its ``seed``); 0 keeps
+    # the plain per-trajectory seeds ``task seed * 1000 + sample``
+    sampling_seed: int = 0
+
+    def agent_seed(self, seed: int, sample: int) -> int:
+        """The sampling seed of sample ``sample`` of task ``seed``."""
+        plain = seed * 1000 + sample
+        return plain if not self.sampling_seed else zlib.crc32(f"{self.sampling_seed}:{plain}".encode())
 
     def __post_init__(self) -> None:
         if self.group_size < 1 or self.max_concurrency < 1:
@@ -311,7 +321,7 @@ class RolloutEngine:
         traj.prompt, traj.task_id, traj.reference = start.prompt, start.task_id, start.reference
         traj.start_state_key = start.start_state_key
         try:
-            session = self.agent.start(env, list(obs), seed=seed * 1000 + sample, route=route)
+            session = self.agent.start(env, list(obs), seed=cfg.agent_seed(seed, sample), route=route)
         except Exception as e:  # noqa: BLE001
             raise _Fault("agent_error", e) from e
         sessions.append(session)

@@ -359,7 +359,9 @@ class TreeRunner:
             snapshot = None
             if deciding and self.policy.after_sampling and tree.can_branch():
                 route = getattr(session, "route", "snapshot")  # the snapshot never generates
-                snapshot = _fork_session(session, env, seed=_seed(tree.seed, f"{parent}~"), route=route)
+                snapshot = _fork_session(
+                    session, env, seed=_seed(tree.seed, f"{parent}~", cfg.sampling_seed), route=route
+                )
             async with _turn_timeout(cfg.turn_timeout, f"turn {t}"):
                 acted = await eng._act(session, traj)
             if acted is None:
@@ -413,7 +415,8 @@ class TreeRunner:
                 tree.fork_s += time.monotonic() - t0
             tree.forks += 1
             route = f"{traj.group}#{node}"
-            child_session = _fork_session(session, child_env, seed=_seed(tree.seed, node), route=route)
+            salt = self.engine.config.sampling_seed
+            child_session = _fork_session(session, child_env, seed=_seed(tree.seed, node, salt), route=route)
             tree.reused_sampled += prefix_sampled
             tree.reused_prefix += prefix_tokens
             tree.tasks.append(
@@ -451,9 +454,11 @@ def _fork_session(session: Any, env: Any, *, seed: int | None, route: str) -> An
     return fork(env, seed=seed, route=route)
 
 
-def _seed(seed: int, node: str) -> int:
-    """A branch's sampling seed: stable across processes, distinct per node."""
-    return zlib.crc32(f"{seed}:{node}".encode()) % (2**31)
+def _seed(seed: int, node: str, salt: int = 0) -> int:
+    """A branch's sampling seed: stable across processes, distinct per node (and per run-level
+    ``RolloutConfig.sampling_seed`` ``salt``, when not 0)."""
+    key = f"{seed}:{node}" if not salt else f"{salt}:{seed}:{node}"
+    return zlib.crc32(key.encode()) % (2**31)
 
 
 def _leaf_id(traj: Trajectory) -> str:

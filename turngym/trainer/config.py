@@ -259,6 +259,9 @@ class ClusterSettings(_Strict):
 
 class TrainConfig(_Strict):
     run_dir: str = "runs/train"
+    # the run's seed: torch's initial RNG (a random-init model's weights), the warm start's data order,
+    # and, mixed into every sampling seed, what the policy samples; the training tasks stay the same
+    # (rollout.task_seed_offset moves them)
     seed: int = 0
     steps: int = 10
     checkpoint_every: int = 0  # 0: only at the end

@@ -7,7 +7,9 @@ sync -> log -> checkpoint, with an optional SFT warm start and exact resume.
 Generation runs through the HF backend in the same process, sharing the trained module (CPU or
 GPU), or through vLLM servers with LoRA adapters hot-loaded after each update. Every step's task
 seeds follow from the step index (the data position) and sampling is reseeded per step, so a run
-resumed from a checkpoint continues exactly like an uninterrupted one.
+resumed from a checkpoint continues exactly like an uninterrupted one. The run's ``seed`` is mixed
+into every sampling seed (``RolloutConfig.sampling_seed``): two seeds of one config see the same tasks
+and sample differently.
 """
 
 from __future__ import annotations
@@ -224,6 +226,7 @@ class Trainer:
                 turn_timeout=r.turn_timeout,
                 max_turns=r.max_turns,
                 tree=tree,
+                sampling_seed=self.cfg.seed,  # seeds of one config sample differently from the same tasks
             ),
             env_kwargs=r.env_kwargs if env_kwargs is None else env_kwargs,
             env_id=r.env,
