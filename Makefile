@@ -11,7 +11,7 @@ setup:
 # model on it on CPU (SFT warm start on expert episodes, then 120 IGPO steps), printing held-out success
 # before and after, greedy and of the policy's own samples (4 per task at T=1), then write the HTML
 # report of the run with both eval curves. examples/configs/demo.yaml records what it shows on 3 seeds
-# (the sampled success rises during RL on each, by +0.04 to +0.11) and how long it took (477 s on 2
+# (the sampled success rises during RL on each, by +0.03 to +0.11) and how long it took (477 s on 2
 # cores shared with other jobs, up to ~1350 s under heavy load). One torch thread: on a shared 2-core machine two threads made a step ~8x slower.
 demo: setup
 	$(BIN)/turngym play arith --expert -n 2 --env-arg depth=1 --env-arg tools_in_prompt=false
