@@ -33,7 +33,7 @@ from typing import Any
 
 import jsonschema
 
-from turngym.core.env import Env, ForkError, NotForkable
+from turngym.core.env import Env, ForkError, NotForkable, _render_messages
 from turngym.core.registry import make
 from turngym.core.types import Message, Trajectory
 from turngym.core.wrappers import fork_env
@@ -322,10 +322,6 @@ def _first_difference(want: tuple[Any, ...], have: tuple[Any, ...]) -> str:
         if want[4][k] != have[4][k]:
             return f"info[{k!r}]: replay {str(want[4][k])[:160]!r} vs {str(have[4][k])[:160]!r}"
     return "no field differs"
-
-
-def _render_messages(messages: Any) -> str:
-    return "\n".join(f"{m.role}: {m.content}" if isinstance(m, Message) else str(m) for m in messages)
 
 
 def _next_action(env: Env) -> Any:
