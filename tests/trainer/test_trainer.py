@@ -115,6 +115,33 @@ def test_sft_warm_start_learns_the_expert_format(tmp_path):
     assert expert_sequences  # the public helper exists for the CLI
 
 
+def test_sft_env_kwargs_configure_the_demonstrations_env_not_the_rl_env(tmp_path, monkeypatch):
+    """``sft.env_kwargs`` merge over ``rollout.env_kwargs`` for the expert only: an expert that always
+    double-checks needs 3 turns, so with RL's 2-turn budget it has no successful demonstration."""
+    from turngym.trainer import sft
+
+    asked = []
+    real = sft.expert_trajectories
+
+    def spy(env, seeds, env_kwargs=None):
+        asked.append(dict(env_kwargs or {}))
+        return real(env, seeds, env_kwargs)
+
+    monkeypatch.setattr(sft, "expert_trajectories", spy)
+    extra = ("steps=1", "sft.steps=2", "sft.tasks=4", "sft.batch_size=2", "sft.eval_before=false")
+    cfg = config(tmp_path, "demo", *extra, "sft.env_kwargs={max_turns: 3, expert_recheck: 1.0}")
+    assert cfg.sft_env_kwargs() == {"depth": 1, "max_turns": 3, "expert_recheck": 1.0}
+    assert cfg.rollout.env_kwargs == {"depth": 1, "max_turns": 2}
+    Trainer(cfg).train()
+    assert asked == [{"depth": 1, "max_turns": 3, "expert_recheck": 1.0}]
+    info = json.loads((tmp_path / "demo" / "sft_done.json").read_text())
+    assert info["sft/sequences"] == 4  # every double-checking episode succeeded within 3 turns
+    # the RL rollouts ran with the 2-turn budget: no episode got a third turn
+    assert read_metrics(tmp_path / "demo")[-1]["episode/turns"] <= 2
+    with pytest.raises(ValueError, match="no expert sequences"):  # the same expert under RL's budget
+        Trainer(config(tmp_path, "rl", *extra, "sft.env_kwargs={expert_recheck: 1.0}")).train()
+
+
 def test_bf16_autocast_runs_sft_and_the_update_in_bf16_and_keeps_fp32_weights(tmp_path, monkeypatch):
     import torch
 

@@ -23,7 +23,7 @@ def _app() -> typer.Typer:
 
 
 def test_build_and_tasks_commands(tmp_path, monkeypatch):
-    monkeypatch.setenv("TURNGYM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("TURNGYM_CACHE_DIR", str(tmp_path / "cache"))
     r = CliRunner().invoke(_app(), ["webshop-build", "--size", "60", "--seed", "2"])
     assert r.exit_code == 0 and "60 products" in r.output
     assert list((tmp_path / "cache" / "webshop").glob("catalog-*-s2-n60.sqlite"))
@@ -43,7 +43,7 @@ def test_the_site_registry_starts_each_built_in_site(tmp_path, monkeypatch):
 
     from turngym.envs.browser.sites import register_site
 
-    monkeypatch.setenv("TURNGYM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("TURNGYM_CACHE_DIR", str(tmp_path / "cache"))
     assert {"shop", "forum", "tracker"} <= set(site_names())
     for name, text in (("forum", "Forums"), ("tracker", "Projects")):
         server = start_site(name, seed=0)

@@ -6,7 +6,7 @@
 
 A name resolves through :func:`resolve_pretrained` to a Hugging Face model folder. Sources that are not
 already such a folder (a GGUF file inside a Python package, say) are converted once into
-``$TURNGYM_CACHE/models/<name>-<fingerprint>/`` (default ``~/.cache/turngym``): written to a temporary
+``$TURNGYM_CACHE_DIR/models/<name>-<fingerprint>/`` (default ``~/.cache/turngym``): written to a temporary
 folder, checked, then renamed into place, so a crashed or concurrent conversion never leaves a
 half-written model where a loader looks. The fingerprint covers the source file's bytes, the
 converter's version and the entry's settings; the folder holds a manifest with each file's size and
@@ -31,6 +31,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from turngym.core.cache import cache_root as core_cache_root
 
 #: Bump when the converted folder's layout changes: older caches are then converted again.
 CONVERTER_VERSION = 1
@@ -126,9 +128,8 @@ def get_pretrained(name: str) -> PretrainedModel:
 
 
 def cache_root() -> Path:
-    from turngym.agents.tiny import cache_root as root
-
-    return root() / "models"
+    """Where named models are converted to: ``models/`` under :func:`turngym.core.cache.cache_root`."""
+    return core_cache_root() / "models"
 
 
 def _package_dir(module: str) -> Path | None:

@@ -14,7 +14,7 @@ other checkpoint. Two chat-template styles exist:
   detect it.
 
 The cache key is a hash of the config, the template and ``BUILD_VERSION``; the directory is
-``$TURNGYM_CACHE/tiny/<key>`` (default ``~/.cache/turngym``). Builds are atomic (write to a temporary
+``$TURNGYM_CACHE_DIR/tiny/<key>`` (default ``~/.cache/turngym``). Builds are atomic (write to a temporary
 directory, then rename), so concurrent test workers never see a half-written model.
 
 Head dim must be 64 or more for vLLM's CPU attention (16 is rejected).
@@ -29,6 +29,8 @@ import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from turngym.core.cache import cache_root
 
 BUILD_VERSION = 2
 
@@ -116,12 +118,6 @@ class TinyConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
-
-
-def cache_root() -> Path:
-    """``$TURNGYM_CACHE_DIR`` (or ``$TURNGYM_CACHE``), default ``~/.cache/turngym``."""
-    env = os.environ.get("TURNGYM_CACHE_DIR") or os.environ.get("TURNGYM_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "turngym"
 
 
 def tiny_model_path(

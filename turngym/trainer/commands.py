@@ -121,7 +121,8 @@ def sft(config: ConfigArg = None, overrides: OverridesArg = None) -> None:
         raise typer.BadParameter("sft.steps must be > 0")
     tok = load_tokenizer(cfg.model.path)
     model = load_model(cfg.model.path, device=cfg.model.device, dtype=cfg.model.dtype)
-    seqs = expert_sequences(r.env, tok, range(s.task_seed_offset, s.task_seed_offset + s.tasks), r.env_kwargs)
+    seeds = range(s.task_seed_offset, s.task_seed_offset + s.tasks)
+    seqs = expert_sequences(r.env, tok, seeds, cfg.sft_env_kwargs())
     console.print(f"{len(seqs)} expert trajectories from {r.env}")
     losses = sft_train(
         model,

@@ -228,6 +228,9 @@ class SFTSettings(_Strict):
     task_seed_offset: int = 2_000_000
     # evaluate the policy before the warm start too (logged as eval_before_sft/... at step 0)
     eval_before: bool = True
+    # merged over rollout.env_kwargs for the expert's demonstrations only: the warm start can come from
+    # a differently configured env (a larger turn budget, arith's double-checking expert) than RL's
+    env_kwargs: dict[str, Any] = Field(default_factory=dict)
 
 
 class LogSettings(_Strict):
@@ -277,6 +280,10 @@ class TrainConfig(_Strict):
     sft: SFTSettings = Field(default_factory=SFTSettings)
     log: LogSettings = Field(default_factory=LogSettings)
     cluster: ClusterSettings = Field(default_factory=ClusterSettings)
+
+    def sft_env_kwargs(self) -> dict[str, Any]:
+        """The env kwargs of the warm start's expert episodes: ``sft.env_kwargs`` over ``rollout.env_kwargs``."""
+        return {**self.rollout.env_kwargs, **self.sft.env_kwargs}
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:

@@ -455,7 +455,10 @@ class Trainer:
             return {}
         t0 = time.perf_counter()
         seqs = expert_sequences(
-            r.env, self.tokenizer, range(s.task_seed_offset, s.task_seed_offset + s.tasks), r.env_kwargs
+            r.env,
+            self.tokenizer,
+            range(s.task_seed_offset, s.task_seed_offset + s.tasks),
+            self.cfg.sft_env_kwargs(),
         )
         losses = sft_train(
             self.model,

@@ -31,17 +31,6 @@ class Passage:
         return {"id": self.id, "title": self.title, "contents": self.contents}
 
 
-def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """The turngym cache directory: the argument, else ``$TURNGYM_CACHE_DIR``, else ``~/.cache/turngym``."""
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    env = os.environ.get("TURNGYM_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "turngym"
-
-
 def split_title(contents: str) -> tuple[str, str]:
     """wiki-18 style ``"Title"\\ntext`` -> ``("Title", "text")``; other text has an empty title."""
     head, sep, rest = contents.partition("\n")

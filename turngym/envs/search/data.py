@@ -15,7 +15,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from turngym.envs.search.corpus import Corpus, cache_root
+from turngym.core.cache import cache_root
+from turngym.envs.search.corpus import Corpus
 from turngym.envs.search.loaders import (
     TaskFiles,
     data_files,

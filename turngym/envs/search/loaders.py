@@ -39,7 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from turngym.envs.search.corpus import Corpus, cache_root
+from turngym.core.cache import cache_root
+from turngym.envs.search.corpus import Corpus
 from turngym.envs.search.tasks import QATask
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from turngym.envs.search.corpus import Corpus, cache_root
+from turngym.core.cache import cache_root
+from turngym.envs.search.corpus import Corpus
 
 log = logging.getLogger(__name__)
 

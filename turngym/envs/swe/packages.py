@@ -1,7 +1,7 @@
 """Real pure-Python packages whose PyPI sdists ship their tests, and their task images.
 
 The sdist is downloaded on the host (PyPI JSON API, sha256-checked, cached under
-``$TURNGYM_CACHE/sdists``) and copied into the image build; nothing is fetched at episode time.
+``$TURNGYM_CACHE_DIR/sdists``) and copied into the image build; nothing is fetched at episode time.
 A package's image = base image + its test dependencies (``pip`` at build time) + a ``.pth`` file
 that puts ``/testbed`` on ``sys.path``; the source itself is uploaded into ``/testbed`` at reset
 (see :mod:`turngym.envs.swe.repo`), so no image ever holds a fixed copy of a task's bug.
@@ -15,6 +15,7 @@ import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from turngym.core.cache import cache_root
 from turngym.sandboxes.images import base_image, build_layer
 
 REPO_DIR = "/testbed"
@@ -24,8 +25,8 @@ TASK_IMAGE_REPO = "turngym-swe"
 
 
 def cache_dir() -> Path:
-    """Where turngym caches downloads and generated data (``$TURNGYM_CACHE`` or ``~/.cache/turngym``)."""
-    root = Path(os.environ.get("TURNGYM_CACHE") or Path.home() / ".cache" / "turngym")
+    """:func:`turngym.core.cache.cache_root`, created."""
+    root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
     return root
 

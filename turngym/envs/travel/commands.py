@@ -19,7 +19,7 @@ def travel_build_db(
     n_cities: Annotated[int | None, typer.Option(help="number of cities (default: all 304)")] = None,
     n_days: Annotated[int, typer.Option(help="days of flight data from 2022-03-01")] = 31,
     cache_dir: Annotated[
-        Path | None, typer.Option(help="cache root (default $TURNGYM_CACHE or ~/.cache/turngym)")
+        Path | None, typer.Option(help="cache root (default $TURNGYM_CACHE_DIR or ~/.cache/turngym)")
     ] = None,
     force: Annotated[bool, typer.Option(help="rebuild even if cached")] = False,
 ) -> None:

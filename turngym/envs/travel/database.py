@@ -3,7 +3,7 @@
 * ``get_database(seed=0)`` builds the synthetic database once (see :mod:`.generate`), stores
   it as parquet under ``<cache>/travel/db-v{DB_VERSION}-s{seed}-c{n_cities}-d{n_days}/``
   and loads it from there afterwards (one copy per process, shared by every env).
-  The cache root is ``$TURNGYM_CACHE`` or ``~/.cache/turngym``.
+  The cache root is :func:`turngym.core.cache.cache_root`.
 * ``load_travelplanner_csv(root)`` reads the published database directory
   (``flights/clean_Flights_2022.csv``, ``accommodations/clean_accommodations_2022.csv``,
   ``restaurants/clean_restaurant_2022.csv``, ``attractions/attractions.csv``,
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import re
 import shutil
 import tempfile
@@ -30,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from turngym.core.cache import cache_root
 from turngym.envs.travel.schema import (
     ACCOMMODATIONS,
     ATTRACTIONS,
@@ -46,10 +46,6 @@ from turngym.envs.travel.schema import (
 DB_VERSION = 3
 _LOCK = threading.Lock()
 _LOADED: dict[str, TravelDB] = {}
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("TURNGYM_CACHE") or Path.home() / ".cache" / "turngym")
 
 
 def normalize_mode(mode: str) -> str | None:

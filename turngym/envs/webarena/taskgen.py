@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from turngym.envs.browser.sites.storage import cache_dir
+from turngym.core.cache import cache_root
 from turngym.envs.webarena.sites import forum, pristine_db, tracker
 from turngym.envs.webarena.tasks import check_task, load_tasks, save_tasks
 
@@ -324,7 +324,7 @@ def generate_tasks(
 
 def default_tasks(seed: int = 0, per_template: int = 10) -> list[dict[str, Any]]:
     """The generated task set for ``seed``, cached as a WebArena-format JSON file."""
-    path = cache_dir() / "webarena" / f"tasks-v{TASKS_VERSION}-s{seed}-k{per_template}.json"
+    path = cache_root() / "webarena" / f"tasks-v{TASKS_VERSION}-s{seed}-k{per_template}.json"
     if not path.exists():
         tmp = path.with_suffix(f".{np.random.default_rng().integers(1 << 30)}.tmp")
         save_tasks(generate_tasks(seed, per_template), tmp)

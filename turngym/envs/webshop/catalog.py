@@ -4,7 +4,7 @@
 of :mod:`~turngym.envs.webshop.vocab`. A product has an ASIN-like id, a brand, a title built
 from its brand, type and some of its attributes, WebShop's fields (category path, query,
 attributes, bullet points, description, options with values, price, rating, reviews). The file is
-cached under ``$TURNGYM_CACHE/webshop``; the same seed always gives the same catalog.
+cached under ``$TURNGYM_CACHE_DIR/webshop``; the same seed always gives the same catalog.
 
 :class:`Catalog` reads it: ``search`` ranks products with SQLite's BM25 over title and text
 (WebShop ranks with BM25 too), ``product`` loads one.
@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from turngym.envs.browser.sites.storage import build_cached, cache_dir, connect
+from turngym.core.cache import cache_root
+from turngym.envs.browser.sites.storage import build_cached, connect
 from turngym.envs.webshop.vocab import BRAND_SYLLABLES, TYPES, ProductType
 
 CATALOG_VERSION = 1
@@ -192,7 +193,7 @@ def write_catalog(conn: sqlite3.Connection, products: list[Product]) -> None:
 
 def build_catalog(seed: int = 0, n: int = DEFAULT_SIZE, *, directory: str | Path | None = None) -> Path:
     """The path of the cached catalog for ``(seed, n)``, generated on first use (~2 s for 12k)."""
-    root = Path(directory) if directory is not None else cache_dir() / "webshop"
+    root = Path(directory) if directory is not None else cache_root() / "webshop"
     path = root / f"catalog-v{CATALOG_VERSION}-s{seed}-n{n}.sqlite"
     return build_cached(path, lambda conn: write_catalog(conn, generate_products(seed, n)))
 

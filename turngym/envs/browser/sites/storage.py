@@ -1,7 +1,7 @@
 """SQLite files of the local sites: cached pristine builds and per-instance working copies.
 
 A site's data is generated once from a seed into a *pristine* SQLite file under the cache
-(``$TURNGYM_CACHE`` or ``~/.cache/turngym``; built in a temporary file and renamed, so
+(:func:`turngym.core.cache.cache_root`; built in a temporary file and renamed, so
 concurrent workers never see half a database). Each site instance serves a private
 *working* copy; :meth:`WorkingCopy.restore` resets the site by copying the pristine file over
 it (a few milliseconds for these sizes). Apps open a fresh connection per request, so a
@@ -18,11 +18,6 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-
-
-def cache_dir() -> Path:
-    """The turngym cache root (``$TURNGYM_CACHE`` or ``~/.cache/turngym``)."""
-    return Path(os.environ.get("TURNGYM_CACHE") or Path.home() / ".cache" / "turngym")
 
 
 def build_cached(path: Path, build: Callable[[sqlite3.Connection], None]) -> Path:

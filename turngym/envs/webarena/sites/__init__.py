@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from turngym.core.cache import cache_root
 from turngym.envs.browser.sites.server import LocalServer
-from turngym.envs.browser.sites.storage import WorkingCopy, build_cached, cache_dir, connect
+from turngym.envs.browser.sites.storage import WorkingCopy, build_cached, connect
 from turngym.envs.webarena.sites import forum, tracker
 
 
@@ -50,7 +51,7 @@ SITE_ALIASES = {"reddit": "forum", "gitlab": "tracker", "forum": "forum", "track
 def pristine_db(site: str, seed: int = 0, *, directory: str | Path | None = None) -> Path:
     """The cached pristine database of ``site`` for ``seed`` (generated on first use)."""
     spec = SITES[site]
-    root = Path(directory) if directory is not None else cache_dir() / "webarena"
+    root = Path(directory) if directory is not None else cache_root() / "webarena"
     return build_cached(root / f"{site}-v{spec.version}-s{seed}.sqlite", lambda conn: spec.build(conn, seed))
 
 
