@@ -124,3 +124,18 @@ def test_eval_breakdown_splits_the_headline_by_a_reference_key():
     assert m["eval/by_hops/2/episode/turns"] == 3.0
     assert m["eval/by_hops/none/reward/outcome"] == 0.5
     assert sum(v for k, v in m.items() if k.endswith("/frac") and "masked" not in k) == pytest.approx(1.0)
+
+
+def test_reward_components_are_summed_per_trajectory_and_averaged_over_unmasked_ones():
+    """travel's per-constraint checks and a stepwise critic, side by side: which one moves."""
+    a = make_traj(
+        [0.0, 0.0, 1.0], components=[{"tool_ok": 1.0}, {"tool_ok": 0.5}, {"pass": 1.0, "hard.budget": 1.0}]
+    )
+    b = make_traj([0.0, 0.0], components=[{"tool_ok": 1.0}, {"pass": 0.0, "hard.budget": 0.0}])
+    c = make_traj([0.0], components=[{"tool_ok": 1.0}])  # never submitted: no pass, no hard.budget
+    gone = make_traj([1.0], components=[{"tool_ok": 9.0, "pass": 1.0}], masked=True)
+    m = reward_metrics([a, b, c, gone])
+    assert m["reward/component/tool_ok"] == pytest.approx((1.5 + 1.0 + 1.0) / 3)
+    assert m["reward/component/pass"] == pytest.approx(1 / 3)
+    assert m["reward/component/hard.budget"] == pytest.approx(1 / 3)
+    assert not [k for k in reward_metrics([make_traj([1.0])]) if k.startswith("reward/component/")]

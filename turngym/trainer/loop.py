@@ -613,6 +613,11 @@ def reward_metrics(trajs: list[Trajectory]) -> dict[str, float]:
     failure (outcome 0, no success): a run whose rollouts crash must not report the score of its few
     survivors. ``reward/outcome_unmasked`` is the mean over unmasked trajectories only, and
     ``reward/masked_frac`` always travels beside them.
+
+    ``reward/component/<name>``: each reward component the env reported, summed over a trajectory's
+    turns and averaged over the unmasked trajectories (0 where a trajectory never got it), so a run
+    shows which constraint or critic moves (travel's ``hard.*`` / ``cs.*`` checks, a stepwise
+    ``tool_ok``), not only the outcome.
     """
     live = [t for t in trajs if not t.masked]
     if not trajs:
@@ -636,6 +641,12 @@ def reward_metrics(trajs: list[Trajectory]) -> dict[str, float]:
                 else 0.0,
             }
         )
+        sums: dict[str, float] = {}
+        for t in live:
+            for turn in t.turns:
+                for name, value in turn.reward_components.items():
+                    sums[name] = sums.get(name, 0.0) + float(value)
+        out.update({f"reward/component/{k}": v / len(live) for k, v in sorted(sums.items())})
     return out
 
 
