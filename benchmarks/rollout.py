@@ -871,7 +871,12 @@ async def bench_engines(
     s3 = [(await fused.generate(c, sampled)).token_ids for c in chats]
     out["seeded_graphs_eq_eager"] = s1 == s2
     out["seeded_compiled_eq_eager"] = s3 == s2
-    print("engines checks", {k: v for k, v in out.items() if "_eq_" in k}, flush=True)
+    # whether the compiled engine really replays captured graphs (a capture that failed leaves it
+    # decoding eagerly through dynamo, slower than the plain graphs): printed now, so that a run cut
+    # off before its table still shows it
+    graph_keys = ("compiles", "compile_fallbacks", "graph_captures", "graph_fallbacks", "eager_decodes")
+    out["compiled_graph_stats"] = {k: fused.stats.get(k) for k in graph_keys}
+    print("engines checks", {k: v for k, v in out.items() if "_eq_" in k or k.endswith("_stats")}, flush=True)
     await eager.aclose()
     sampling = SamplingParams(max_tokens=new_tokens, temperature=1.0, stop_token_ids=NEVER)
     for b in [1, *batches]:
@@ -889,6 +894,7 @@ async def bench_engines(
             row[f"{name}_step_ms"] = round(1000 * dt / new_tokens, 2)
             if backend is fused:
                 row["slots_compile_compile_s"] = round(fused.stats["compile_s"] - compile_s, 1)
+                row["slots_compile_eager_decodes"] = fused.stats.get("eager_decodes")
         x = torch.tensor(prompts, device="cuda")
         for _ in range(2):
             torch.cuda.synchronize()
