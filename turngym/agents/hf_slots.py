@@ -63,8 +63,9 @@ replayed.
   compiler, an op inductor cannot lower, a crash) turns compiling off for this backend with a
   warning, ``stats["compile_fallbacks"]`` counts it, and steps run the plain body. Off by default;
   the trainer's ``rollout.hf_compile``, ``AgentSpec.hf_compile``, the CLI's ``--hf-compile``.
-  Experimental: on an H200 (SmolLM2, batch 1, benchmarks/gpu_results.md session 10) the compiled
-  step measured 24.7 ms against the plain graphs' 4.3 ms, and its greedy ids differed from eager's.
+  Experimental: on an idle H200 (SmolLM2, benchmarks/gpu_results.md session 11) the compiled step
+  was captured and replayed (no fallback, no eager decode) yet ran at 0.75-0.89x the plain graphs'
+  tokens/s at batch 1-64, and its greedy ids differed from eager's.
 
 ``stats`` adds ``graph_captures``, ``graph_replays``, ``eager_decodes``, ``graph_fallbacks``,
 ``capture_s``, ``compiles``, ``compile_s`` and ``compile_fallbacks`` to ``HFBackend``'s counters.
