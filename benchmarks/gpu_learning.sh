@@ -52,7 +52,7 @@ for f in sorted(f for d in sys.argv[1:] for f in pathlib.Path(d).glob("*/metrics
           for r in rows if "eval/reward/outcome" in r]
     tr = [r for r in rows if "reward/outcome" in r and "time/step" in r]
     last = tr[-1] if tr else {}
-    ig = {k: round(last[k], 3) for k in ("ig/separation", "ig/std", "ig/mean", "gated/low_mean",
+    ig = {k: round(last[k], 3) for k in ("ig/separation", "ig/std", "ig/mean", "ig/failure_paid_frac", "gated/low_mean",
           "gated/outcome_mean", "episode/turns", "rollout/generated_tokens") if k in last}
     print(f.parent.parent.name + "/" + f.parent.name, "step", last.get("step"), "train", round(last.get("reward/outcome", 0), 3),
           "s/step", round(last.get("time/step", 0), 1), "eval", ev[-4:], ig or "")

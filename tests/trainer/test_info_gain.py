@@ -280,10 +280,16 @@ def test_ig_diagnostics_measure_spread_per_turn_and_separation():
     gains = [0.5, 0.3, 0.1, 0.0, 0.2, 0.2, 0.0, 0.4]
     mean = sum(gains) / len(gains)
     assert d["ig/std"] == pytest.approx(math.sqrt(sum((g - mean) ** 2 for g in gains) / len(gains)))
+    # what a failure collects against a success: successes a (0.8) and b (0.0); failures 0.1 and 0.4
+    # (the outcome-0.5 trajectory is neither, the masked one is ignored)
+    assert d["ig/total_success_mean"] == pytest.approx(0.4)
+    assert d["ig/total_failure_mean"] == pytest.approx(0.25)
+    assert d["ig/failure_paid_frac"] == pytest.approx(0.25 / 0.4)
     assert ig_diagnostics([traj("c", 1.0, [0.1]), traj("c", 1.0, [0.2])]) == {
         "ig/std": pytest.approx(0.05),
         "ig/turn0_mean": pytest.approx(0.15),
         "ig/separation_pairs": 0.0,
+        "ig/total_success_mean": pytest.approx(0.15),
     }
 
 

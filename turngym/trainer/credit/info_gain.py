@@ -373,12 +373,18 @@ def ig_diagnostics(trajectories: list[Trajectory]) -> dict[str, float]:
     ``ig/separation``: over pairs of trajectories of one task with different outcomes, the share in
     which the better one collected more total IG (0.5 = IG says nothing about the outcome; ties 0.5).
     ``ig/separation_pairs``: how many such pairs there were.
+    ``ig/total_success_mean`` / ``ig/total_failure_mean``: mean total IG of the trajectories that
+    succeeded (terminated with outcome >= 1, as ``reward/success`` counts) and of those that failed
+    (outcome <= 0); ``ig/failure_paid_frac``, their ratio: how much of a success's dense reward a
+    failure collects anyway (per-hop gain on 2+3-hop search-qa: a 3-hop question answered wrongly after
+    two searches has found two of its three targets).
     """
     from turngym.trainer.credit.pipeline import group_key  # the pipeline imports this module
 
     per_turn: dict[int, list[float]] = {}
     totals: dict[str, list[tuple[float, float]]] = {}
     gains: list[float] = []
+    by_result: dict[str, list[float]] = {"success": [], "failure": []}
     for t in trajectories:
         ig = [turn.info[IG_KEY] for turn in t.turns if IG_KEY in turn.info]
         if not ig or t.masked:
@@ -387,12 +393,22 @@ def ig_diagnostics(trajectories: list[Trajectory]) -> dict[str, float]:
         for k, g in enumerate(ig):
             per_turn.setdefault(k, []).append(g)
         totals.setdefault(group_key(t), []).append((t.outcome, sum(ig)))
+        if t.terminated and t.outcome >= 1.0:
+            by_result["success"].append(sum(ig))
+        elif t.outcome <= 0.0:
+            by_result["failure"].append(sum(ig))
     out: dict[str, float] = {}
     if gains:
         mean = sum(gains) / len(gains)
         out["ig/std"] = math.sqrt(sum((g - mean) ** 2 for g in gains) / len(gains))
     for k in sorted(per_turn)[:4]:
         out[f"ig/turn{k}_mean"] = sum(per_turn[k]) / len(per_turn[k])
+    for name, totals_of in by_result.items():
+        if totals_of:
+            out[f"ig/total_{name}_mean"] = sum(totals_of) / len(totals_of)
+    won, lost = out.get("ig/total_success_mean"), out.get("ig/total_failure_mean")
+    if won is not None and lost is not None and won > 0:
+        out["ig/failure_paid_frac"] = lost / won
     agree = pairs = 0.0
     for group in totals.values():
         for a in range(len(group)):
