@@ -204,3 +204,81 @@ def test_the_run_seed_reaches_every_sampling_seed(tmp_path, monkeypatch):
     monkeypatch.setattr(engine_mod.RolloutEngine, "__init__", spy)
     Trainer(config(tmp_path, "s5", "steps=1", "seed=5", "rollout.eval_tasks=2")).train()
     assert seen and set(seen) == {5}  # the training step and the evals
+
+
+@pytest.mark.parametrize("mode", ["max", "min"])
+def test_keep_best_exports_the_policy_of_the_best_eval(tmp_path, mode):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    metric = "eval/judge/win_rate"  # against the start policy: it moves as the arena updates the policy
+    cfg = config(
+        tmp_path,
+        mode,
+        "steps=4",
+        "rollout.eval_tasks=4",
+        "rollout.eval_every=1",
+        "rollout.eval_judge=true",
+        "credit.method=arena",
+        "credit.arena.workers=1",
+        f"keep_best={{metric: {metric}, mode: {mode}}}",
+    )
+    trainer = Trainer(cfg, judge=ProgrammaticJudge(shorter_is_better))
+    trainer.setup()
+    snapshot = lambda: {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}  # noqa: E731
+    weights = {0: snapshot()}
+    trainer.train(on_step=lambda step, _: weights.__setitem__(step, snapshot()))
+    rows = read_metrics(tmp_path / mode)
+    evals = [(r["step"], r[metric]) for r in rows if metric in r]
+    assert [s for s, _ in evals] == [0, 1, 2, 3, 4]
+    pick = max if mode == "max" else min
+    want = pick(v for _, v in evals)
+    step = next(s for s, v in evals if v == want)  # the first eval that reached it: later ties keep it
+    if mode == "min":
+        assert step > 0  # this run replaces the start policy's export with a later one
+    record = json.loads((tmp_path / mode / "best" / "best.json").read_text())
+    assert record["step"] == step and record["value"] == pytest.approx(want) and record["metric"] == metric
+    best = AutoModelForCausalLM.from_pretrained(tmp_path / mode / "best").state_dict()
+    for k, v in weights[step].items():
+        assert torch.equal(best[k], v), k
+    assert not list((tmp_path / mode).glob(".tmp-*")) and not list((tmp_path / mode).glob(".old-*"))
+
+
+def test_keep_best_rejects_a_metric_the_eval_does_not_log_before_any_rl_step(tmp_path):
+    cfg = config(
+        tmp_path,
+        "typo",
+        "steps=2",
+        "rollout.eval_tasks=2",
+        "rollout.eval_every=1",
+        "keep_best={metric: eval/reward/sucess}",
+    )
+    with pytest.raises(
+        ValueError, match=r"keep_best.metric 'eval/reward/sucess' is not an eval metric.*eval/reward/success"
+    ):
+        Trainer(cfg).train()
+    assert [r["step"] for r in read_metrics(tmp_path / "typo")] == [0]  # only the start policy's eval
+    with pytest.raises(ValueError, match="must be an eval metric"):
+        config(
+            tmp_path,
+            "x",
+            "rollout.eval_tasks=2",
+            "rollout.eval_every=1",
+            "keep_best={metric: reward/outcome}",
+        )
+    with pytest.raises(ValueError, match="keep_best needs a held-out eval"):
+        config(tmp_path, "y", "keep_best={metric: eval/reward/outcome}")
+
+
+def test_train_command_names_the_kept_best_policy(tmp_path):
+    from typer.testing import CliRunner
+
+    from turngym.cli import app
+
+    run = tmp_path / "cli"
+    args = ["train", f"run_dir={run}", *BASE, "steps=1", "rollout.eval_tasks=2", "rollout.eval_every=1"]
+    res = CliRunner().invoke(app, [*args, "keep_best={metric: eval/reward/outcome}"])
+    assert res.exit_code == 0, res.output
+    record = json.loads((run / "best" / "best.json").read_text())
+    assert f"best eval/reward/outcome {record['value']:.3f} at step {record['step']}" in res.output
+    assert str(run / "best") in res.output.replace("\n", "")

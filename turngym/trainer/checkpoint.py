@@ -64,6 +64,26 @@ def save_checkpoint(
     return final
 
 
+def export_policy(model: Any, tokenizer: Any, dest: Path, info: dict | None = None) -> Path:
+    """The policy in Hugging Face format (the full weights, or a LoRA adapter) with its tokenizer, in
+    ``dest``, replaced whole: written beside it first, then renamed, so a crash leaves the old export
+    or the new one, never a mix. ``info`` goes to ``dest/<dest name>.json``."""
+    dest = Path(dest)
+    tmp = dest.parent / f".tmp-{dest.name}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    if info is not None:
+        (tmp / f"{dest.name}.json").write_text(json.dumps(info, indent=1))
+    old = dest.parent / f".old-{dest.name}"
+    shutil.rmtree(old, ignore_errors=True)
+    if dest.exists():
+        os.rename(dest, old)
+    os.rename(tmp, dest)
+    shutil.rmtree(old, ignore_errors=True)
+    return dest
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
     root = Path(run_dir) / "checkpoints"
     found = sorted(p for p in root.glob("step-*") if (p / "state.json").exists())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Annotated
@@ -103,6 +104,10 @@ def train(
     )
     for line in (heldout_summary(run) or "").splitlines():
         console.print(f"[bold]{line}[/]", highlight=False, soft_wrap=True)
+    best = run / "best" / "best.json"
+    if cfg.keep_best is not None and best.exists():
+        b = json.loads(best.read_text())
+        console.print(f"best {b['metric']} {b['value']:.3f} at step {b['step']}: model {run / 'best'}", highlight=False)
 
 
 def sft(config: ConfigArg = None, overrides: OverridesArg = None) -> None:

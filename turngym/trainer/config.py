@@ -241,6 +241,24 @@ class LogSettings(_Strict):
     save_trajectories: bool = True
 
 
+class BestSettings(_Strict):
+    """``keep_best``: after every held-out eval (the start policy's included), the policy with the
+    best value of ``metric`` so far is exported to ``run_dir/best`` (weights, or the LoRA adapter, and
+    the tokenizer, plus ``best.json``: step, metric, value). RL on a small model can peak and then
+    collapse (ArenaRL and pointwise on travel-open, docs/credit.md): this keeps the peak."""
+
+    metric: str = (
+        "eval/reward/outcome"  # any eval metric, e.g. eval/judge/win_rate, eval/sampled/reward/success
+    )
+    mode: Literal["max", "min"] = "max"
+
+    @model_validator(mode="after")
+    def _check(self) -> BestSettings:
+        if not self.metric.startswith("eval/"):
+            raise ValueError(f"keep_best.metric must be an eval metric (eval/...), got {self.metric!r}")
+        return self
+
+
 class ClusterSettings(_Strict):
     """Where the run executes; the rest of the config stays the same from one machine to a cluster."""
 
@@ -280,6 +298,9 @@ class TrainConfig(_Strict):
     sft: SFTSettings = Field(default_factory=SFTSettings)
     log: LogSettings = Field(default_factory=LogSettings)
     cluster: ClusterSettings = Field(default_factory=ClusterSettings)
+    keep_best: BestSettings | None = (
+        None  # {metric: eval/...}: export the best-scoring policy to run_dir/best
+    )
 
     def sft_env_kwargs(self) -> dict[str, Any]:
         """The env kwargs of the warm start's expert episodes: ``sft.env_kwargs`` over ``rollout.env_kwargs``."""
@@ -305,6 +326,10 @@ class TrainConfig(_Strict):
         settings = get_credit_method(self.credit.method).settings
         if getattr(settings, "needs_tree_rollouts", False) and self.rollout.tree is None:
             raise ValueError(f"credit.method={self.credit.method} needs tree rollouts: set rollout.tree")
+        if self.keep_best is not None and (self.rollout.eval_tasks <= 0 or self.rollout.eval_every <= 0):
+            raise ValueError(
+                "keep_best needs a held-out eval during RL: set rollout.eval_tasks and rollout.eval_every"
+            )
         return self
 
     def _backend_urls(self) -> list[str]:

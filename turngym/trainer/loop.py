@@ -514,6 +514,35 @@ class Trainer:
             self._sync_weights(self.step)
         return True
 
+    def _keep_best(self, step: int, scores: dict[str, float]) -> None:
+        """``keep_best``: export the policy to ``run_dir/best`` when this eval beats every earlier one
+        (strictly; ``best/best.json`` holds the record, so a resumed run goes on from it)."""
+        best = self.cfg.keep_best
+        if best is None or not scores:
+            return
+        if best.metric not in scores:
+            known = ", ".join(sorted(k for k in scores if not k.startswith("eval/by_")))
+            raise ValueError(
+                f"keep_best.metric {best.metric!r} is not an eval metric of this run; it has: {known}"
+            )
+        value = float(scores[best.metric])
+        record = self.run_dir / "best" / "best.json"
+        if math.isnan(value):
+            return
+        if record.exists():
+            held = json.loads(record.read_text())["value"]
+            if not (value > held if best.mode == "max" else value < held):
+                return
+        if self.dist.is_main:
+            from turngym.trainer.checkpoint import export_policy
+
+            info = {"step": step, "metric": best.metric, "mode": best.mode, "value": value}
+            masked = scores.get("eval/reward/masked_frac")
+            if masked is not None:
+                info["masked_frac"] = masked
+            export_policy(self.model, self.tokenizer, self.run_dir / "best", info)
+        self.dist.barrier()
+
     def save(self) -> Path:
         from turngym.trainer.checkpoint import save_checkpoint
 
@@ -550,13 +579,16 @@ class Trainer:
             base = self.evaluate()
             if base:
                 self.logger.log(0, base)
+                self._keep_best(0, base)
         stop = cfg.steps if max_steps is None else min(cfg.steps, self.step + max_steps)
         last: dict[str, float] = {}
         while self.step < stop:
             last = self.train_step()
             r = cfg.rollout
             if r.eval_every and self.step % r.eval_every == 0:
-                last.update(self.evaluate())
+                scores = self.evaluate()
+                last.update(scores)
+                self._keep_best(self.step, scores)
             self.logger.log(self.step, last)
             if on_step is not None:
                 on_step(self.step, last)
@@ -565,9 +597,9 @@ class Trainer:
                     if first:
                         self.save()
         if self.step >= cfg.steps and self.dist.is_main:
-            final = self.run_dir / "final"
-            self.model.save_pretrained(final)
-            self.tokenizer.save_pretrained(final)
+            from turngym.trainer.checkpoint import export_policy
+
+            export_policy(self.model, self.tokenizer, self.run_dir / "final")
         if self._env_pool is not None:
             self._env_pool.shutdown()
             self._env_pool = None
