@@ -107,7 +107,9 @@ def train(
     best = run / "best" / "best.json"
     if cfg.keep_best is not None and best.exists():
         b = json.loads(best.read_text())
-        console.print(f"best {b['metric']} {b['value']:.3f} at step {b['step']}: model {run / 'best'}", highlight=False)
+        console.print(
+            f"best {b['metric']} {b['value']:.3f} at step {b['step']}: model {run / 'best'}", highlight=False
+        )
 
 
 def sft(config: ConfigArg = None, overrides: OverridesArg = None) -> None:
