@@ -247,9 +247,8 @@ class BestSettings(_Strict):
     the tokenizer, plus ``best.json``: step, metric, value). RL on a small model can peak and then
     collapse (ArenaRL and pointwise on travel-open, docs/credit.md): this keeps the peak."""
 
-    metric: str = (
-        "eval/reward/outcome"  # any eval metric, e.g. eval/judge/win_rate, eval/sampled/reward/success
-    )
+    # any eval metric, e.g. eval/judge/win_rate, eval/sampled/reward/success
+    metric: str = "eval/reward/outcome"
     mode: Literal["max", "min"] = "max"
 
     @model_validator(mode="after")
@@ -298,9 +297,8 @@ class TrainConfig(_Strict):
     sft: SFTSettings = Field(default_factory=SFTSettings)
     log: LogSettings = Field(default_factory=LogSettings)
     cluster: ClusterSettings = Field(default_factory=ClusterSettings)
-    keep_best: BestSettings | None = (
-        None  # {metric: eval/...}: export the best-scoring policy to run_dir/best
-    )
+    # {metric: eval/...}: export the best-scoring policy to run_dir/best
+    keep_best: BestSettings | None = None
 
     def sft_env_kwargs(self) -> dict[str, Any]:
         """The env kwargs of the warm start's expert episodes: ``sft.env_kwargs`` over ``rollout.env_kwargs``."""
