@@ -392,11 +392,12 @@ def ig_diagnostics(trajectories: list[Trajectory]) -> dict[str, float]:
         gains += ig
         for k, g in enumerate(ig):
             per_turn.setdefault(k, []).append(g)
-        totals.setdefault(group_key(t), []).append((t.outcome, sum(ig)))
+        total = sum(ig)
+        totals.setdefault(group_key(t), []).append((t.outcome, total))
         if t.terminated and t.outcome >= 1.0:
-            by_result["success"].append(sum(ig))
+            by_result["success"].append(total)
         elif t.outcome <= 0.0:
-            by_result["failure"].append(sum(ig))
+            by_result["failure"].append(total)
     out: dict[str, float] = {}
     if gains:
         mean = sum(gains) / len(gains)
