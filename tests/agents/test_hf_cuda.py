@@ -185,3 +185,27 @@ async def test_slot_forks_copy_rows_under_captured_graphs(tiny_dir, tokenizer):
     assert st["shared_rows"] == 4 and captured >= 1 and st["graph_replays"] > 0 and st["graph_fallbacks"] == 0
     await graphs.aclose()
     await full.aclose()
+
+
+async def test_fast_forward_equals_transformers_on_cuda(tiny_dir, tokenizer):
+    """The slots engine's own forward (``hf_fast``) under captured graphs gives, in float32, the
+    greedy ids and logprobs of transformers' forward across turns that resume parked rows."""
+    import torch
+
+    from turngym.agents.hf_slots import HFSlotBackend
+    from turngym.agents.models import load_model
+
+    model = load_model(tiny_dir, device="cuda", dtype=torch.float32)
+    fast = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=512)
+    plain = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=512, fast=False)
+    assert fast.fast_problem is None
+    ps = prompts(tokenizer)
+    a = await asyncio.gather(*(three_turns(fast, tokenizer, p, f"f{i}") for i, p in enumerate(ps)))
+    b = await asyncio.gather(*(three_turns(plain, tokenizer, p, f"p{i}") for i, p in enumerate(ps)))
+    for x, y in zip(a, b, strict=True):
+        for g, h in zip(x, y, strict=True):
+            assert g.token_ids == h.token_ids
+            assert g.logprobs == pytest.approx(h.logprobs, abs=1e-3)
+    assert fast.stats["graph_replays"] > 0 and fast.stats["graph_fallbacks"] == 0
+    await fast.aclose()
+    await plain.aclose()

@@ -82,6 +82,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from turngym.agents import hf_fast
 from turngym.agents.backend import BackendError, SamplingParams
 from turngym.agents.hf import (
     HFBackend,
@@ -178,6 +179,7 @@ class HFSlotBackend(SlotSharing, HFBackend):
         cuda_graphs: bool | None = None,
         compile: bool | str | None = None,
         prefill_tokens: int = 16384,
+        fast: bool | None = None,
         **kwargs: Any,
     ):
         setting = compile_setting(compile)  # a bad name fails before the model loads
@@ -212,6 +214,13 @@ class HFSlotBackend(SlotSharing, HFBackend):
                     f"{free / 2**30:.1f} GiB: lower max_batch_size or max_context, or use the continuous engine"
                 )
             )
+        # the pass: turngym's own few-kernel forward where the model allows it (``hf_fast``)
+        self.fast_problem = hf_fast.problem(self.model) if fast is not False else "fast=False"
+        if fast and self.fast_problem:
+            raise self._refusal(
+                ValueError(f"fast=True, but the fast forward cannot run this model: {self.fast_problem}")
+            )
+        self._fast = None if self.fast_problem else hf_fast.FastForward(self.model, max_context + 1)
         self._cache: _SlotCache | None = None  # allocated on the first pass
         self._after: dict[int, _Request] = {}  # fork slot -> donor placed in the same iteration (_place)
         self._graphs: dict[tuple[int, int, bool], Any] = {}
@@ -232,6 +241,13 @@ class HFSlotBackend(SlotSharing, HFBackend):
         contexts = len({_bucket(n, MIN_COLUMNS, max_context) for n in range(1, max_context + 1)})
         self._recompile_limit = 2 * widths * contexts + 8
         _register_attention()
+
+    def reset_prefix_cache(self) -> None:
+        """Also rebuild the fast forward's concatenated weights at the next pass (for in-place
+        changes that bypass the parameters' version counters, e.g. through ``.data``)."""
+        super().reset_prefix_cache()
+        if self._fast is not None:
+            self._fast.invalidate()
 
     def _refusal(self, e: ValueError) -> ValueError:
         """``e`` carrying the loaded model and tokenizer, so a fallback need not load them again."""
@@ -388,14 +404,15 @@ class HFSlotBackend(SlotSharing, HFBackend):
         cache.rows, cache.columns = slots, span
         t0, c0 = time.perf_counter(), time.thread_time()
         with self._lock, torch.inference_mode(), _slot_attention(self.model):
-            out = last_logits_pass(self.model, ids, mask, pos, cache)
+            if self._fast is not None:
+                self._fast.refresh()
+            logits = self._logits(ids, mask, pos, cache)
             version = self.weights_version
         t_fwd = time.perf_counter()
         rows = [r for _, r in group]
         self._settings(slots, rows)
         filtered = any(_filtered(r) for r in rows)
         u = torch.tensor([seeded_uniform(r.seed, 0) for r in rows], dtype=torch.float32).to(dev)
-        logits = out.logits[:, -1].float()
         tok, lp = pick(
             logits,
             self._temp[slots],
@@ -435,6 +452,8 @@ class HFSlotBackend(SlotSharing, HFBackend):
         self._step_in[:, :w].copy_(torch.tensor([batch.lengths[:w], draws], dtype=torch.float64))
         t0, c0 = time.perf_counter(), time.thread_time()
         with self._lock, torch.inference_mode(), _slot_attention(self.model):
+            if self._fast is not None:
+                self._fast.refresh()  # the concatenated weights, if the model's changed
             graph = self._graph(w, k, filtered) if self.cuda_graphs else None
             if graph is not None:
                 graph.replay()
@@ -466,8 +485,13 @@ class HFSlotBackend(SlotSharing, HFBackend):
         cache.index = (self._row_base[:w] + pos)[:, :, None]
         cache.rows, cache.width, cache.columns = None, w, k
         mask = (self._columns[None, :k] <= pos)[:, None, None, :]
-        out = last_logits_pass(self.model, ids, mask, pos, cache)
-        return out.logits[:, -1].float()
+        return self._logits(ids, mask, pos, cache)
+
+    def _logits(self, ids: Any, mask: Any, pos: Any, cache: _SlotCache) -> Any:
+        """The pass's fp32 logits at each row's last position: the fast forward, or transformers'."""
+        if self._fast is not None:
+            return self._fast.logits(ids, pos, cache, mask)
+        return last_logits_pass(self.model, ids, mask, pos, cache).logits[:, -1].float()
 
     def _decode_body(self, w: int, k: int, filtered: bool, logits_fn: Any = None) -> None:
         """The decode step of slots ``0..w-1`` over ``k`` columns, from the static inputs (``_ids``,

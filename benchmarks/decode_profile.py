@@ -1,0 +1,254 @@
+"""Where a decode step of the slots engine spends its time on CUDA (issue 19).
+
+    python benchmarks/decode_profile.py [--model smollm2-135m] [--batches 1 64 256] [--json F]
+
+For each forward of the slots engine (``fast``: turngym's own, ``turngym.agents.hf_fast``; ``hf``:
+transformers') and batch width, the engines benchmark's workload (prompt 256 random ids, 128 sampled tokens,
+no stop token, the shape warmed up first), through ``HFSlotBackend`` with its trace on:
+
+* ``engine``: the wall-clock per decode step as the scheduler runs it (median pass, median gap
+  between passes, the host's CPU per pass, the time until ``replay()`` returned) and the whole
+  generation's tokens/s (prefill included, as the engines benchmark counts it);
+* ``graph``: the captured step replayed back to back, timed with CUDA events (the GPU's time for a
+  step with no host in the way), and the model pass alone captured the same way, so the sampling's
+  share is their difference;
+* ``kernels``: one eager step under ``torch.profiler``: the kernels a step launches, their count and
+  device time by name (the top ones), and their sum (the GPU's busy time, without launch gaps).
+
+The step's floor (weights and the rows' KV read once at the card's peak bandwidth) is printed beside
+each. No tokens are compared here: the engines benchmark checks correctness.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.rollout import NEVER, memory_bound_step_ms  # noqa: E402
+from turngym.agents import SamplingParams  # noqa: E402
+
+
+def _median(xs: list[float]) -> float:
+    return round(statistics.median(xs), 3) if xs else float("nan")
+
+
+def sync() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def engine_run(backend, prompts: list[list[int]], new_tokens: int) -> dict:
+    """Generate twice (the first warms the shape up); the second's trace, per decode pass."""
+    sampling = SamplingParams(max_tokens=new_tokens, temperature=1.0, stop_token_ids=NEVER)
+
+    async def run() -> float:
+        sync()
+        t0 = time.perf_counter()
+        await asyncio.gather(*(backend.generate(p, sampling) for p in prompts))
+        sync()
+        return time.perf_counter() - t0
+
+    asyncio.run(run())
+    backend.start_trace()
+    dt = asyncio.run(run())
+    trace = backend.take_trace()
+    backend.trace = None
+    passes = [e for e in trace if e[0] == "pass"]
+    decode = [e for e in passes if e[3] == "decode"]
+    prefill = [e for e in passes if e[3] == "prefill"]
+    gaps = [b[1] - a[2] for a, b in zip(decode, decode[1:], strict=False)]
+    return {
+        "tok_s": round(len(prompts) * new_tokens / dt, 1),
+        "ms_per_token_step": round(1000 * dt / new_tokens, 3),
+        "decode_passes": len(decode),
+        "decode_pass_ms": _median([1000 * (e[2] - e[1]) for e in decode]),
+        "decode_gap_ms": _median([1000 * g for g in gaps]),
+        "decode_cpu_ms": _median([1000 * e[-2] for e in decode]),
+        "decode_launch_ms": _median([1000 * e[-1] for e in decode]),
+        "prefill_passes": len(prefill),
+        "prefill_ms_total": round(sum(1000 * (e[2] - e[1]) for e in prefill), 2),
+        "widths_k": sorted({(e[6], e[7]) for e in decode}),
+    }
+
+
+def replay_ms(fn, reps: int = 50) -> float:
+    """GPU milliseconds per call of ``fn`` captured in a CUDA graph and replayed back to back."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    for _ in range(3):
+        graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return round(start.elapsed_time(end) / reps, 4)
+
+
+def kernel_table(fn, steps: int = 3, top: int = 25) -> dict:
+    """Device kernels of ``fn`` (run eagerly ``steps`` times) by name: count and microseconds per step."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    on_cuda = torch.cuda.is_available()
+    fn()
+    sync()
+    with profile(activities=[ProfilerActivity.CUDA if on_cuda else ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            fn()
+        sync()
+    count: dict[str, int] = defaultdict(int)
+    us: dict[str, float] = defaultdict(float)
+    for e in prof.events():
+        if on_cuda and "CUDA" not in str(getattr(e, "device_type", "")):
+            continue
+        name = e.name[:90]
+        count[name] += 1
+        us[name] += e.device_time_total if on_cuda else e.self_cpu_time_total
+    rows = sorted(us, key=us.get, reverse=True)
+    return {
+        "kernels_per_step": round(sum(count.values()) / steps, 1),
+        "busy_us_per_step": round(sum(us.values()) / steps, 1),
+        "top": [(n, round(count[n] / steps, 1), round(us[n] / steps, 1)) for n in rows[:top]],
+    }
+
+
+def op_checks() -> dict:
+    """Kernels a few candidate fused ops launch here (``F.rms_norm``: one fused kernel, or several)."""
+    import torch
+    import torch.nn.functional as F
+
+    x = torch.randn(64, 576, device="cuda", dtype=torch.bfloat16)
+    w = torch.ones(576, device="cuda", dtype=torch.bfloat16)
+    checks = {
+        "rms_norm": lambda: F.rms_norm(x, (576,), w, 1e-5),
+        "silu_mul": lambda: F.silu(x) * x,
+        "addmm": lambda: torch.addmm(x, x, w.new_ones(576, 576)),
+    }
+    out = {}
+    for name, fn in checks.items():
+        t = kernel_table(fn, steps=2, top=4)
+        out[name] = (t["kernels_per_step"], [n for n, _, _ in t["top"]])
+    return out
+
+
+def profile_batch(backend, model, b: int, prompt_len: int, new_tokens: int, card: str) -> dict:
+    import torch
+
+    from turngym.agents.hf_slots import _slot_attention
+
+    rng = random.Random(b)
+    vocab = model.config.vocab_size
+    prompts = [[rng.randrange(10, vocab - 10) for _ in range(prompt_len)] for _ in range(b)]
+    out: dict = {"batch": b, "engine": engine_run(backend, prompts, new_tokens)}
+    w, k = out["engine"]["widths_k"][-1]
+    out["floor_ms"] = memory_bound_step_ms(model, b, prompt_len + new_tokens // 2, card)
+
+    def body() -> None:
+        backend._decode_body(w, k, False)
+
+    def logits() -> None:
+        backend._decode_logits(w, k)
+
+    with backend._lock, torch.inference_mode(), _slot_attention(model):
+        backend._step_in[0, :w] = prompt_len  # every row at the prompt's end: the KV is the run's
+        if torch.cuda.is_available():
+            out["graph_step_ms"] = replay_ms(body)
+            out["graph_logits_ms"] = replay_ms(logits)
+            out["graph_sampling_ms"] = round(out["graph_step_ms"] - out["graph_logits_ms"], 4)
+        try:
+            out["kernels"] = kernel_table(body)
+        except Exception as e:  # noqa: BLE001 - no CUPTI (e.g. under gVisor): the rest still stands
+            out["kernels"] = {"error": f"{type(e).__name__}: {e}"}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 64, 256])
+    ap.add_argument("--prompt-len", type=int, default=256)
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument(
+        "--forwards",
+        nargs="+",
+        default=["fast", "hf"],
+        choices=["fast", "hf"],
+        help="the slots engine's forward: turngym's own (hf_fast) and/or transformers'",
+    )
+    args = ap.parse_args()
+    import torch
+
+    from turngym.agents.hf_slots import HFSlotBackend
+    from turngym.agents.models import load_model, load_tokenizer, resolve_model
+
+    path = resolve_model(args.model)
+    tok = load_tokenizer(path)
+    on_cuda = torch.cuda.is_available()
+    model = load_model(path, device="cuda" if on_cuda else "cpu")
+    card = torch.cuda.get_device_name(0) if on_cuda else "cpu"
+    context = max(args.prompt_len + args.new_tokens, 512)
+    results = {"device": card, "model": args.model, "torch": torch.__version__, "batches": []}
+    if on_cuda:
+        try:
+            results["op_checks"] = op_checks()
+        except Exception as e:  # noqa: BLE001
+            results["op_checks"] = f"{type(e).__name__}: {e}"
+        print("op checks", results["op_checks"], flush=True)
+    for forward, b in [(f, b) for f in args.forwards for b in args.batches]:
+        backend = HFSlotBackend(
+            model,
+            tok,
+            max_batch_size=max(args.batches),
+            max_context=context,
+            max_wait_ms=20,
+            fast=None if forward == "fast" else False,
+        )
+        res = {"forward": forward, **profile_batch(backend, model, b, args.prompt_len, args.new_tokens, card)}
+        asyncio.run(backend.aclose())
+        backend.free_buffers()
+        results["batches"].append(res)
+        e = res["engine"]
+        print(
+            f"{forward} batch {b}: {e['tok_s']} tok/s, {e['ms_per_token_step']} ms/step overall | pass "
+            f"{e['decode_pass_ms']} ms (launch {e['decode_launch_ms']}, cpu {e['decode_cpu_ms']}), gap "
+            f"{e['decode_gap_ms']} ms, prefill {e['prefill_ms_total']} ms in {e['prefill_passes']} | graph "
+            f"{res.get('graph_step_ms')} ms (model {res.get('graph_logits_ms')}, sampling "
+            f"{res.get('graph_sampling_ms')}) "
+            f"| floor {res['floor_ms']} ms",
+            flush=True,
+        )
+        kt = res["kernels"]
+        if "top" in kt:
+            print(f"  kernels/step {kt['kernels_per_step']}, busy {kt['busy_us_per_step']} us", flush=True)
+            for name, n, us in kt["top"][:15]:
+                print(f"    {us:9.1f} us {n:6.1f}x  {name}", flush=True)
+        else:
+            print("  kernels:", kt, flush=True)
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

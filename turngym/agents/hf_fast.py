@@ -1,0 +1,250 @@
+"""``FastForward``: the slots engine's own forward pass for Llama-family decoders, in few kernels.
+
+Why: on a GPU a decode step of a small model costs what launching its kernels costs, not what they
+compute. transformers' Llama layer launches about 50 kernels (its RMSNorm alone is six: upcast,
+square, mean, add, rsqrt, two multiplies; rotary another dozen); for SmolLM2-135M's 30 layers a step
+is ~1,500 kernels, 3.2 ms as a replayed CUDA graph on an H200 where the weights and KV read in
+0.06 ms (benchmarks/gpu_results.md, session 12). This pass does the same arithmetic in 18 a layer:
+
+* ``F.rms_norm`` (one fused kernel) for each norm;
+* q, k and v in one matrix product (their weights concatenated), gate and up in one;
+* rotary on q and k together, from a per-position cos/sin table built once from the model's own
+  rotary module (so every rope scaling transformers knows is honoured): ``x*cos + roll(x)*sin'``,
+  ``sin'`` the sine with the first half negated, which is ``rotate_half``; the attention's scaling is
+  folded into q's cos/sin;
+* the new keys and values written into the slots with one ``index_put_`` each;
+* decode attention as two batched matrix products on the cache's own strides (grouped-query heads,
+  no repeated key/value heads), a masked fill and a softmax; prefill attention by SDPA;
+* the output and down projections as ``addmm`` onto the residual stream.
+
+The arithmetic is the model's: logits equal transformers' to float rounding (tests compare them in
+float32 on CPU). In bf16 the roundings differ a little (one rounding where transformers does two), so
+a greedy token can differ from the continuous engine's where two logits tie closely; the engine's own
+graph and eager paths run this same pass and agree.
+
+Weights: the concatenated q/k/v and gate/up weights are copies, refreshed (in place, so captured
+graphs see them) whenever any source parameter changed: ``refresh()`` compares the parameters'
+in-place version counters, which ``load_state_dict``, an optimizer step or any ``copy_`` bump. The
+other weights are read where they live.
+
+Supported: ``model_type`` llama, mistral, qwen2 (biases on any projection, tied or untied heads)
+with SiLU MLPs and plain ``nn.Linear`` projections. ``problem(model)`` says why another model is not
+(LoRA-wrapped projections, q/k norms, another activation, ...): the slots engine then runs
+transformers' forward as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MODEL_TYPES = ("llama", "mistral", "qwen2")
+
+
+def problem(model: Any) -> str | None:
+    """Why ``FastForward`` cannot run ``model`` (None: it can)."""
+    import torch
+
+    config = getattr(model, "config", None)
+    kind = getattr(config, "model_type", None)
+    if kind not in MODEL_TYPES:
+        return f"model_type {kind!r} is not one of {', '.join(MODEL_TYPES)}"
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return f"hidden_act {config.hidden_act!r} (SiLU only)"
+    inner = getattr(model, "model", None)
+    if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "rotary_emb"):
+        return "no model.layers / model.rotary_emb"
+    if not isinstance(getattr(model, "lm_head", None), torch.nn.Linear):
+        return "lm_head is not a plain nn.Linear"
+    for i, layer in enumerate(inner.layers):
+        att, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
+        names = [(att, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj")]
+        names += [(mlp, n) for n in ("gate_proj", "up_proj", "down_proj")]
+        for owner, name in names:
+            if type(getattr(owner, name, None)) is not torch.nn.Linear:
+                return f"layer {i}: {name} is not a plain nn.Linear (LoRA or quantized?)"
+        if hasattr(att, "q_norm") or hasattr(att, "k_norm"):
+            return f"layer {i}: q/k norms"
+        for norm in (layer.input_layernorm, layer.post_attention_layernorm):
+            if not hasattr(norm, "weight") or not hasattr(norm, "variance_epsilon"):
+                return f"layer {i}: a norm without weight/variance_epsilon"
+    return None
+
+
+class _Layer:
+    """One decoder layer's weights as the pass reads them."""
+
+    def __init__(self, layer: Any):
+        att, mlp = layer.self_attn, layer.mlp
+        self.ln1, self.ln2 = layer.input_layernorm, layer.post_attention_layernorm
+        self.qkv_parts = [att.q_proj, att.k_proj, att.v_proj]
+        self.gate_up_parts = [mlp.gate_proj, mlp.up_proj]
+        self.o, self.down = att.o_proj, mlp.down_proj
+        self.qkv_w = self.qkv_b = self.gate_up_w = self.gate_up_b = None
+
+
+class FastForward:
+    """The forward pass of ``model`` (``problem(model)`` None) over the slots engine's KV buffers,
+    for positions ``0 .. positions - 1``."""
+
+    def __init__(self, model: Any, positions: int):
+        import torch
+
+        config = model.config
+        self.model = model
+        self.heads = config.num_attention_heads
+        self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.hidden = config.hidden_size
+        self.intermediate = model.model.layers[0].mlp.gate_proj.out_features
+        self.layers = [_Layer(x) for x in model.model.layers]
+        self.scaling = float(model.model.layers[0].self_attn.scaling)
+        self._versions: tuple[int, ...] | None = None
+        dev = model.lm_head.weight.device
+        dtype = model.lm_head.weight.dtype
+        with torch.no_grad():
+            probe = torch.zeros(1, dtype=dtype, device=dev)
+            cos, sin = model.model.rotary_emb(probe, torch.arange(positions, device=dev)[None])
+            cos, sin = cos[0].to(dtype), sin[0].to(dtype)  # [positions, head_dim]
+            half = self.head_dim // 2
+            sin = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)  # rotate_half's signs
+            scale = torch.ones(self.heads + self.kv_heads, 1, dtype=dtype, device=dev)
+            scale[: self.heads] = self.scaling  # q's share of the attention scaling, folded in
+            self._cos, self._sin, self._head_scale = cos, sin, scale
+        self.refresh()
+
+    # ------------------------------------------------------------- weights
+    def _sources(self) -> list[Any]:
+        out = []
+        for layer in self.layers:
+            for m in (*layer.qkv_parts, *layer.gate_up_parts):
+                out.append(m.weight)
+                if m.bias is not None:
+                    out.append(m.bias)
+        return out
+
+    def invalidate(self) -> None:
+        """Rebuild the concatenated weights at the next ``refresh`` whatever the version counters say."""
+        self._versions = None
+
+    def refresh(self) -> bool:
+        """Rebuild the concatenated weights if a source parameter changed since the last call
+        (in place: a captured graph reads the same buffers); True when it did."""
+        import torch
+
+        sources = self._sources()
+        versions = tuple(p._version for p in sources) + tuple(p.data_ptr() for p in sources)
+        if versions == self._versions:
+            return False
+        with torch.no_grad():
+            for layer in self.layers:
+                layer.qkv_w = _concat([m.weight for m in layer.qkv_parts], layer.qkv_w)
+                layer.gate_up_w = _concat([m.weight for m in layer.gate_up_parts], layer.gate_up_w)
+                if any(m.bias is not None for m in layer.qkv_parts):
+                    layer.qkv_b = _concat([_bias(m) for m in layer.qkv_parts], layer.qkv_b)
+                if any(m.bias is not None for m in layer.gate_up_parts):
+                    layer.gate_up_b = _concat([_bias(m) for m in layer.gate_up_parts], layer.gate_up_b)
+        self._versions = tuple(p._version for p in sources) + tuple(p.data_ptr() for p in sources)
+        return True
+
+    # ------------------------------------------------------------- the pass
+    def logits(self, ids: Any, pos: Any, cache: Any, mask: Any) -> Any:
+        """fp32 logits of each row's last position. ``ids``, ``pos``: ``[rows, n]``; ``cache``: the
+        slots engine's ``_SlotCache`` with the pass's plan set (``index`` ``[rows, kv_heads, n]``,
+        the flat buffer row of each new key; ``rows`` or ``width``; ``columns``); ``mask``: bool
+        ``[rows, 1, n, columns]``, True where a query may attend."""
+        import torch
+        import torch.nn.functional as F
+
+        rows, n = ids.shape
+        h, kv, d = self.heads, self.kv_heads, self.head_dim
+        x = self.model.model.embed_tokens(ids).view(rows * n, self.hidden)
+        flat_pos = pos.reshape(-1)
+        cos = self._cos[flat_pos][:, None, :] * self._head_scale  # [rows*n, h+kv, d]
+        sin = self._sin[flat_pos][:, None, :] * self._head_scale
+        index = cache.index.transpose(1, 2).reshape(rows * n, kv)
+        blocked = ~mask if n == 1 else mask  # decode: masked_fill's; prefill: SDPA's own mask
+        for i, layer in enumerate(self.layers):
+            a = F.rms_norm(x, (self.hidden,), layer.ln1.weight, layer.ln1.variance_epsilon)
+            qkv = _linear(a, layer.qkv_w, layer.qkv_b).view(rows * n, h + 2 * kv, d)
+            qk = qkv[:, : h + kv]
+            qk = torch.addcmul(qk * cos, torch.roll(qk, d // 2, dims=-1), sin)
+            keys, values = cache.keys[i], cache.values[i]
+            keys.view(-1, d).index_put_((index,), qk[:, h:])
+            values.view(-1, d).index_put_((index,), qkv[:, h + kv :])
+            if cache.rows is None:
+                k_all, v_all = (
+                    keys[: cache.width, :, : cache.columns],
+                    values[: cache.width, :, : cache.columns],
+                )
+            else:
+                k_all, v_all = keys[cache.rows, :, : cache.columns], values[cache.rows, :, : cache.columns]
+            att = self._attend(qk[:, :h], k_all, v_all, blocked, rows, n)
+            x = _linear(att, layer.o.weight, layer.o.bias, residual=x)
+            a = F.rms_norm(x, (self.hidden,), layer.ln2.weight, layer.ln2.variance_epsilon)
+            gu = _linear(a, layer.gate_up_w, layer.gate_up_b)
+            a = F.silu(gu[:, : self.intermediate]) * gu[:, self.intermediate :]
+            x = _linear(a, layer.down.weight, layer.down.bias, residual=x)
+        last = x.view(rows, n, self.hidden)[:, -1]
+        norm = self.model.model.norm
+        last = F.rms_norm(last, (self.hidden,), norm.weight, norm.variance_epsilon)
+        head = self.model.lm_head
+        return _linear(last, head.weight, head.bias).float()
+
+    def _attend(self, q: Any, k_all: Any, v_all: Any, blocked: Any, rows: int, n: int) -> Any:
+        """Attention of ``q`` ``[rows*n, heads, d]`` (scaled already) over the cache columns
+        ``k_all``/``v_all`` ``[rows, kv_heads, columns, d]``; ``[rows*n, heads*d]``. ``blocked``:
+        where a decode query may not attend, or (prefill) the mask itself."""
+        import torch
+
+        h, kv, d = self.heads, self.kv_heads, self.head_dim
+        g, cols = h // kv, k_all.shape[2]
+        if n == 1:  # a decode step: the query heads grouped by key/value head, two matmuls
+            qg = q.reshape(rows * kv, g, d)
+            scores = torch.bmm(qg, k_all.reshape(rows * kv, cols, d).transpose(1, 2))
+            scores.view(rows, kv, g, cols).masked_fill_(blocked, float("-inf"))
+            probs = torch.softmax(scores, dim=-1)
+            return torch.bmm(probs, v_all.reshape(rows * kv, cols, d)).view(rows, h * d)
+        from torch.nn.functional import scaled_dot_product_attention
+
+        qh = q.view(rows, n, h, d).transpose(1, 2)
+        if g > 1:
+            k_all, v_all = k_all.repeat_interleave(g, dim=1), v_all.repeat_interleave(g, dim=1)
+        out = scaled_dot_product_attention(qh, k_all, v_all, attn_mask=blocked, scale=1.0)
+        return out.transpose(1, 2).reshape(rows * n, h * d)
+
+
+def _bias(m: Any) -> Any:
+    import torch
+
+    return (
+        m.bias
+        if m.bias is not None
+        else torch.zeros(m.out_features, dtype=m.weight.dtype, device=m.weight.device)
+    )
+
+
+def _concat(parts: list[Any], out: Any) -> Any:
+    """``parts`` concatenated along dim 0, into ``out`` when it has the shape (a graph reads it)."""
+    import torch
+
+    shape = (sum(p.shape[0] for p in parts), *parts[0].shape[1:])
+    if (
+        out is None
+        or tuple(out.shape) != shape
+        or out.dtype != parts[0].dtype
+        or out.device != parts[0].device
+    ):
+        return torch.cat([p.detach() for p in parts], dim=0)
+    return torch.cat([p.detach() for p in parts], dim=0, out=out)
+
+
+def _linear(x: Any, weight: Any, bias: Any = None, residual: Any = None) -> Any:
+    """``x @ weight.T`` (+ ``bias``) (+ ``residual``) in one kernel where it can be."""
+    import torch
+
+    if residual is not None:
+        out = torch.addmm(residual, x, weight.t())
+        return out if bias is None else out.add_(bias)
+    if bias is not None:
+        return torch.addmm(bias, x, weight.t())
+    return torch.mm(x, weight.t())
