@@ -68,14 +68,16 @@ def engine_run(backend, prompts: list[list[int]], new_tokens: int) -> dict:
     decode = [e for e in passes if e[3] == "decode"]
     prefill = [e for e in passes if e[3] == "prefill"]
     gaps = [b[1] - a[2] for a, b in zip(decode, decode[1:], strict=False)]
+    steps = [e[10] if len(e) > 10 else 1 for e in decode]  # a pass is a block of this many steps
     return {
         "tok_s": round(len(prompts) * new_tokens / dt, 1),
         "ms_per_token_step": round(1000 * dt / new_tokens, 3),
         "decode_passes": len(decode),
+        "steps_per_pass": _median(steps),
         "decode_pass_ms": _median([1000 * (e[2] - e[1]) for e in decode]),
         "decode_gap_ms": _median([1000 * g for g in gaps]),
-        "decode_cpu_ms": _median([1000 * e[-2] for e in decode]),
-        "decode_launch_ms": _median([1000 * e[-1] for e in decode]),
+        "decode_cpu_ms": _median([1000 * e[8] for e in decode]),
+        "decode_launch_ms": _median([1000 * e[9] for e in decode]),
         "prefill_passes": len(prefill),
         "prefill_ms_total": round(sum(1000 * (e[2] - e[1]) for e in prefill), 2),
         "widths_k": sorted({(e[6], e[7]) for e in decode}),
@@ -165,7 +167,7 @@ def profile_batch(backend, model, b: int, prompt_len: int, new_tokens: int, card
     out["floor_ms"] = memory_bound_step_ms(model, b, prompt_len + new_tokens // 2, card)
 
     def body() -> None:
-        backend._decode_body(w, k, False)
+        backend._decode_body(w, k, False)  # one step
 
     def logits() -> None:
         backend._decode_logits(w, k)
@@ -190,6 +192,7 @@ def main() -> None:
     ap.add_argument("--prompt-len", type=int, default=256)
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--decode-block", type=int, default=8, help="decode steps a graph replay")
     ap.add_argument(
         "--forwards",
         nargs="+",
@@ -224,6 +227,7 @@ def main() -> None:
             max_context=context,
             max_wait_ms=20,
             fast=None if forward == "fast" else False,
+            decode_block=args.decode_block,
         )
         res = {"forward": forward, **profile_batch(backend, model, b, args.prompt_len, args.new_tokens, card)}
         asyncio.run(backend.aclose())
@@ -231,7 +235,8 @@ def main() -> None:
         results["batches"].append(res)
         e = res["engine"]
         print(
-            f"{forward} batch {b}: {e['tok_s']} tok/s, {e['ms_per_token_step']} ms/step overall | pass "
+            f"{forward} batch {b}: {e['tok_s']} tok/s, {e['ms_per_token_step']} ms/step overall | pass of "
+            f"{e['steps_per_pass']} steps "
             f"{e['decode_pass_ms']} ms (launch {e['decode_launch_ms']}, cpu {e['decode_cpu_ms']}), gap "
             f"{e['decode_gap_ms']} ms, prefill {e['prefill_ms_total']} ms in {e['prefill_passes']} | graph "
             f"{res.get('graph_step_ms')} ms (model {res.get('graph_logits_ms')}, sampling "

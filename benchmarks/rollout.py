@@ -814,9 +814,10 @@ async def bench_engines(
     model_name: str, batches: list[int], prompt_len: int, new_tokens: int, compile: str | None = None
 ) -> dict:
     """Decode throughput of the HF engines on one card, in one run: the continuous engine
-    (``HFBackend``, eager passes), the slots engine (``HFSlotBackend``, CUDA-graph decode steps of
-    turngym's own forward, ``hf_fast``), the slots engine on transformers' forward (``slots_hf``:
-    fast=False, the engine as it was before the fast forward), with ``compile`` also the slots
+    (``HFBackend``, eager passes), the slots engine (``HFSlotBackend``, CUDA-graph decode blocks of
+    turngym's own forward, ``hf_fast``), the same with one step a replay (``slots_step1``:
+    decode_block=1), the slots engine on transformers' forward with one step a replay (``slots_hf``:
+    fast=False, decode_block=1, the engine as it was before), with ``compile`` also the slots
     engine with its decode step compiled before capture (``slots_compile``, compile seconds per shape
     beside it), and plain transformers ``generate``; each shape warmed up first; sampled, no stop
     token. Beside each figure the memory-bound floor of a decode step; first, whether the slots
@@ -842,8 +843,11 @@ async def bench_engines(
     slots_hf = HFSlotBackend(
         model, tok, max_batch_size=width, max_context=context, max_wait_ms=20, fast=False
     )
+    step1 = HFSlotBackend(
+        model, tok, max_batch_size=width, max_context=context, max_wait_ms=20, decode_block=1
+    )
     cont = HFBackend(model, tok, max_batch_size=width, max_wait_ms=20)
-    engines = [("continuous", cont), ("slots", slots), ("slots_hf", slots_hf)]
+    engines = [("continuous", cont), ("slots", slots), ("slots_step1", step1), ("slots_hf", slots_hf)]
     fused = None
     if compile:
         fused = HFSlotBackend(
@@ -925,7 +929,7 @@ async def bench_engines(
             torch.cuda.synchronize()
             dt = time.perf_counter() - t0
         row["generate_tok_s"] = round(b * new_tokens / dt, 1)
-        for base in ("continuous", "slots_hf", "generate"):
+        for base in ("continuous", "slots_step1", "slots_hf", "generate"):
             row[f"slots_over_{base}"] = round(row["slots_tok_s"] / row[f"{base}_tok_s"], 2)
         if fused is not None:
             row["slots_compile_over_slots"] = round(row["slots_compile_tok_s"] / row["slots_tok_s"], 2)

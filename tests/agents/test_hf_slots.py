@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from turngym.agents import BackendError, SamplingParams
 from turngym.agents.hf import HFBackend
 from turngym.agents.hf_engines import hf_backend_class, make_hf_backend, resolve_hf_engine
-from turngym.agents.hf_slots import HFSlotBackend, pick, seeded_uniform
+from turngym.agents.hf_slots import HFSlotBackend, pick, seeded_uniform, seeded_uniforms
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0, stop_token_ids=(-1,))
 
@@ -155,6 +155,65 @@ def test_seeded_uniform_is_a_pure_function_inside_the_unit_interval(seed, index)
     assert 0 < u < 1 and u == seeded_uniform(seed, index)
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    seeds=st.lists(st.integers(-(2**63), 2**63 - 1), min_size=1, max_size=8),
+    index=st.integers(0, 2**31 - 16),
+)
+def test_seeded_uniforms_on_tensors_equal_the_scalar_draws(seeds, index):
+    """The decode block's in-graph draws (int64 tensor arithmetic, no overflow) are bit for bit the
+    host's ``seeded_uniform`` of the same seed and token index."""
+    lo = torch.tensor([s & 0xFFFFFFFF for s in seeds])
+    hi = torch.tensor([(s >> 32) & 0xFFFFFFFF for s in seeds])
+    steps = torch.arange(4)[:, None]
+    u = seeded_uniforms(lo, hi, index + steps)
+    assert u.dtype == torch.float32 and u.shape == (4, len(seeds))
+    want = torch.tensor(
+        [[seeded_uniform(s, index + j) for s in seeds] for j in range(4)], dtype=torch.float32
+    )
+    assert torch.equal(u, want)
+
+
+async def test_decode_blocks_give_the_tokens_of_single_steps(model, tokenizer):
+    """Blocks of 2, 4 or 8 steps a graph replay give the tokens, logprobs and finish reasons of
+    single steps: rows that stop inside a block (stop token, max_tokens, the end of the context)
+    keep only their tokens up to there, seeded samples draw the same, and turns resume their rows."""
+    probe = HFSlotBackend(model, tokenizer, max_batch_size=2, max_context=128)
+    ps = prompts(tokenizer)
+    stop = probe.generate_batch([ps[3]], [GREEDY])[0].token_ids[5]  # a token the model does sample
+    samplings = [GREEDY.replace(max_tokens=3 + 7 * i, stop_token_ids=(stop,)) for i in range(len(ps))] + [
+        SamplingParams(max_tokens=11, temperature=1.0, top_k=30, seed=9)
+    ]
+    ps = ps + [ps[0]]
+
+    async def run(block: int):
+        b = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=128, decode_block=block)
+        gens = await asyncio.gather(
+            *(b.generate(p, s, route=f"r{i}") for i, (p, s) in enumerate(zip(ps, samplings, strict=True)))
+        )
+        again = await asyncio.gather(
+            *(
+                b.generate(p + g.token_ids + p[:3], s, route=f"r{i}")
+                for i, (p, g, s) in enumerate(zip(ps, gens, samplings, strict=True))
+            )
+        )
+        long = await b.generate(list(range(5, 115)), GREEDY.replace(max_tokens=40))  # ends at the context
+        out = [(g.token_ids, g.logprobs, g.finish_reason) for g in [*gens, *again, long]]
+        stats = dict(b.stats)
+        await b.aclose()
+        return out, stats
+
+    ref, one = await run(1)
+    assert one["decode_blocks"] == one["steps"]
+    assert any(r[2] == "stop" for r in ref) and ref[-1][2] == "length"
+    for block in (2, 4, 8):
+        got, stats = await run(block)
+        assert stats["decode_blocks"] < stats["steps"]
+        for (ids_a, lp_a, fin_a), (ids_b, lp_b, fin_b) in zip(ref, got, strict=True):
+            assert ids_a == ids_b and fin_a == fin_b
+            assert lp_a == pytest.approx(lp_b, abs=1e-5)
+
+
 @pytest.mark.parametrize("filtered", [False, True])
 def test_pick_samples_the_distribution_from_seeded_draws(filtered):
     probs = torch.tensor([0.5, 0.25, 0.125, 0.0625, 0.0625, 0.0])
@@ -233,6 +292,8 @@ def test_models_and_settings_it_refuses(model, tokenizer, tiny_dir):
         HFSlotBackend(model, tokenizer, max_context=limit + 1)
     with pytest.raises(ValueError, match="cuda_graphs needs the model on a CUDA device"):
         HFSlotBackend(model, tokenizer, cuda_graphs=True)
+    with pytest.raises(ValueError, match="decode_block must be a power of two"):
+        HFSlotBackend(model, tokenizer, decode_block=3)
 
 
 def test_the_engine_registry(model, tokenizer):

@@ -180,6 +180,7 @@ class HFSlotBackend(SlotSharing, HFBackend):
         compile: bool | str | None = None,
         prefill_tokens: int = 16384,
         fast: bool | None = None,
+        decode_block: int = 8,
         **kwargs: Any,
     ):
         setting = compile_setting(compile)  # a bad name fails before the model loads
@@ -196,6 +197,9 @@ class HFSlotBackend(SlotSharing, HFBackend):
             raise ValueError(f"max_context must be in [1, {limit}] (the model's limit), got {max_context}")
         if prefill_tokens < 1:
             raise ValueError(f"prefill_tokens must be >= 1, got {prefill_tokens}")
+        if decode_block < 1 or decode_block & (decode_block - 1):
+            raise ValueError(f"decode_block must be a power of two >= 1, got {decode_block}")
+        self.decode_block = decode_block
         on_cuda = self.device.type == "cuda"
         if cuda_graphs and not on_cuda:
             raise ValueError("cuda_graphs needs the model on a CUDA device")
@@ -234,6 +238,8 @@ class HFSlotBackend(SlotSharing, HFBackend):
             compiles=0,
             compile_s=0.0,
             compile_fallbacks=0,
+            decode_blocks=0,
+            block_steps_unused=0,
         )
         self._compiled_buckets: set[tuple[int, int]] = set()  # (width, context): no sampling inside
         # dynamo keeps one entry per bucket a static setting compiles: room for every bucket
@@ -403,7 +409,7 @@ class HFSlotBackend(SlotSharing, HFBackend):
         cache.index = self._row_base[slots][:, :, None] + cols[:, None, :]
         cache.rows, cache.columns = slots, span
         t0, c0 = time.perf_counter(), time.thread_time()
-        with self._lock, torch.inference_mode(), _slot_attention(self.model):
+        with self._lock, torch.inference_mode(), self._kernels(), _slot_attention(self.model):
             if self._fast is not None:
                 self._fast.refresh()
             logits = self._logits(ids, mask, pos, cache)
@@ -436,52 +442,87 @@ class HFSlotBackend(SlotSharing, HFBackend):
             self.trace.append(("pass", t0, time.perf_counter(), "prefill", *shape, cpu, t_fwd - t0))
 
     def _decode(self, batch: _SlotBatch, live: list[int]) -> None:
-        """One decode step for every live row: slots ``0..w-1``, the first ``k`` columns (buckets),
-        sampling included, replayed from a CUDA graph when graphs are on. The host sends one small
-        tensor (positions, each row's uniform draw) and reads one back (tokens, logprobs)."""
+        """One decode block for every live row: ``n`` steps (``decode_block`` at most, fewer when no
+        live row has that many tokens left) over slots ``0..w-1`` and the first ``k`` columns
+        (buckets), sampling included, replayed from one CUDA graph when graphs are on. The host sends
+        one small tensor (each slot's position and token index) and reads one back (``n`` tokens and
+        logprobs a slot); a row that finishes inside the block keeps only its tokens up to there."""
         import torch
 
         self._buffers()
-        w = _bucket(max(live) + 1, 1, self.max_batch_size)
-        k = _bucket(max(batch.lengths[s] for s in live) + 1, MIN_COLUMNS, self.max_context)
         rows = [batch.slots[s] for s in live]
+        left = max(r.sampling.max_tokens - len(r.tokens) for r in rows)  # type: ignore[union-attr]
+        n = _floor_pow2(max(1, min(self.decode_block, left)))
+        w = _bucket(max(live) + 1, 1, self.max_batch_size)
+        k = _bucket(max(batch.lengths[s] for s in live) + n, MIN_COLUMNS, self.max_context)
         filtered = any(_filtered(r) for r in rows)  # type: ignore[arg-type]
-        draws = [0.5] * w
+        index = [0] * w
         for s, r in zip(live, rows, strict=True):
-            draws[s] = seeded_uniform(r.seed, len(r.tokens))  # type: ignore[union-attr]
-        self._step_in[:, :w].copy_(torch.tensor([batch.lengths[:w], draws], dtype=torch.float64))
+            index[s] = len(r.tokens)  # type: ignore[union-attr]
+        self._step_in[:, :w].copy_(torch.tensor([batch.lengths[:w], index], dtype=torch.long))
         t0, c0 = time.perf_counter(), time.thread_time()
         with self._lock, torch.inference_mode(), _slot_attention(self.model):
             if self._fast is not None:
                 self._fast.refresh()  # the concatenated weights, if the model's changed
-            graph = self._graph(w, k, filtered) if self.cuda_graphs else None
+            graph = self._graph(w, k, filtered, n) if self.cuda_graphs else None
             if graph is not None:
                 graph.replay()
                 self.stats["graph_replays"] += 1
             else:
-                self._step(w, k, filtered)
+                self._step(w, k, filtered, n)
                 self.stats["eager_decodes"] += 1
             version = self.weights_version
         t_fwd = time.perf_counter()
-        out = self._step_out[:, :w].tolist()  # the step's only wait for the device
-        self._record(rows, [[out[0][s] for s in live], [out[1][s] for s in live]], version)  # type: ignore[arg-type]
-        for s in live:
-            batch.lengths[s] += 1
-        self.stats["steps"] += 1
-        self.stats["widths"][len(live)] += 1
+        out = self._step_out[:n, :, :w].tolist()  # the block's only wait for the device
+        used = 0
+        for s, r in zip(live, rows, strict=True):
+            took = self._take(
+                r,
+                [out[j][0][s] for j in range(n)],
+                [out[j][1][s] for j in range(n)],
+                version,
+                batch.lengths[s],
+            )  # type: ignore[arg-type]
+            batch.lengths[s] += took
+            used = max(used, took)
+        self.stats["steps"] += n
+        self.stats["decode_blocks"] += 1
+        self.stats["block_steps_unused"] += n - used
+        self.stats["widths"][len(live)] += n
         if self.trace is not None:
             cpu = time.thread_time() - c0
             self.trace.append(
-                ("pass", t0, time.perf_counter(), "decode", len(live), 0, w, k, cpu, t_fwd - t0)
+                ("pass", t0, time.perf_counter(), "decode", len(live), 0, w, k, cpu, t_fwd - t0, n)
             )
 
-    def _decode_logits(self, w: int, k: int) -> Any:
+    def _take(
+        self, r: _Request, tokens: list[float], logprobs: list[float], version: int, length: int
+    ) -> int:
+        """Append a block's tokens to ``r`` up to its end (a stop token, its ``max_tokens``, or the end
+        of the context); how many it took (= the cache columns its steps wrote)."""
+        now = time.perf_counter()
+        if not r.tokens:
+            r.first_token = now
+        took = 0
+        for t, lp in zip(tokens, logprobs, strict=True):
+            r.tokens.append(int(t))
+            r.logprobs.append(lp)
+            r.versions.append(version)
+            took += 1
+            if r.finished or length + took >= self.max_context:
+                break
+        return took
+
+    def _decode_logits(self, w: int, k: int, pos: Any = None) -> Any:
         """The model's pass of a decode step over slots ``0..w-1`` and ``k`` columns, from the static
-        inputs (``_ids``, ``_step_in``'s positions) to the last position's fp32 logits: the part
-        ``compile`` fuses (the layers' ~600 small kernels)."""
+        inputs (``_ids``; positions ``pos``, default ``_step_in``'s) to the last position's fp32
+        logits: the part ``compile`` fuses."""
         cache = self._cache
         assert cache is not None
-        ids, pos = self._ids[:w, None], self._step_in[0, :w].long()[:, None]
+        if pos is None:
+            pos = self._step_in[0, :w]
+        pos = pos[:, None]
+        ids = self._ids[:w, None]
         cache.index = (self._row_base[:w] + pos)[:, :, None]
         cache.rows, cache.width, cache.columns = None, w, k
         mask = (self._columns[None, :k] <= pos)[:, None, None, :]
@@ -493,21 +534,29 @@ class HFSlotBackend(SlotSharing, HFBackend):
             return self._fast.logits(ids, pos, cache, mask)
         return last_logits_pass(self.model, ids, mask, pos, cache).logits[:, -1].float()
 
-    def _decode_body(self, w: int, k: int, filtered: bool, logits_fn: Any = None) -> None:
-        """The decode step of slots ``0..w-1`` over ``k`` columns, from the static inputs (``_ids``,
-        ``_step_in``: positions and uniform draws; the slots' sampling settings) to the static
-        outputs (``_step_out``: tokens and raw logprobs; ``_ids``: the next step's inputs); what a
-        graph captures. ``logits_fn``: the (compiled) model pass; sampling stays eager, since
+    def _decode_body(self, w: int, k: int, filtered: bool, n: int = 1, logits_fn: Any = None) -> None:
+        """``n`` decode steps of slots ``0..w-1`` over ``k`` columns, from the static inputs
+        (``_ids``; ``_step_in``: positions and token indices; the slots' seeds and sampling
+        settings) to the static outputs (``_step_out[j]``: step ``j``'s tokens and raw logprobs;
+        ``_ids``: the next block's inputs); what a graph captures. Step ``j`` writes column
+        position + ``j`` (past ``max_context``: the scratch column) and samples with the draw of
+        token index + ``j``. ``logits_fn``: the (compiled) model pass; sampling stays eager, since
         inductor cannot lower an argmax over a 49k vocabulary on every version (torch 2.11:
         "NYI TritonSplitDimKernel reductions") and the sampling is a few kernels."""
-        logits = (logits_fn or self._decode_logits)(w, k)
-        u = self._step_in[1, :w].float()
-        tok, lp = pick(
-            logits, self._temp[:w], self._greedy[:w], self._top_k[:w], self._top_p[:w], u, filtered
-        )
-        self._ids[:w].copy_(tok)
-        self._step_out[0, :w].copy_(tok)
-        self._step_out[1, :w].copy_(lp)
+        import torch
+
+        pos0, index0 = self._step_in[0, :w], self._step_in[1, :w]
+        steps = torch.arange(n, device=pos0.device)[:, None]
+        draws = seeded_uniforms(self._seeds[0, :w], self._seeds[1, :w], index0[None, :] + steps)
+        for j in range(n):
+            pos = (pos0 + j).clamp(max=self.max_context)
+            logits = (logits_fn or self._decode_logits)(w, k, pos)
+            tok, lp = pick(
+                logits, self._temp[:w], self._greedy[:w], self._top_k[:w], self._top_p[:w], draws[j], filtered
+            )
+            self._ids[:w].copy_(tok)
+            self._step_out[j, 0, :w].copy_(tok)
+            self._step_out[j, 1, :w].copy_(lp)
 
     def _body(self) -> Any:
         """The decode body to run: with the model pass compiled (``compile`` on; compiling on its
@@ -520,12 +569,12 @@ class HFSlotBackend(SlotSharing, HFBackend):
             self._compiled = torch.compile(self._decode_logits, **COMPILE_SETTINGS[self.compile])
         return functools.partial(self._decode_body, logits_fn=self._compiled)
 
-    def _step(self, w: int, k: int, filtered: bool) -> None:
+    def _step(self, w: int, k: int, filtered: bool, n: int) -> None:
         """One decode body, outside a capture: compiled when ``compile`` is on (the bucket's first
         call compiles it, timed in ``stats``); a compile that fails turns compiling off for this
         backend, with a warning and ``stats["compile_fallbacks"]``, and runs the plain body."""
         if self.compile is None:
-            self._decode_body(w, k, filtered)
+            self._decode_body(w, k, filtered, n)
             return
         import torch
 
@@ -534,7 +583,7 @@ class HFSlotBackend(SlotSharing, HFBackend):
         try:
             # static settings keep one dynamo entry per bucket: room for every bucket
             with torch._dynamo.config.patch(recompile_limit=self._recompile_limit):
-                self._body()(w, k, filtered)
+                self._body()(w, k, filtered, n)
         except Exception as e:  # noqa: BLE001 - no compiler, an op inductor cannot lower, a crash
             self.compile, self._compiled = None, None
             self.stats["compile_fallbacks"] += 1
@@ -544,17 +593,17 @@ class HFSlotBackend(SlotSharing, HFBackend):
                 type(e).__name__,
                 why[0] if why else "",
             )
-            self._decode_body(w, k, filtered)
+            self._decode_body(w, k, filtered, n)
             return
         if first:
             self._compiled_buckets.add((w, k))
             self.stats["compiles"] += 1
             self.stats["compile_s"] += time.perf_counter() - t0
 
-    def _graph(self, w: int, k: int, filtered: bool) -> Any:
-        """The captured decode step for (w, k, top-k/top-p filtering or not), captured on first use;
-        None (and graphs off, with a warning) when a capture fails."""
-        graph = self._graphs.get((w, k, filtered))
+    def _graph(self, w: int, k: int, filtered: bool, n: int) -> Any:
+        """The captured decode block for (w, k, top-k/top-p filtering or not, n steps), captured on
+        first use; None (and graphs off, with a warning) when a capture fails."""
+        graph = self._graphs.get((w, k, filtered, n))
         if graph is not None:
             return graph
         import torch
@@ -563,13 +612,13 @@ class HFSlotBackend(SlotSharing, HFBackend):
         try:
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
-            # warm-up: the step's own inputs, so its KV writes are the step's own; it samples into
-            # _ids, which get the step's inputs back after
+            # warm-up: the block's own inputs, so its KV writes are the block's own; it samples
+            # into _ids, which get the block's inputs back after
             pending = self._ids.clone()
             side = torch.cuda.Stream(device=self.device)
             side.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(side):
-                self._step(w, k, filtered)  # compiles the bucket's body (compile on), or falls back
+                self._step(w, k, filtered, n)  # compiles the bucket's body (compile on), or falls back
             torch.cuda.current_stream(self.device).wait_stream(side)
             self._ids.copy_(pending)
             body = self._body()  # compiled (the warm-up compiled this bucket) or plain
@@ -578,7 +627,7 @@ class HFSlotBackend(SlotSharing, HFBackend):
                 torch._dynamo.config.patch(recompile_limit=self._recompile_limit),
                 torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"),
             ):
-                body(w, k, filtered)
+                body(w, k, filtered, n)
         except Exception as e:  # noqa: BLE001 - out of memory or an op that cannot be captured
             self.cuda_graphs = False
             self._graphs.clear()
@@ -589,13 +638,13 @@ class HFSlotBackend(SlotSharing, HFBackend):
                 "CUDA graph capture failed (%s: %s); decoding eagerly from now on", type(e).__name__, e
             )
             return None
-        self._graphs[(w, k, filtered)] = graph
+        self._graphs[(w, k, filtered, n)] = graph
         self.stats["graph_captures"] += 1
         self.stats["capture_s"] += time.perf_counter() - t0
         return graph
 
     def _settings(self, slots: Any, rows: list[_Request]) -> None:
-        """The joiners' sampling settings into their slots' static buffers."""
+        """The joiners' sampling settings and seeds into their slots' static buffers."""
         import torch
 
         vals = [[1.0 if r.sampling.greedy else r.sampling.temperature for r in rows]]
@@ -604,6 +653,8 @@ class HFSlotBackend(SlotSharing, HFBackend):
         t = torch.tensor(vals, dtype=torch.float32).to(self.device)
         self._temp[slots], self._greedy[slots] = t[0], t[1].bool()
         self._top_k[slots], self._top_p[slots] = t[2].long(), t[3]
+        seeds = [[r.seed & _LOW for r in rows], [(r.seed >> 32) & _LOW for r in rows]]
+        self._seeds[:, slots] = torch.tensor(seeds, dtype=torch.long).to(self.device)
 
     def _record(self, rows: list[_Request], host: list[list[float]], version: int) -> None:
         """Append each row's token and raw logprob (``host``: [tokens, logprobs])."""
@@ -660,8 +711,10 @@ class HFSlotBackend(SlotSharing, HFBackend):
         self._row_base = base
         self._columns = torch.arange(columns, device=dev)
         self._ids = torch.full((slots,), self.pad_id, dtype=torch.long, device=dev)
-        self._step_in = torch.zeros((2, slots), dtype=torch.float64, device=dev)  # positions, draws
-        self._step_out = torch.zeros((2, slots), dtype=torch.float64, device=dev)  # tokens, logprobs
+        self._step_in = torch.zeros((2, slots), dtype=torch.long, device=dev)  # positions, token indices
+        self._seeds = torch.zeros((2, slots), dtype=torch.long, device=dev)  # each seed's low, high 32 bits
+        # step j of a block: tokens, logprobs
+        self._step_out = torch.zeros((self.decode_block, 2, slots), dtype=torch.float64, device=dev)
         self._temp = torch.ones(slots, device=dev)
         self._greedy = torch.ones(slots, dtype=torch.bool, device=dev)
         self._top_k = torch.zeros(slots, dtype=torch.long, device=dev)
@@ -695,6 +748,11 @@ def _bucket(n: int, smallest: int, cap: int) -> int:
     while b < n:
         b *= 2
     return min(b, cap)
+
+
+def _floor_pow2(n: int) -> int:
+    """The largest power of two at or below ``n`` (>= 1)."""
+    return 1 << (max(1, n).bit_length() - 1)
 
 
 def _attention_problem(config: Any) -> str | None:
@@ -781,6 +839,29 @@ def seeded_uniform(seed: int, index: int) -> float:
     lo, hi = seed & _LOW, (seed >> 32) & _LOW
     x = _mix32(_mix32(lo ^ _mix32(hi ^ 0x9E3779B9)) ^ _mix32((index + 0x632BE5AB) & _LOW))
     return ((x >> 8) + 0.5) / (1 << 24)
+
+
+def _mul32(x: Any, m: int) -> Any:
+    """``(x * m) mod 2^32`` for int64 tensors ``x`` < 2^32 without overflowing int64: the product in
+    two 16-bit halves of ``x``."""
+    return (((x & 0xFFFF) * m) + ((((x >> 16) * m) & 0xFFFF) << 16)) & _LOW
+
+
+def _mix32_t(x: Any) -> Any:
+    """``_mix32`` on an int64 tensor of 32-bit values."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, _M1)
+    x = x ^ (x >> 15)
+    x = _mul32(x, _M2)
+    return x ^ (x >> 16)
+
+
+def seeded_uniforms(lo: Any, hi: Any, index: Any) -> Any:
+    """``seeded_uniform`` on tensors, on the device and inside a graph: ``lo``/``hi`` the seeds'
+    low and high 32 bits, ``index`` the token indices (broadcast); float32 draws, bit for bit
+    ``seeded_uniform``'s."""
+    x = _mix32_t(_mix32_t(lo ^ _mix32_t(hi ^ 0x9E3779B9)) ^ _mix32_t((index + 0x632BE5AB) & _LOW))
+    return (((x >> 8).double() + 0.5) / (1 << 24)).float()
 
 
 def _filtered(r: _Request) -> bool:
