@@ -209,3 +209,34 @@ async def test_fast_forward_equals_transformers_on_cuda(tiny_dir, tokenizer):
     assert fast.stats["graph_replays"] > 0 and fast.stats["graph_fallbacks"] == 0
     await fast.aclose()
     await plain.aclose()
+
+
+async def test_prefill_graphs_give_the_eager_prefills(tiny_dir, tokenizer):
+    """Prefill passes replayed from bucketed CUDA graphs (captured at a bucket's second pass) give
+    the ids and logprobs of eager prefills, greedy and seeded, across turns that resume rows."""
+    import torch
+
+    from turngym.agents.hf_slots import HFSlotBackend
+    from turngym.agents.models import load_model
+
+    model = load_model(tiny_dir, device="cuda", dtype=torch.float32)
+    graphs = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=512)
+    eager = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=512, prefill_graph_tokens=0)
+    seeded = SamplingParams(max_tokens=12, temperature=1.0, top_p=0.9, seed=5, stop_token_ids=(-1,))
+    for rep in range(2):  # the second round meets the first round's buckets again
+        for sampling in (GREEDY, seeded):
+            ps = prompts(tokenizer)
+            a = await asyncio.gather(
+                *(three_turns(graphs, tokenizer, p, f"g{rep}{i}", sampling) for i, p in enumerate(ps))
+            )
+            b = await asyncio.gather(
+                *(three_turns(eager, tokenizer, p, f"e{rep}{i}", sampling) for i, p in enumerate(ps))
+            )
+            for x, y in zip(a, b, strict=True):
+                for g, h in zip(x, y, strict=True):
+                    assert g.token_ids == h.token_ids
+                    assert g.logprobs == pytest.approx(h.logprobs, abs=1e-4)
+    assert graphs.stats["prefill_graph_captures"] > 0 and graphs.stats["prefill_graph_replays"] > 0
+    assert graphs.stats["prefill_graph_fallbacks"] == 0 and eager.stats["prefill_graph_replays"] == 0
+    await graphs.aclose()
+    await eager.aclose()

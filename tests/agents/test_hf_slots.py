@@ -214,6 +214,35 @@ async def test_decode_blocks_give_the_tokens_of_single_steps(model, tokenizer):
             assert lp_a == pytest.approx(lp_b, abs=1e-5)
 
 
+def test_padded_prefill_rows_and_queries_leave_the_real_rows_alone(model, tokenizer):
+    """What a prefill graph's buckets add (rows on slot 0's scratch column, queries left-padded with
+    the scratch column, a wider span) changes neither the real rows' logits and keys nor any column
+    of slot 0 that a row reads."""
+    b = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=128)
+    cache = b._buffers()
+    scratch = b.max_context
+    a, c = prompts(tokenizer)[0][:10], prompts(tokenizer)[1][:6]
+    with torch.inference_mode():
+        for layer in range(len(cache.keys)):
+            cache.keys[layer][0].fill_(7.0)
+
+        def pass_(rows: int, width: int, span: int):
+            ids = torch.full((rows, width), b.pad_id)
+            cols = torch.full((rows, width), scratch)
+            for j, f in enumerate((a, c)):
+                ids[j, width - len(f) :] = torch.tensor(f)
+                cols[j, width - len(f) :] = torch.arange(len(f))
+            slots = torch.tensor([1, 3] + [0] * (rows - 2))
+            return b._prefill_logits(ids, cols, slots, span)[:2].clone()
+
+        exact = pass_(2, 10, 10)
+        kv = [cache.keys[0][s, :, :10].clone() for s in (1, 3)]
+        padded = pass_(4, 16, 64)
+    assert torch.allclose(exact, padded, atol=1e-5)
+    assert all(torch.allclose(x, cache.keys[0][s, :, :10]) for x, s in zip(kv, (1, 3), strict=True))
+    assert all(bool((cache.keys[layer][0, :, :scratch] == 7.0).all()) for layer in range(len(cache.keys)))
+
+
 @pytest.mark.parametrize("filtered", [False, True])
 def test_pick_samples_the_distribution_from_seeded_draws(filtered):
     probs = torch.tensor([0.5, 0.25, 0.125, 0.0625, 0.0625, 0.0])

@@ -93,6 +93,7 @@ from turngym.agents.hf import (
     last_logits_pass,
 )
 from turngym.agents.hf_engines import COMPILE_SETTINGS, compile_setting
+from turngym.agents.hf_slot_prefill import PrefillGraphs, bucket
 from turngym.agents.hf_slot_share import SlotSharing
 
 log = logging.getLogger(__name__)
@@ -158,7 +159,7 @@ class _SlotCache:
         return k[self.rows, :, : self.columns], v[self.rows, :, : self.columns]
 
 
-class HFSlotBackend(SlotSharing, HFBackend):
+class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
     """``HFBackend`` on fixed KV slots with CUDA-graph decode steps (see the module doc).
 
     ``max_context``: cache columns per slot (default: the model's limit, at most 4096);
@@ -181,6 +182,7 @@ class HFSlotBackend(SlotSharing, HFBackend):
         prefill_tokens: int = 16384,
         fast: bool | None = None,
         decode_block: int = 8,
+        prefill_graph_tokens: int = 16384,
         **kwargs: Any,
     ):
         setting = compile_setting(compile)  # a bad name fails before the model loads
@@ -241,10 +243,11 @@ class HFSlotBackend(SlotSharing, HFBackend):
             decode_blocks=0,
             block_steps_unused=0,
         )
+        self._init_prefill_graphs(prefill_graph_tokens)
         self._compiled_buckets: set[tuple[int, int]] = set()  # (width, context): no sampling inside
         # dynamo keeps one entry per bucket a static setting compiles: room for every bucket
-        widths = len({_bucket(n, 1, self.max_batch_size) for n in range(1, self.max_batch_size + 1)})
-        contexts = len({_bucket(n, MIN_COLUMNS, max_context) for n in range(1, max_context + 1)})
+        widths = len({bucket(n, 1, self.max_batch_size) for n in range(1, self.max_batch_size + 1)})
+        contexts = len({bucket(n, MIN_COLUMNS, max_context) for n in range(1, max_context + 1)})
         self._recompile_limit = 2 * widths * contexts + 8
         _register_attention()
 
@@ -386,33 +389,36 @@ class HFSlotBackend(SlotSharing, HFBackend):
             batch.free(s)
 
     def _prefill_pass(self, batch: _SlotBatch, group: list[tuple[int, _Request]]) -> None:
-        """One eager pass: every row's feed right-aligned in one window, written at its columns
-        ``start..``; padded queries write to the scratch column and attend to column 0 only."""
+        """One pass, eager or replayed from its bucket's graph (``hf_slot_prefill``): every row's feed
+        right-aligned in one window, written at its columns ``start..``; padded queries (and a
+        graph's padding rows) write to the scratch column and attend to column 0 only."""
         import torch
 
-        cache = self._buffers()
+        self._buffers()
         dev, scratch = self.device, self.max_context
         feeds = [(s, r.prompt_ids[r.reuse :], r.reuse) for s, r in group]
         width = max(len(f) for _, f, _ in feeds)
-        ids = torch.full((len(feeds), width), self.pad_id, dtype=torch.long)
-        cols = torch.full((len(feeds), width), scratch, dtype=torch.long)
-        for j, (_, f, start) in enumerate(feeds):
-            ids[j, width - len(f) :] = torch.tensor(f, dtype=torch.long)
-            cols[j, width - len(f) :] = torch.arange(start, start + len(f))
         span = max(start + len(f) for _, f, start in feeds)
-        slots = torch.tensor([s for s, _, _ in feeds], dtype=torch.long, device=dev)
-        ids, cols = ids.to(dev), cols.to(dev)
-        real = cols < scratch
-        pos = torch.where(real, cols, 0)
-        keys = torch.arange(span, device=dev)
-        mask = torch.where(real[:, :, None], keys <= cols[:, :, None], keys == 0)[:, None]
-        cache.index = self._row_base[slots][:, :, None] + cols[:, None, :]
-        cache.rows, cache.columns = slots, span
+        shape = self._prefill_bucket(len(feeds), width, span, MIN_COLUMNS)  # None: eager, unpadded
+        n_rows, n_cols = (shape[0], shape[1]) if shape else (len(feeds), width)
+        ids = torch.full((n_rows, n_cols), self.pad_id, dtype=torch.long)
+        cols = torch.full((n_rows, n_cols), scratch, dtype=torch.long)  # padding: the scratch column
+        for j, (_, f, start) in enumerate(feeds):
+            ids[j, n_cols - len(f) :] = torch.tensor(f, dtype=torch.long)
+            cols[j, n_cols - len(f) :] = torch.arange(start, start + len(f))
+        # padding rows: slot 0's scratch column
+        padded = torch.tensor([s for s, _, _ in feeds] + [0] * (n_rows - len(feeds)), dtype=torch.long)
+        slots = padded[: len(feeds)].to(dev)
         t0, c0 = time.perf_counter(), time.thread_time()
         with self._lock, torch.inference_mode(), self._kernels(), _slot_attention(self.model):
             if self._fast is not None:
                 self._fast.refresh()
-            logits = self._logits(ids, mask, pos, cache)
+            logits = self._prefill_replay(shape, ids, cols, padded) if shape else None
+            if logits is None:
+                logits = self._prefill_logits(
+                    ids[: len(feeds)].to(dev), cols[: len(feeds)].to(dev), slots, span
+                )
+            logits = logits[: len(feeds)]
             version = self.weights_version
         t_fwd = time.perf_counter()
         rows = [r for _, r in group]
@@ -441,6 +447,22 @@ class HFSlotBackend(SlotSharing, HFBackend):
             cpu = time.thread_time() - c0
             self.trace.append(("pass", t0, time.perf_counter(), "prefill", *shape, cpu, t_fwd - t0))
 
+    def _prefill_logits(self, ids: Any, cols: Any, slots: Any, span: int) -> Any:
+        """A prefill pass's logits (each row's last position): ``ids`` and ``cols`` ``[rows, feed]``
+        on the device (a padded query's column is the scratch column), ``slots`` ``[rows]``, the
+        first ``span`` columns attended; what a prefill graph captures."""
+        import torch
+
+        cache = self._cache
+        assert cache is not None
+        real = cols < self.max_context
+        pos = torch.where(real, cols, 0)
+        keys = self._columns[:span]
+        mask = torch.where(real[:, :, None], keys <= cols[:, :, None], keys == 0)[:, None]
+        cache.index = self._row_base[slots][:, :, None] + cols[:, None, :]
+        cache.rows, cache.columns = slots, span
+        return self._logits(ids, mask, pos, cache)
+
     def _decode(self, batch: _SlotBatch, live: list[int]) -> None:
         """One decode block for every live row: ``n`` steps (``decode_block`` at most, fewer when no
         live row has that many tokens left) over slots ``0..w-1`` and the first ``k`` columns
@@ -453,8 +475,8 @@ class HFSlotBackend(SlotSharing, HFBackend):
         rows = [batch.slots[s] for s in live]
         left = max(r.sampling.max_tokens - len(r.tokens) for r in rows)  # type: ignore[union-attr]
         n = _floor_pow2(max(1, min(self.decode_block, left)))
-        w = _bucket(max(live) + 1, 1, self.max_batch_size)
-        k = _bucket(max(batch.lengths[s] for s in live) + n, MIN_COLUMNS, self.max_context)
+        w = bucket(max(live) + 1, 1, self.max_batch_size)
+        k = bucket(max(batch.lengths[s] for s in live) + n, MIN_COLUMNS, self.max_context)
         filtered = any(_filtered(r) for r in rows)  # type: ignore[arg-type]
         index = [0] * w
         for s, r in zip(live, rows, strict=True):
@@ -688,6 +710,7 @@ class HFSlotBackend(SlotSharing, HFBackend):
             raise RuntimeError("free_buffers() while the backend is serving: aclose() it first")
         self._cache, self._pool = None, None
         self._graphs.clear()
+        self._prefill_graphs.clear()
         _release_cuda_cache()
 
     def _buffers(self) -> _SlotCache:
@@ -740,14 +763,6 @@ def free_device_bytes(device: Any) -> int | None:
     import torch
 
     return int(torch.cuda.mem_get_info(device)[0])
-
-
-def _bucket(n: int, smallest: int, cap: int) -> int:
-    """The smallest ``smallest * 2^i`` at or above ``n``, at most ``cap``."""
-    b = smallest
-    while b < n:
-        b *= 2
-    return min(b, cap)
 
 
 def _floor_pow2(n: int) -> int:
