@@ -197,8 +197,9 @@ def main() -> None:
         "--forwards",
         nargs="+",
         default=["fast", "hf"],
-        choices=["fast", "hf"],
-        help="the slots engine's forward: turngym's own (hf_fast) and/or transformers'",
+        choices=["fast", "fast-sdpa", "hf"],
+        help="the slots engine's forward: turngym's own (hf_fast; fast-sdpa: its decode attention as "
+        "one SDPA call) and/or transformers'",
     )
     args = ap.parse_args()
     import torch
@@ -226,9 +227,11 @@ def main() -> None:
             max_batch_size=max(args.batches),
             max_context=context,
             max_wait_ms=20,
-            fast=None if forward == "fast" else False,
+            fast=None if forward.startswith("fast") else False,
             decode_block=args.decode_block,
         )
+        if forward == "fast-sdpa":
+            backend._fast.decode_attention = "sdpa"
         res = {"forward": forward, **profile_batch(backend, model, b, args.prompt_len, args.new_tokens, card)}
         asyncio.run(backend.aclose())
         backend.free_buffers()

@@ -815,7 +815,8 @@ async def bench_engines(
 ) -> dict:
     """Decode throughput of the HF engines on one card, in one run: the continuous engine
     (``HFBackend``, eager passes), the slots engine (``HFSlotBackend``, CUDA-graph decode blocks of
-    turngym's own forward, ``hf_fast``), the same with one step a replay (``slots_step1``:
+    turngym's own forward, ``hf_fast``), the same with its decode attention as one SDPA call
+    (``slots_sdpa``), the same with one step a replay (``slots_step1``:
     decode_block=1), the slots engine on transformers' forward with one step a replay (``slots_hf``:
     fast=False, decode_block=1, the engine as it was before), with ``compile`` also the slots
     engine with its decode step compiled before capture (``slots_compile``, compile seconds per shape
@@ -847,7 +848,16 @@ async def bench_engines(
         model, tok, max_batch_size=width, max_context=context, max_wait_ms=20, decode_block=1
     )
     cont = HFBackend(model, tok, max_batch_size=width, max_wait_ms=20)
-    engines = [("continuous", cont), ("slots", slots), ("slots_step1", step1), ("slots_hf", slots_hf)]
+    sdpa = HFSlotBackend(model, tok, max_batch_size=width, max_context=context, max_wait_ms=20)
+    if sdpa._fast is not None:
+        sdpa._fast.decode_attention = "sdpa"  # a decode step's attention as one SDPA call (hf_fast)
+    engines = [
+        ("continuous", cont),
+        ("slots", slots),
+        ("slots_sdpa", sdpa),
+        ("slots_step1", step1),
+        ("slots_hf", slots_hf),
+    ]
     fused = None
     if compile:
         fused = HFSlotBackend(
@@ -929,7 +939,7 @@ async def bench_engines(
             torch.cuda.synchronize()
             dt = time.perf_counter() - t0
         row["generate_tok_s"] = round(b * new_tokens / dt, 1)
-        for base in ("continuous", "slots_step1", "slots_hf", "generate"):
+        for base in ("continuous", "slots_sdpa", "slots_step1", "slots_hf", "generate"):
             row[f"slots_over_{base}"] = round(row["slots_tok_s"] / row[f"{base}_tok_s"], 2)
         if fused is not None:
             row["slots_compile_over_slots"] = round(row["slots_compile_tok_s"] / row["slots_tok_s"], 2)

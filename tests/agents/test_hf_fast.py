@@ -90,11 +90,15 @@ def _same(a, b) -> None:
         assert lp_a == pytest.approx(lp_b, abs=2e-4)
 
 
-@pytest.mark.parametrize("kind", ["llama", "mistral", "qwen2"])
-async def test_fast_forward_equals_transformers(kind, tokenizer):
+@pytest.mark.parametrize(
+    ("kind", "attention"),
+    [("llama", "matmul"), ("mistral", "matmul"), ("qwen2", "matmul"), ("llama", "sdpa")],
+)
+async def test_fast_forward_equals_transformers(kind, attention, tokenizer):
     model = _model(kind, len(tokenizer))
     assert problem(model) is None
     fast = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=256, max_wait_ms=20)
+    fast._fast.decode_attention = attention
     plain = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=256, max_wait_ms=20, fast=False)
     assert fast.fast_problem is None and plain.fast_problem == "fast=False"
     ps = prompts(tokenizer)

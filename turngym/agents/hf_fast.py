@@ -86,6 +86,8 @@ class FastForward:
     """The forward pass of ``model`` (``problem(model)`` None) over the slots engine's KV buffers,
     for positions ``0 .. positions - 1``."""
 
+    decode_attention = "matmul"  # or "sdpa": a decode step's attention as one SDPA call (see _attend)
+
     def __init__(self, model: Any, positions: int):
         import torch
 
@@ -162,7 +164,8 @@ class FastForward:
         cos = self._cos[flat_pos][:, None, :] * self._head_scale  # [rows*n, h+kv, d]
         sin = self._sin[flat_pos][:, None, :] * self._head_scale
         index = cache.index.transpose(1, 2).reshape(rows * n, kv)
-        blocked = ~mask if n == 1 else mask  # decode: masked_fill's; prefill: SDPA's own mask
+        # decode by matmuls: where masked_fill writes -inf; else SDPA's own mask
+        blocked = ~mask if n == 1 and self.decode_attention == "matmul" else mask
         for i, layer in enumerate(self.layers):
             a = F.rms_norm(x, (self.hidden,), layer.ln1.weight, layer.ln1.variance_epsilon)
             qkv = _linear(a, layer.qkv_w, layer.qkv_b).view(rows * n, h + 2 * kv, d)
@@ -198,6 +201,13 @@ class FastForward:
 
         h, kv, d = self.heads, self.kv_heads, self.head_dim
         g, cols = h // kv, k_all.shape[2]
+        if n == 1 and self.decode_attention == "sdpa":  # each key/value head's g query heads as g queries
+            from torch.nn.functional import scaled_dot_product_attention
+
+            out = scaled_dot_product_attention(
+                q.view(rows, kv, g, d), k_all, v_all, attn_mask=blocked, scale=1.0
+            )
+            return out.reshape(rows, h * d)
         if n == 1:  # a decode step: the query heads grouped by key/value head, two matmuls
             qg = q.reshape(rows * kv, g, d)
             scores = torch.bmm(qg, k_all.reshape(rows * kv, cols, d).transpose(1, 2))

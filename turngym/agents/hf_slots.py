@@ -483,7 +483,7 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
             index[s] = len(r.tokens)  # type: ignore[union-attr]
         self._step_in[:, :w].copy_(torch.tensor([batch.lengths[:w], index], dtype=torch.long))
         t0, c0 = time.perf_counter(), time.thread_time()
-        with self._lock, torch.inference_mode(), _slot_attention(self.model):
+        with self._lock, torch.inference_mode(), self._kernels(), _slot_attention(self.model):
             if self._fast is not None:
                 self._fast.refresh()  # the concatenated weights, if the model's changed
             graph = self._graph(w, k, filtered, n) if self.cuda_graphs else None
