@@ -175,9 +175,10 @@ def test_seeded_uniforms_on_tensors_equal_the_scalar_draws(seeds, index):
 
 
 async def test_decode_blocks_give_the_tokens_of_single_steps(model, tokenizer):
-    """Blocks of 2, 4 or 8 steps a graph replay give the tokens, logprobs and finish reasons of
-    single steps: rows that stop inside a block (stop token, max_tokens, the end of the context)
-    keep only their tokens up to there, seeded samples draw the same, and turns resume their rows."""
+    """Blocks of 2, 4 or 8 steps a graph replay (single steps once no row has a block left) give the
+    tokens, logprobs and finish reasons of single steps: rows that stop inside a block (stop token,
+    max_tokens, the end of the context) keep only their tokens up to there, seeded samples draw the
+    same, and turns resume their rows."""
     probe = HFSlotBackend(model, tokenizer, max_batch_size=2, max_context=128)
     ps = prompts(tokenizer)
     stop = probe.generate_batch([ps[3]], [GREEDY])[0].token_ids[5]  # a token the model does sample

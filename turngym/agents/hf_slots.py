@@ -464,8 +464,8 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
         return self._logits(ids, mask, pos, cache)
 
     def _decode(self, batch: _SlotBatch, live: list[int]) -> None:
-        """One decode block for every live row: ``n`` steps (``decode_block`` at most, fewer when no
-        live row has that many tokens left) over slots ``0..w-1`` and the first ``k`` columns
+        """One decode block for every live row: ``n`` steps (``decode_block``, or 1 when no live row
+        has that many tokens left) over slots ``0..w-1`` and the first ``k`` columns
         (buckets), sampling included, replayed from one CUDA graph when graphs are on. The host sends
         one small tensor (each slot's position and token index) and reads one back (``n`` tokens and
         logprobs a slot); a row that finishes inside the block keeps only its tokens up to there."""
@@ -473,8 +473,10 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
 
         self._buffers()
         rows = [batch.slots[s] for s in live]
+        # a full block while some row has that many tokens left, else single steps: two block sizes
+        # a (width, context) bucket, so few graphs to capture
         left = max(r.sampling.max_tokens - len(r.tokens) for r in rows)  # type: ignore[union-attr]
-        n = _floor_pow2(max(1, min(self.decode_block, left)))
+        n = self.decode_block if left >= self.decode_block else 1
         w = bucket(max(live) + 1, 1, self.max_batch_size)
         k = bucket(max(batch.lengths[s] for s in live) + n, MIN_COLUMNS, self.max_context)
         filtered = any(_filtered(r) for r in rows)  # type: ignore[arg-type]
@@ -634,13 +636,13 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
         try:
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
-            # warm-up: the block's own inputs, so its KV writes are the block's own; it samples
-            # into _ids, which get the block's inputs back after
+            # warm-up: one step of the block's own inputs (its kernels are every step's), so its KV
+            # write is the block's own; it samples into _ids, which get the block's inputs back after
             pending = self._ids.clone()
             side = torch.cuda.Stream(device=self.device)
             side.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(side):
-                self._step(w, k, filtered, n)  # compiles the bucket's body (compile on), or falls back
+                self._step(w, k, filtered, 1)  # compiles the bucket's body (compile on), or falls back
             torch.cuda.current_stream(self.device).wait_stream(side)
             self._ids.copy_(pending)
             body = self._body()  # compiled (the warm-up compiled this bucket) or plain
@@ -763,11 +765,6 @@ def free_device_bytes(device: Any) -> int | None:
     import torch
 
     return int(torch.cuda.mem_get_info(device)[0])
-
-
-def _floor_pow2(n: int) -> int:
-    """The largest power of two at or below ``n`` (>= 1)."""
-    return 1 << (max(1, n).bit_length() - 1)
 
 
 def _attention_problem(config: Any) -> str | None:
