@@ -17,17 +17,27 @@ replayed.
   past every live row's position, each row masked to ``column <= its position``. A parked or empty
   slot inside the window computes a throw-away token: its write lands at or past the end of its
   cached ids, which the row's own later feed overwrites before anything reads it.
-* **Prefill stays eager**: joiners (fresh, or resuming their route's parked row) are fed together,
-  up to ``prefill_tokens`` (rows x longest feed) a pass, their tokens right-aligned in the window;
-  padded queries write to the scratch column past ``max_context``, which no one reads.
+* **Decode blocks**: one replay runs ``decode_block`` steps (default 8; single steps once no live row
+  has that many tokens left), each writing the next column and sampling with the draw of the next
+  token index, so the host waits for the device once a block; a row that finishes inside a block
+  keeps only its tokens up to its end (``stats["block_steps_unused"]`` counts the steps past the
+  last row's end). Joiners wait for the block in flight.
+* **The forward** is ``turngym.agents.hf_fast`` for Llama, Mistral and Qwen2 models (18 kernels a
+  layer instead of transformers' ~50; ``fast=False``, or a model it cannot run, gets transformers'
+  forward; ``fast_problem`` says why).
+* **Prefill**: joiners (fresh, or resuming their route's parked row) are fed together, up to
+  ``prefill_tokens`` (rows x longest feed) a pass, their tokens right-aligned in the window;
+  padded queries write to the scratch column past ``max_context``, which no one reads. A pass whose
+  bucket comes back is replayed from a graph (``turngym.agents.hf_slot_prefill``).
 * **Attention** (registered with transformers as ``"turngym_slots"``, switched on only during this
   backend's passes): a decode step does grouped-query attention with two matmuls straight on the
   cache buffers, with no ``repeat_kv`` copy of the whole cache per layer and step; prefill uses SDPA.
-* **Sampling inside the graph, one host round trip a step**: per-request temperature/top-k/top-p
-  (slot buffers set at admission), greedy rows take the argmax, sampled rows take the inverse CDF
-  at a uniform draw that is a hash of (request seed, token index), so a seed gives the same sample
-  whatever else is in the batch, with no per-request RNG state. The host sends one small tensor a
-  step (positions, draws) and reads one back (tokens, raw model logprobs).
+* **Sampling inside the graph, one host round trip a block**: per-request temperature/top-k/top-p
+  and seed (slot buffers set at admission), greedy rows take the argmax, sampled rows take the
+  inverse CDF at a uniform draw that is a hash of (request seed, token index), computed on the
+  device (``seeded_uniforms``, bit for bit the host's ``seeded_uniform``), so a seed gives the same
+  sample whatever else is in the batch, with no per-request RNG state. The host sends one small
+  tensor a block (positions, token indices) and reads one back (tokens, raw model logprobs).
 * The rest is ``HFBackend``'s: continuous batching (requests join and leave between decode steps),
   per-request settings, prefix reuse across a trajectory's turns (a parked row keeps its slot and KV),
   cancellation, ``update_weights`` (in place, between steps: the graphs read the same parameter
@@ -68,7 +78,8 @@ replayed.
   tokens/s at batch 1-64, and its greedy ids differed from eager's.
 
 ``stats`` adds ``graph_captures``, ``graph_replays``, ``eager_decodes``, ``graph_fallbacks``,
-``capture_s``, ``compiles``, ``compile_s`` and ``compile_fallbacks`` to ``HFBackend``'s counters.
+``capture_s``, ``compiles``, ``compile_s``, ``compile_fallbacks``, ``decode_blocks``,
+``block_steps_unused`` and the prefill graphs' counters to ``HFBackend``'s.
 """
 
 from __future__ import annotations
