@@ -37,6 +37,9 @@ def test_end_to_end_metrics_checkpoint_and_artifacts(tmp_path):
         assert r["rollout/time/generate"] > 0 and r["rollout/time/generate/decode"] > 0
         shares = [v for k, v in r.items() if k.startswith("rollout/time_share/")]
         assert len(shares) == 6 and abs(sum(shares) - 1.0) < 1e-6 and r["rollout/trajectories_per_hour"] > 0
+        # the rollout backend's own counters, this rollout's (a backend is made per rollout)
+        assert r["rollout/backend/prefills"] >= 1 and r["rollout/backend/steps"] > 0
+        assert r["rollout/backend/prompt_tokens"] > 0 and "rollout/backend/widths" not in r
     assert [p.name for p in (run / "checkpoints").iterdir()] == ["step-000002"]
     assert (run / "final" / "config.json").exists() and (run / "tb").is_dir()
     trajs = (run / "trajectories" / "step-000001.jsonl").read_text().splitlines()

@@ -232,10 +232,13 @@ class Trainer:
             env_id=r.env,
         )
 
+        counters: dict[str, float] = {}
+
         async def run() -> list[Trajectory]:
             try:
                 return await engine.run(seeds)
             finally:
+                counters.update(backend_counters(backend))  # before aclose: a worker answers while it lives
                 await backend.aclose()
                 if hasattr(
                     backend, "free_buffers"
@@ -253,7 +256,7 @@ class Trainer:
                 dict(reasons),
                 masked[0].metadata.get("error", "")[:2000],
             )
-        return trajs, engine.stats.as_dict()
+        return trajs, {**engine.stats.as_dict(), "backend": counters}
 
     def evaluate(self) -> dict[str, float]:
         """The held-out eval: one episode per task at ``rollout.eval_temperature`` (greedy by default,
@@ -423,6 +426,7 @@ class Trainer:
             **ledger_metrics(trajs, timings["time/rollout"]),
             **{f"rollout/masked/{k}": float(v) for k, v in rstats["mask_reasons"].items()},
             **{f"rollout/tree/{k}": float(v) for k, v in rstats.get("tree", {}).items()},
+            **{f"rollout/backend/{k}": v for k, v in rstats.get("backend", {}).items()},
             "time/step": time.perf_counter() - t0,
         }
         metrics = merge_metrics(
@@ -435,6 +439,7 @@ class Trainer:
                 "rollout/time/",
                 "rollout/trajectories_per_hour",
                 "rollout/tree/",
+                "rollout/backend/",
             ),
         )
         if cfg.log.save_trajectories:
@@ -705,3 +710,16 @@ def _derive(seed: int, step: int) -> int:
 
 def _config_hash(cfg: TrainConfig) -> str:
     return hashlib.sha1(cfg.model_dump_json().encode()).hexdigest()[:12]
+
+
+def backend_counters(backend: Any) -> dict[str, float]:
+    """The rollout backend's numeric counters (the HF engines' ``stats``: passes, prompt and reused
+    tokens, graph captures and their seconds, decode blocks, ...; a backend is made per rollout, so
+    they count this rollout); {} for a backend without them or one that cannot answer."""
+    try:
+        stats = getattr(backend, "stats", None)
+    except Exception:  # noqa: BLE001 - a worker that died: the rollout's own errors say why
+        return {}
+    if not isinstance(stats, dict):
+        return {}
+    return {k: float(v) for k, v in stats.items() if isinstance(v, int | float) and not isinstance(v, bool)}
