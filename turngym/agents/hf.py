@@ -58,6 +58,7 @@ backend in a worker process instead.
 the histogram of batch widths and the seconds the scheduler thread sat idle (``idle_s``).
 ``start_trace()`` records a timeline (``time.perf_counter`` seconds) that ``take_trace()`` returns:
 every forward pass ``("pass", start, end, kind, rows, joiners, width, cache_len, cpu_s, fwd_s)``
+(a decode pass of the slots engine appends the steps of its block)
 (``cpu_s``: the scheduler thread's CPU time in it: on a GPU, wall time well above it is time spent
 waiting, for the GIL or the device; ``fwd_s``: the seconds until the model call returned, which on a
 GPU is the host's time to queue the pass's kernels: near the whole pass, the host is the bottleneck;
