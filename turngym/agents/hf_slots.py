@@ -240,7 +240,7 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
         self._fast = None if self.fast_problem else hf_fast.FastForward(self.model, max_context + 1)
         self._cache: _SlotCache | None = None  # allocated on the first pass
         self._after: dict[int, _Request] = {}  # fork slot -> donor placed in the same iteration (_place)
-        self._graphs: dict[tuple[int, int, bool], Any] = {}
+        self._graphs: dict[tuple[int, int, bool, int], Any] = {}  # (width, context, filtered, steps)
         self._pool: Any = None
         self.stats.update(
             graph_captures=0,
