@@ -285,3 +285,37 @@ def test_train_command_names_the_kept_best_policy(tmp_path):
     record = json.loads((run / "best" / "best.json").read_text())
     assert f"best eval/reward/outcome {record['value']:.3f} at step {record['step']}" in res.output
     assert str(run / "best") in res.output.replace("\n", "")
+
+
+def test_a_kept_backend_trains_like_one_made_per_rollout(tmp_path):
+    """``rollout.keep_backend``: one slots backend serves every rollout (training and eval) of the
+    run, with the weights each update wrote (the fast forward's fused copies refreshed, parked rows
+    dropped), and gives the metrics of a backend made per rollout; its counters are per rollout."""
+    steps = [
+        "steps=3",
+        "rollout.eval_every=1",
+        "rollout.eval_tasks=2",
+        "rollout.hf_engine=slots",
+        "credit.method=arena",
+        "credit.arena.workers=1",
+    ]
+    judge = ProgrammaticJudge(shorter_is_better)
+    Trainer(config(tmp_path, "fresh", *steps), judge=judge).train()
+    kept = Trainer(config(tmp_path, "kept", *steps, "rollout.keep_backend=true"), judge=judge)
+    seen = []
+    kept.train(on_step=lambda step, row: seen.append(kept._kept_backend))
+    assert seen[0] is not None and all(b is seen[0] for b in seen)
+    assert kept._kept_backend is None  # released at the end
+    rows = {name: read_metrics(tmp_path / name) for name in ("fresh", "kept")}
+    evals = {
+        name: [r["eval/reward/outcome"] for r in v if "eval/reward/outcome" in r] for name, v in rows.items()
+    }
+    assert len(evals["fresh"]) == 4 and evals["kept"] == pytest.approx(evals["fresh"], abs=1e-7)
+    fresh, again = ([r for r in rows[name] if "update/loss" in r] for name in ("fresh", "kept"))
+    keys = ["reward/outcome", "rollout/generated_tokens", "update/loss"]
+    flat = lambda rows: [r[k] for r in rows for k in keys]  # noqa: E731
+    assert len(fresh) == 3 and all(r["update/grad_norm"] > 0 for r in fresh)  # the weights moved
+    assert flat(again) == pytest.approx(flat(fresh), rel=1e-4, abs=1e-7)
+    for a, b in zip(fresh, again, strict=True):  # this rollout's passes, not a running total
+        assert a["rollout/backend/prefills"] == b["rollout/backend/prefills"] > 0
+        assert a["rollout/backend/prompt_tokens"] == b["rollout/backend/prompt_tokens"]

@@ -92,6 +92,11 @@ class RolloutSettings(_Strict):
     # the slots engine's decode step through torch.compile (turngym.agents.hf_engines.COMPILE_SETTINGS:
     # default, max-autotune-no-cudagraphs, dynamic; true = default); unset: off
     hf_compile: bool | str | None = None
+    # keep the in-process HF backend (its KV slots and captured CUDA graphs) from one rollout to the
+    # next instead of making one per rollout: no graph is captured twice, but the slots' memory stays
+    # taken during the SFT and RL updates. Parked rows are dropped and the slots engine's fused
+    # weights refreshed before each rollout.
+    keep_backend: bool = False
     # the rollout's token backend, in the keys of turngym.agents.factory.AgentSpec (kind, urls,
     # hf_engine, max_batch_size, dtype, ...; its model is model.path). Unset: kind hf (the policy served
     # in process) with weight_sync in_process, kind vllm at vllm_urls with weight_sync vllm_*.

@@ -147,6 +147,7 @@ class Trainer:
             else NullLogger()
         )
         self._env_pool = None
+        self._kept_backend: Any = None  # rollout.keep_backend's backend, made at the first rollout
         self.adapter: str | None = None
         self._setup_done = True
 
@@ -183,6 +184,12 @@ class Trainer:
         adapter = self.sync(self.model, step) if self.dist.is_main else None
         self.adapter = self.dist.broadcast(adapter)
 
+    def _release_backend(self) -> None:
+        """Give a kept backend's KV slots and graphs back (the end of ``train``)."""
+        kept, self._kept_backend = self._kept_backend, None
+        if kept is not None and hasattr(kept, "free_buffers"):
+            kept.free_buffers()
+
     def _backend(self):
         """The rollout's token backend (``rollout.backend``, see ``TrainConfig.backend_spec``): vLLM
         servers when weights sync to them, else the policy itself served in-process."""
@@ -191,8 +198,15 @@ class Trainer:
         spec = self.cfg.backend_spec()
         if spec.kind != "hf":
             return make_token_backend(spec)
+        kept = self._kept_backend
+        if kept is not None:  # rollout.keep_backend: the weights moved since its last rollout
+            kept.reset_prefix_cache()
+            return kept
         # a long batching window keeps batch composition (and so sampling) reproducible
-        return make_token_backend(spec, model=self.model, tokenizer=self.tokenizer, max_wait_ms=50)
+        backend = make_token_backend(spec, model=self.model, tokenizer=self.tokenizer, max_wait_ms=50)
+        if self.cfg.rollout.keep_backend:
+            self._kept_backend = backend
+        return backend
 
     # ---------------------------------------------------------------- rollout
     def rollout(
@@ -233,6 +247,7 @@ class Trainer:
         )
 
         counters: dict[str, float] = {}
+        before = backend_counters(backend)  # a kept backend's counters run on: this rollout's share
 
         async def run() -> list[Trajectory]:
             try:
@@ -240,10 +255,8 @@ class Trainer:
             finally:
                 counters.update(backend_counters(backend))  # before aclose: a worker answers while it lives
                 await backend.aclose()
-                if hasattr(
-                    backend, "free_buffers"
-                ):  # the slots engine's KV and graphs: the update needs the room
-                    backend.free_buffers()
+                if backend is not self._kept_backend and hasattr(backend, "free_buffers"):
+                    backend.free_buffers()  # the slots engine's KV and graphs: the update needs the room
 
         trajs = asyncio.run(run())
         masked = [t for t in trajs if t.masked]
@@ -256,6 +269,7 @@ class Trainer:
                 dict(reasons),
                 masked[0].metadata.get("error", "")[:2000],
             )
+        counters = {k: v - before.get(k, 0.0) for k, v in counters.items()}
         return trajs, {**engine.stats.as_dict(), "backend": counters}
 
     def evaluate(self) -> dict[str, float]:
@@ -608,6 +622,7 @@ class Trainer:
         if self._env_pool is not None:
             self._env_pool.shutdown()
             self._env_pool = None
+        self._release_backend()
         self.logger.close()
         return {"run_dir": str(self.run_dir), "step": self.step, "resumed": resumed, "last": last}
 
