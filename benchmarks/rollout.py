@@ -416,6 +416,11 @@ async def bench_overhead(
         warm = RolloutEngine("arith", LLMAgent(backend, tok, sampling), cfg, env_kwargs={"max_turns": turns})
         for _ in range(2):
             await warm.run(n)
+        if hasattr(backend, "precapture"):  # every decode bucket this workload's context can reach
+            try:
+                print("precaptured decode graphs:", backend.precapture(context=1024), flush=True)
+            except Exception as e:  # noqa: BLE001 - the pairs still run, capturing on demand
+                print(f"precapture failed ({type(e).__name__}: {e}); capturing on demand", flush=True)
 
         def forwards() -> tuple[float, ...]:
             st = getattr(backend, "stats", None)  # HFBackend: passes, idle seconds, prompt tokens

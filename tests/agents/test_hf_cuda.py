@@ -240,3 +240,25 @@ async def test_prefill_graphs_give_the_eager_prefills(tiny_dir, tokenizer):
     assert graphs.stats["prefill_graph_fallbacks"] == 0 and eager.stats["prefill_graph_replays"] == 0
     await graphs.aclose()
     await eager.aclose()
+
+
+async def test_precapture_captures_every_bucket_before_serving(tiny_dir, tokenizer):
+    """``precapture`` captures every (width, context, block) decode bucket up front, with warm-ups
+    that write only the scratch column: serving afterwards captures nothing and gives the eager ids."""
+    import torch
+
+    from turngym.agents.hf_slots import HFSlotBackend
+    from turngym.agents.models import load_model
+
+    model = load_model(tiny_dir, device="cuda", dtype=torch.float32)
+    graphs = HFSlotBackend(model, tokenizer, max_batch_size=4, max_context=256)
+    eager = HFSlotBackend(model, tokenizer, max_batch_size=4, max_context=256, cuda_graphs=False)
+    captured = graphs.precapture()
+    assert captured == 3 * 3 * 2 and graphs.stats["graph_fallbacks"] == 0  # widths 1/2/4, 64/128/256
+    ps = prompts(tokenizer)
+    a = await asyncio.gather(*(three_turn_ids(graphs, tokenizer, p, f"g{i}") for i, p in enumerate(ps)))
+    b = await asyncio.gather(*(three_turn_ids(eager, tokenizer, p, f"e{i}") for i, p in enumerate(ps)))
+    assert a == b
+    assert graphs.stats["graph_captures"] == captured and graphs.precapture() == 0
+    await graphs.aclose()
+    await eager.aclose()

@@ -47,6 +47,7 @@ async def test_same_generations_as_in_process_with_prefix_reuse(tiny_dir, tokeni
         stats = backend.stats
         assert stats["reused_tokens"] == sum(len(p) + 11 for p in ps)  # prompt + 11 of the 12 generated
         assert ("eager_decodes" in stats) == (engine == "slots")  # the worker runs the engine asked for
+        assert backend.precapture() == 0  # forwarded to the worker: no CUDA graphs on CPU, either engine
         assert backend.device == "cpu" and backend.vocab_size == inproc.vocab_size
         # a fork of t0 (a tree's branch) starts from a copy of t0's row in the worker
         backend.share_prefix("t0", "f0")

@@ -324,6 +324,7 @@ def test_models_and_settings_it_refuses(model, tokenizer, tiny_dir):
         HFSlotBackend(model, tokenizer, cuda_graphs=True)
     with pytest.raises(ValueError, match="decode_block must be a power of two"):
         HFSlotBackend(model, tokenizer, decode_block=3)
+    assert HFSlotBackend(model, tokenizer, max_context=64).precapture() == 0  # no graphs on CPU
 
 
 def test_the_engine_registry(model, tokenizer):

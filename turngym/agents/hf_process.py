@@ -116,6 +116,11 @@ class HFProcessBackend(TokenBackend):
     def reset_prefix_cache(self) -> None:
         self._call("reset")
 
+    def precapture(self, context: int | None = None, filtered: tuple[bool, ...] = (False,)) -> int:
+        """The worker's slots engine captures its decode graphs now (``HFSlotBackend.precapture``;
+        0 for an engine without graphs)."""
+        return self._call("precapture", context, filtered)
+
     def start_trace(self) -> None:
         self._call("start_trace")
 
@@ -258,6 +263,7 @@ def _worker(conn: Any, model: str, tokenizer: str | None, kwargs: dict) -> None:
     calls = {
         "weights": backend.update_weights,
         "reset": backend.reset_prefix_cache,
+        "precapture": getattr(backend, "precapture", lambda *a: 0),
         "start_trace": backend.start_trace,
         "take_trace": backend.take_trace,
         "stats": lambda: dict(backend.stats),
