@@ -145,7 +145,7 @@ class FastForward:
                     layer.qkv_b = _concat([_bias(m) for m in layer.qkv_parts], layer.qkv_b)
                 if any(m.bias is not None for m in layer.gate_up_parts):
                     layer.gate_up_b = _concat([_bias(m) for m in layer.gate_up_parts], layer.gate_up_b)
-        self._versions = tuple(p._version for p in sources) + tuple(p.data_ptr() for p in sources)
+        self._versions = versions  # the rebuild wrote only the copies, not the sources
         return True
 
     # ------------------------------------------------------------- the pass
