@@ -2,8 +2,9 @@
 
     python benchmarks/decode_profile.py [--model smollm2-135m] [--batches 1 64 256] [--json F]
 
-For each forward of the slots engine (``fast``: turngym's own, ``turngym.agents.hf_fast``; ``hf``:
-transformers') and batch width, the engines benchmark's workload (prompt 256 random ids, 128 sampled tokens,
+For each forward of the slots engine (``fast``: turngym's own, ``turngym.agents.hf_fast``, with its
+Triton kernels where they run; ``fast-torch``: the same with torch ops; ``hf``: transformers') and
+batch width, the engines benchmark's workload (prompt 256 random ids, 128 sampled tokens,
 no stop token, the shape warmed up first), through ``HFSlotBackend`` with its trace on:
 
 * ``engine``: the wall-clock per decode step as the scheduler runs it (median pass, median gap
@@ -172,7 +173,7 @@ def profile_batch(backend, model, b: int, prompt_len: int, new_tokens: int, card
     def logits() -> None:
         backend._decode_logits(w, k)
 
-    with backend._lock, torch.inference_mode(), _slot_attention(model):
+    with backend._lock, torch.inference_mode(), backend._kernels(), _slot_attention(model):
         backend._step_in[0, :w] = prompt_len  # every row at the prompt's end: the KV is the run's
         if torch.cuda.is_available():
             out["graph_step_ms"] = replay_ms(body)
@@ -182,6 +183,40 @@ def profile_batch(backend, model, b: int, prompt_len: int, new_tokens: int, card
             out["kernels"] = kernel_table(body)
         except Exception as e:  # noqa: BLE001 - no CUPTI (e.g. under gVisor): the rest still stands
             out["kernels"] = {"error": f"{type(e).__name__}: {e}"}
+        out["prefill"] = prefill_profile(backend, b, prompt_len, vocab)
+    return out
+
+
+def prefill_profile(backend, b: int, prompt_len: int, vocab: int) -> dict:
+    """One prefill pass as the engine runs it for this workload (``prefill_tokens // prompt_len``
+    rows of ``prompt_len`` fresh ids): eager and as a replayed graph (CUDA events), and its kernels."""
+    import torch
+
+    rows = max(1, min(b, backend.prefill_tokens // prompt_len))
+    dev = backend.device
+    ids = torch.randint(10, vocab - 10, (rows, prompt_len), device=dev)
+    cols = torch.arange(prompt_len, device=dev).expand(rows, prompt_len).contiguous()
+    slots = torch.arange(rows, device=dev)
+
+    def fn() -> None:
+        backend._prefill_logits(ids, cols, slots, prompt_len)
+
+    out: dict = {"rows": rows, "tokens": rows * prompt_len}
+    if torch.cuda.is_available():
+        fn()
+        sync()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(5):
+            fn()
+        end.record()
+        sync()
+        out["eager_ms"] = round(start.elapsed_time(end) / 5, 3)
+        out["graph_ms"] = replay_ms(fn, reps=10)
+    try:
+        out["kernels"] = kernel_table(fn, steps=2)
+    except Exception as e:  # noqa: BLE001
+        out["kernels"] = {"error": f"{type(e).__name__}: {e}"}
     return out
 
 
@@ -196,10 +231,11 @@ def main() -> None:
     ap.add_argument(
         "--forwards",
         nargs="+",
-        default=["fast", "hf"],
-        choices=["fast", "fast-sdpa", "hf"],
-        help="the slots engine's forward: turngym's own (hf_fast; fast-sdpa: its decode attention as "
-        "one SDPA call) and/or transformers'",
+        default=["fast", "fast-torch"],
+        choices=["fast", "fast-torch", "fast-sdpa", "hf"],
+        help="the slots engine's forward: turngym's own (hf_fast, with its Triton kernels where they run; "
+        "fast-torch: torch ops instead; fast-sdpa: torch ops, the decode attention as one SDPA call) "
+        "and/or transformers'",
     )
     args = ap.parse_args()
     import torch
@@ -229,16 +265,18 @@ def main() -> None:
             max_wait_ms=20,
             fast=None if forward.startswith("fast") else False,
             decode_block=args.decode_block,
+            kernels="torch" if forward in ("fast-torch", "fast-sdpa") else None,
         )
         if forward == "fast-sdpa":
             backend._fast.decode_attention = "sdpa"
-        res = {"forward": forward, **profile_batch(backend, model, b, args.prompt_len, args.new_tokens, card)}
+        res = {"forward": forward, "fast_kernels": backend._fast.kernels if backend._fast else None}
+        res.update(profile_batch(backend, model, b, args.prompt_len, args.new_tokens, card))
         asyncio.run(backend.aclose())
         backend.free_buffers()
         results["batches"].append(res)
         e = res["engine"]
         print(
-            f"{forward} batch {b}: {e['tok_s']} tok/s, {e['ms_per_token_step']} ms/step overall | pass of "
+            f"{forward} ({res['fast_kernels']}) batch {b}: {e['tok_s']} tok/s, {e['ms_per_token_step']} ms/step overall | pass of "
             f"{e['steps_per_pass']} steps "
             f"{e['decode_pass_ms']} ms (launch {e['decode_launch_ms']}, cpu {e['decode_cpu_ms']}), gap "
             f"{e['decode_gap_ms']} ms, prefill {e['prefill_ms_total']} ms in {e['prefill_passes']} | graph "
@@ -254,6 +292,17 @@ def main() -> None:
                 print(f"    {us:9.1f} us {n:6.1f}x  {name}", flush=True)
         else:
             print("  kernels:", kt, flush=True)
+        pf = res["prefill"]
+        print(
+            f"  prefill pass of {pf['rows']} x {args.prompt_len}: eager {pf.get('eager_ms')} ms, "
+            f"graph {pf.get('graph_ms')} ms",
+            flush=True,
+        )
+        kt = pf["kernels"]
+        if "top" in kt:
+            print(f"  kernels/pass {kt['kernels_per_step']}, busy {kt['busy_us_per_step']} us", flush=True)
+            for name, n, us in kt["top"][:12]:
+                print(f"    {us:9.1f} us {n:6.1f}x  {name}", flush=True)
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))
 

@@ -820,9 +820,10 @@ async def bench_engines(
 ) -> dict:
     """Decode throughput of the HF engines on one card, in one run: the continuous engine
     (``HFBackend``, eager passes), the slots engine (``HFSlotBackend``, CUDA-graph decode blocks of
-    turngym's own forward, ``hf_fast``), the same with one step a replay (``slots_step1``:
-    decode_block=1), the slots engine on transformers' forward with one step a replay (``slots_hf``:
-    fast=False, decode_block=1, the engine as it was before), with ``compile`` also the slots
+    turngym's own forward, ``hf_fast``, with its Triton kernels, ``hf_triton``, where they run), the
+    same with torch ops in place of those kernels (``slots_torch``: kernels="torch", the engine of
+    session 12), the slots engine on transformers' forward with one step a replay (``slots_hf``:
+    fast=False, decode_block=1, the engine of session 11), with ``compile`` also the slots
     engine with its decode step compiled before capture (``slots_compile``, compile seconds per shape
     beside it), and plain transformers ``generate``; each shape warmed up first; sampled, no stop
     token. Beside each figure the memory-bound floor of a decode step; first, whether the slots
@@ -845,14 +846,16 @@ async def bench_engines(
     width = max(batches)
     slots = HFSlotBackend(model, tok, max_batch_size=width, max_context=context, max_wait_ms=20)
     out["fast_forward"] = slots.fast_problem or "on"
+    out["fast_kernels"] = slots._fast.kernels if slots._fast is not None else None
+    out["kernels_problem"] = slots._fast.kernels_problem if slots._fast is not None else None
     slots_hf = HFSlotBackend(
-        model, tok, max_batch_size=width, max_context=context, max_wait_ms=20, fast=False
+        model, tok, max_batch_size=width, max_context=context, max_wait_ms=20, fast=False, decode_block=1
     )
-    step1 = HFSlotBackend(
-        model, tok, max_batch_size=width, max_context=context, max_wait_ms=20, decode_block=1
+    torch_ops = HFSlotBackend(
+        model, tok, max_batch_size=width, max_context=context, max_wait_ms=20, kernels="torch"
     )
     cont = HFBackend(model, tok, max_batch_size=width, max_wait_ms=20)
-    engines = [("continuous", cont), ("slots", slots), ("slots_step1", step1), ("slots_hf", slots_hf)]
+    engines = [("continuous", cont), ("slots", slots), ("slots_torch", torch_ops), ("slots_hf", slots_hf)]
     fused = None
     if compile:
         fused = HFSlotBackend(
@@ -882,6 +885,7 @@ async def bench_engines(
     out["greedy_graphs_eq_hf_forward"] = ids["slots"] == ids["slots_hf"]
     out["greedy_graphs_eq_continuous"] = ids["slots"] == ids["continuous"]
     out["greedy_hf_forward_eq_continuous"] = ids["slots_hf"] == ids["continuous"]
+    out["greedy_graphs_eq_torch_kernels"] = ids["slots"] == ids["slots_torch"]
     if fused is not None:
         out["greedy_compiled_eq_eager"] = ids["slots_compile"] == ids["eager"]
     out["greedy_first_differing_prompt"] = next(
@@ -898,7 +902,11 @@ async def bench_engines(
         # decoding eagerly through dynamo): printed now, so that a run cut off early still shows it
         graph_keys = ("compiles", "compile_fallbacks", "graph_captures", "graph_fallbacks", "eager_decodes")
         out["compiled_graph_stats"] = {k: fused.stats.get(k) for k in graph_keys}
-    checks = {k: v for k, v in out.items() if "_eq_" in k or k.endswith("_stats") or k == "fast_forward"}
+    checks = {
+        k: v
+        for k, v in out.items()
+        if "_eq_" in k or k.endswith("_stats") or k in ("fast_forward", "fast_kernels", "kernels_problem")
+    }
     print("engines checks", checks, flush=True)
     await eager.aclose()
     sampling = SamplingParams(max_tokens=new_tokens, temperature=1.0, stop_token_ids=NEVER)
@@ -934,7 +942,7 @@ async def bench_engines(
             torch.cuda.synchronize()
             dt = time.perf_counter() - t0
         row["generate_tok_s"] = round(b * new_tokens / dt, 1)
-        for base in ("continuous", "slots_step1", "slots_hf", "generate"):
+        for base in ("continuous", "slots_torch", "slots_hf", "generate"):
             row[f"slots_over_{base}"] = round(row["slots_tok_s"] / row[f"{base}_tok_s"], 2)
         if fused is not None:
             row["slots_compile_over_slots"] = round(row["slots_compile_tok_s"] / row["slots_tok_s"], 2)

@@ -262,3 +262,39 @@ async def test_precapture_captures_every_bucket_before_serving(tiny_dir, tokeniz
     assert graphs.stats["graph_captures"] == captured and graphs.precapture() == 0
     await graphs.aclose()
     await eager.aclose()
+
+
+def test_triton_kernels_equal_their_references_on_cuda():
+    """``hf_triton``'s attention, rotary/cache write and SwiGLU, compiled, against their torch
+    references on random shapes (tests/triton_checks.py) in float32, float16 and bfloat16."""
+    import torch
+
+    from tests import triton_checks
+
+    triton_checks.kernels("cuda", (torch.float32, torch.float16, torch.bfloat16))
+
+
+async def test_triton_kernels_under_graphs_equal_torch_ops(tiny_dir, tokenizer):
+    """The slots engine with its Triton kernels (the default on CUDA), graphs and prefill graphs on,
+    gives the torch ops' greedy ids and logprobs (float32) across turns that resume parked rows."""
+    import torch
+
+    from turngym.agents.hf_slots import HFSlotBackend
+    from turngym.agents.models import load_model
+
+    model = load_model(tiny_dir, device="cuda", dtype=torch.float32)
+    tri = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=512)
+    ops = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=512, kernels="torch")
+    assert tri._fast.kernels == "triton" and tri._fast.kernels_problem is None
+    for rep in range(2):  # the second round replays prefill graphs
+        ps = prompts(tokenizer)
+        a = await asyncio.gather(*(three_turns(tri, tokenizer, p, f"t{rep}{i}") for i, p in enumerate(ps)))
+        b = await asyncio.gather(*(three_turns(ops, tokenizer, p, f"o{rep}{i}") for i, p in enumerate(ps)))
+        for x, y in zip(a, b, strict=True):
+            for g, h in zip(x, y, strict=True):
+                assert g.token_ids == h.token_ids
+                assert g.logprobs == pytest.approx(h.logprobs, abs=1e-3)
+    assert tri.stats["graph_replays"] > 0 and tri.stats["prefill_graph_replays"] > 0
+    assert tri.stats["graph_fallbacks"] == 0 and tri.stats["prefill_graph_fallbacks"] == 0
+    await tri.aclose()
+    await ops.aclose()

@@ -37,7 +37,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from turngym.agents import hf_triton
+
 MODEL_TYPES = ("llama", "mistral", "qwen2")
+# the pass's attention, rotary/cache write and SwiGLU: Triton kernels (hf_triton; "interpret": the same
+# through Triton's interpreter on CPU, for tests) or torch ops
+KERNELS = ("triton", "torch", "interpret")
 
 
 def problem(model: Any) -> str | None:
@@ -88,10 +93,22 @@ class FastForward:
 
     decode_attention = "matmul"  # or "sdpa": a decode step's attention as one SDPA call (see _attend)
 
-    def __init__(self, model: Any, positions: int):
+    def __init__(self, model: Any, positions: int, kernels: str | None = None):
         import torch
 
         config = model.config
+        dev = model.lm_head.weight.device
+        if kernels is not None and kernels not in KERNELS:
+            raise ValueError(f"kernels must be one of {', '.join(KERNELS)} or None, got {kernels!r}")
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.kernels_problem = hf_triton.problem(dev, head_dim, interpret=kernels == "interpret")
+        if kernels is None:
+            kernels = "torch" if self.kernels_problem else "triton"
+        elif kernels != "torch" and self.kernels_problem:
+            raise ValueError(
+                f"kernels={kernels!r}, but the Triton kernels cannot run: {self.kernels_problem}"
+            )
+        self.kernels = kernels
         self.model = model
         self.heads = config.num_attention_heads
         self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
@@ -101,7 +118,6 @@ class FastForward:
         self.layers = [_Layer(x) for x in model.model.layers]
         self.scaling = float(model.model.layers[0].self_attn.scaling)
         self._versions: tuple[int, ...] | None = None
-        dev = model.lm_head.weight.device
         dtype = model.lm_head.weight.dtype
         with torch.no_grad():
             probe = torch.zeros(1, dtype=dtype, device=dev)
@@ -157,6 +173,8 @@ class FastForward:
         import torch
         import torch.nn.functional as F
 
+        if self.kernels != "torch":
+            return self._logits_triton(ids, pos, cache)
         rows, n = ids.shape
         h, kv, d = self.heads, self.kv_heads, self.head_dim
         x = self.model.model.embed_tokens(ids).view(rows * n, self.hidden)
@@ -187,11 +205,63 @@ class FastForward:
             gu = _linear(a, layer.gate_up_w, layer.gate_up_b)
             a = F.silu(gu[:, : self.intermediate]) * gu[:, self.intermediate :]
             x = _linear(a, layer.down.weight, layer.down.bias, residual=x)
+        return self._head(x, rows, n)
+
+    def _head(self, x: Any, rows: int, n: int) -> Any:
+        """fp32 logits of each row's last position from the residual stream ``x`` ``[rows*n, hidden]``."""
+        import torch.nn.functional as F
+
         last = x.view(rows, n, self.hidden)[:, -1]
         norm = self.model.model.norm
         last = F.rms_norm(last, (self.hidden,), norm.weight, norm.variance_epsilon)
         head = self.model.lm_head
         return _linear(last, head.weight, head.bias).float()
+
+    def _logits_triton(self, ids: Any, pos: Any, cache: Any) -> Any:
+        """``logits`` with ``hf_triton``'s kernels: rotary and the cache write in one, attention over
+        the slots in place (each query up to its own column: ``pos``), SwiGLU in one. The mask is
+        not needed: a query attends to the columns ``0..pos`` of its slot, which is what the
+        callers' masks say (a padded prefill query: position 0, column 0)."""
+        import torch
+        import torch.nn.functional as F
+
+        interpret = self.kernels == "interpret"
+        rows, n = ids.shape
+        h, kv = self.heads, self.kv_heads
+        x = self.model.model.embed_tokens(ids).view(rows * n, self.hidden)
+        flat_pos = pos.reshape(-1)
+        index = cache.index.transpose(1, 2).reshape(rows * n, kv)
+        slots = cache.rows if cache.rows is not None else torch.arange(cache.width, device=ids.device)
+        for i, layer in enumerate(self.layers):
+            keys, values = cache.keys[i], cache.values[i]
+            a = F.rms_norm(x, (self.hidden,), layer.ln1.weight, layer.ln1.variance_epsilon)
+            qkv = _linear(a, layer.qkv_w, layer.qkv_b)
+            q = hf_triton.rotary_write(
+                qkv,
+                self._cos,
+                self._sin,
+                flat_pos,
+                index,
+                keys,
+                values,
+                h,
+                kv,
+                self.scaling,
+                interpret=interpret,
+            )
+            att = hf_triton.slot_attention(
+                q, keys, values, slots, flat_pos, n, cache.columns, interpret=interpret
+            )
+            x = _linear(att, layer.o.weight, layer.o.bias, residual=x)
+            a = F.rms_norm(x, (self.hidden,), layer.ln2.weight, layer.ln2.variance_epsilon)
+            gu = _linear(a, layer.gate_up_w, layer.gate_up_b)
+            x = _linear(
+                hf_triton.swiglu(gu, self.intermediate, interpret=interpret),
+                layer.down.weight,
+                layer.down.bias,
+                residual=x,
+            )
+        return self._head(x, rows, n)
 
     def _attend(self, q: Any, k_all: Any, v_all: Any, blocked: Any, rows: int, n: int) -> Any:
         """Attention of ``q`` ``[rows*n, heads, d]`` (scaled already) over the cache columns

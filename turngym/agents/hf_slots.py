@@ -176,7 +176,10 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
     ``max_context``: cache columns per slot (default: the model's limit, at most 4096);
     ``cuda_graphs``: capture decode steps (default: on CUDA); ``compile``: fuse the decode step with
     ``torch.compile`` (a name in ``COMPILE_SETTINGS``, ``True`` for ``default``; default off);
-    ``prefill_tokens``: rows x longest feed per prefill pass. Other arguments as ``HFBackend`` (``fuse_tokens`` and
+    ``prefill_tokens``: rows x longest feed per prefill pass; ``fast``: turngym's own forward
+    (``hf_fast``; None: where the model allows it); ``kernels``: that forward's attention, rotary
+    and SwiGLU as Triton kernels (``"triton"``, ``hf_triton``) or torch ops (``"torch"``); None:
+    Triton on CUDA where it is installed. Other arguments as ``HFBackend`` (``fuse_tokens`` and
     ``cudnn_attention`` do not apply)."""
 
     sized_context = True  # ``make_hf_backend`` passes ``max_context`` on
@@ -194,9 +197,12 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
         fast: bool | None = None,
         decode_block: int = 8,
         prefill_graph_tokens: int = 16384,
+        kernels: str | None = None,
         **kwargs: Any,
     ):
         setting = compile_setting(compile)  # a bad name fails before the model loads
+        if kernels is not None and kernels not in hf_fast.KERNELS:
+            raise ValueError(f"kernels must be one of {', '.join(hf_fast.KERNELS)} or None, got {kernels!r}")
         super().__init__(model, tokenizer, **kwargs)
         config = self.model.config
         problem = _attention_problem(config)
@@ -237,7 +243,9 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
             raise self._refusal(
                 ValueError(f"fast=True, but the fast forward cannot run this model: {self.fast_problem}")
             )
-        self._fast = None if self.fast_problem else hf_fast.FastForward(self.model, max_context + 1)
+        self._fast = (
+            None if self.fast_problem else hf_fast.FastForward(self.model, max_context + 1, kernels=kernels)
+        )
         self._cache: _SlotCache | None = None  # allocated on the first pass
         self._after: dict[int, _Request] = {}  # fork slot -> donor placed in the same iteration (_place)
         self._graphs: dict[tuple[int, int, bool, int], Any] = {}  # (width, context, filtered, steps)

@@ -1,0 +1,241 @@
+"""Triton kernels of the fast forward (``turngym.agents.hf_fast``): attention over the slots, rotary
+with the cache write, SwiGLU; each one kernel where the torch ops of the same step take several.
+
+Why (benchmarks/gpu_results.md, issue 19, session 13): at 256 rows a decode step of SmolLM2-135M
+spent ~40 µs a layer on attention as two batched matmuls, a masked fill and a softmax (each key
+and value read from memory by a matmul that runs at half the card's bandwidth, the scores written
+and read back twice), and ~30 µs on the elementwise ops around it: rotary as a multiply, a roll and
+an ``addcmul`` over a strided view, two ``index_put_`` writes into the cache, SiLU and the product
+over the strided halves of the gate/up output. A 64 x 256 prefill pass spent 8 of its 23 ms in
+generic (strided, unvectorised) elementwise kernels and 3.8 ms in the masked memory-efficient
+SDPA kernel, whose key and value heads had to be gathered and repeated first. Here:
+
+* ``slot_attention``: each query attends to the columns ``0..pos`` of its row's slot, read in place
+  from the slots' key/value buffers (no gather, no repeated heads: the query heads that share a
+  key/value head are one tile), scores, mask, online softmax and the value sum in one pass
+  (flash-attention style), fp32 accumulation. A program stops at its queries' last column, so a
+  decode step reads each row's own length, not the bucket's. Decode and prefill alike.
+* ``rotary_write``: q and k rotated from the per-position cos/sin table (q scaled by the
+  attention scale), q written out for the attention, k and v written into the slots at their
+  flat rows (the scratch column for padded queries).
+* ``swiglu``: ``silu(gate) * up`` from the fused gate/up output, in fp32, one rounding.
+
+Each has a torch reference beside it (``*_reference``) that the tests compare against, on CPU
+through Triton's interpreter (``interpret=True``) and on CUDA. ``problem(device, head_dim)`` says why the
+kernels cannot run for a model (not on CUDA, no ``triton``, a head size they do not tile). The fast forward uses them when it can
+(``FastForward(kernels=...)``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+
+def problem(device: Any, head_dim: int, interpret: bool = False) -> str | None:
+    """Why the kernels cannot run for a model on ``device`` with this head size (None: they can):
+    the compiled kernels need CUDA (``interpret``: the interpreter, CPU tensors), an importable
+    ``triton``, and a head size that is a power of two of at least 16 (a tile's side)."""
+    if not interpret and getattr(device, "type", str(device).split(":")[0]) != "cuda":
+        return f"the model is on {device}, not CUDA"
+    if head_dim < 16 or head_dim & (head_dim - 1):
+        return f"head_dim {head_dim} is not a power of two >= 16"
+    try:
+        import triton  # noqa: F401
+    except Exception as e:  # noqa: BLE001 - not installed, or broken beside this torch
+        return f"triton cannot be imported ({type(e).__name__}: {e})"
+    return None
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+@functools.cache
+def _kernels(interpret: bool) -> dict[str, Any]:
+    """The kernels (``hf_triton_kernels``), compiled for the GPU (``triton.jit``) or run by Triton's
+    interpreter on CPU tensors (tests). Made on first use, so importing this module needs no ``triton``."""
+    import triton
+
+    from turngym.agents import hf_triton_kernels as k
+
+    if interpret and not triton.knobs.runtime.interpret:
+        raise RuntimeError(
+            "hf_triton: interpret=True needs TRITON_INTERPRET=1 in the environment before triton is "
+            "first imported (its own library functions are made for the interpreter then)"
+        )
+
+    def wrap(fn):
+        return triton.jit(fn, do_not_specialize=[i for i in ("n", "columns", "scale") if i in _args(fn)])
+
+    return {"attention": wrap(k.attention), "rotary_write": wrap(k.rotary_write), "swiglu": wrap(k.swiglu)}
+
+
+def _args(fn: Any) -> tuple[str, ...]:
+    return fn.__code__.co_varnames[: fn.__code__.co_argcount]
+
+
+def _get(name: str, t: Any, interpret: bool) -> Any:
+    if not interpret and not t.is_cuda:
+        raise ValueError(f"hf_triton.{name}: tensors on {t.device}; the compiled kernels need CUDA")
+    return _kernels(interpret)[name]
+
+
+# ------------------------------------------------------------------ attention
+def slot_attention(
+    q: Any, keys: Any, values: Any, slots: Any, pos: Any, n: int, columns: int, *, interpret: bool = False
+) -> Any:
+    """Attention of the queries ``q`` ``[rows * n, heads, d]`` (scaled already; token ``row * n + i``)
+    over their rows' slots in ``keys``/``values`` ``[slots, kv_heads, max_columns, d]`` (one layer's
+    buffers): row ``r``'s query ``i`` attends to its slot ``slots[r]``'s columns ``0 ..
+    pos[r * n + i]`` (and below ``columns``). ``[rows * n, heads * d]`` in ``q``'s dtype."""
+    import torch
+
+    kernel = _get("attention", q, interpret)
+    tokens, h, d = q.shape
+    rows = tokens // n
+    kv = keys.shape[1]
+    g = h // kv
+    if keys.stride() != values.stride() or keys.stride(-1) != 1 or q.stride(-1) != 1:
+        raise ValueError("slot_attention: keys and values need the same strides, each last dim contiguous")
+    gp = _next_pow2(g)
+    block_q = max(1, 16 // gp) if n == 1 else max(1, 64 // gp)
+    out = torch.empty((tokens, h * d), dtype=q.dtype, device=q.device)
+    pos = pos.reshape(-1)
+    grid = (rows, kv, math.ceil(n / block_q))
+    kernel[grid](
+        q,
+        keys,
+        values,
+        out,
+        slots,
+        pos,
+        q.stride(0),
+        q.stride(1),
+        keys.stride(0),
+        keys.stride(1),
+        keys.stride(2),
+        out.stride(0),
+        n,
+        columns,
+        G=g,
+        GP=gp,
+        BLOCK_Q=block_q,
+        BLOCK_N=64,
+        D=d,
+        IEEE=q.dtype == torch.float32,
+    )
+    return out
+
+
+def slot_attention_reference(
+    q: Any, keys: Any, values: Any, slots: Any, pos: Any, n: int, columns: int
+) -> Any:
+    """``slot_attention`` in torch ops (float32), for the tests."""
+    import torch
+
+    tokens, h, d = q.shape
+    rows, kv = tokens // n, keys.shape[1]
+    k = keys[slots, :, :columns].float().repeat_interleave(h // kv, dim=1)  # [rows, h, columns, d]
+    v = values[slots, :, :columns].float().repeat_interleave(h // kv, dim=1)
+    qh = q.float().view(rows, n, h, d).transpose(1, 2)  # [rows, h, n, d]
+    scores = qh @ k.transpose(-1, -2)
+    allowed = torch.arange(columns, device=q.device)[None, None, :] <= pos.reshape(rows, n)[:, :, None]
+    scores = scores.masked_fill(~allowed[:, None], float("-inf"))
+    out = torch.softmax(scores, dim=-1) @ v
+    return out.transpose(1, 2).reshape(tokens, h * d).to(q.dtype)
+
+
+# ------------------------------------------------------------------ rotary and the cache write
+def rotary_write(
+    qkv: Any,
+    cos: Any,
+    sin: Any,
+    pos: Any,
+    index: Any,
+    keys: Any,
+    values: Any,
+    heads: int,
+    kv_heads: int,
+    scale: float,
+    *,
+    interpret: bool = False,
+) -> Any:
+    """From the fused projection ``qkv`` ``[tokens, (heads + 2 kv_heads) * d]``: q and k rotated by
+    the position's row of ``cos``/``sin`` ``[positions, d]`` (``sin`` with ``rotate_half``'s signs
+    folded in: its first half negated), q times ``scale``; k and v written into ``keys``/``values``
+    (one layer's buffers, viewed as ``[-1, d]``) at the flat rows ``index`` ``[tokens, kv_heads]``.
+    Returns q ``[tokens, heads, d]``."""
+    import torch
+
+    kernel = _get("rotary_write", qkv, interpret)
+    tokens = qkv.shape[0]
+    d = cos.shape[-1]
+    if qkv.stride(-1) != 1 or index.stride(-1) != 1 or not (keys.is_contiguous() and values.is_contiguous()):
+        raise ValueError("rotary_write: qkv's and index's last dims and the buffers must be contiguous")
+    q = torch.empty((tokens, heads, d), dtype=qkv.dtype, device=qkv.device)
+    kernel[(tokens,)](
+        qkv,
+        cos,
+        sin,
+        pos.reshape(-1),
+        index,
+        q,
+        keys,
+        values,
+        float(scale),
+        qkv.stride(0),
+        index.stride(0),
+        H=heads,
+        KV=kv_heads,
+        HP=_next_pow2(heads),
+        KVP=_next_pow2(kv_heads),
+        D=d,
+    )
+    return q
+
+
+def rotary_write_reference(
+    qkv: Any,
+    cos: Any,
+    sin: Any,
+    pos: Any,
+    index: Any,
+    keys: Any,
+    values: Any,
+    heads: int,
+    kv_heads: int,
+    scale: float,
+) -> Any:
+    """``rotary_write`` in torch ops (float32 arithmetic), for the tests."""
+    import torch
+
+    d = cos.shape[-1]
+    x = qkv.float().view(qkv.shape[0], heads + 2 * kv_heads, d)
+    c, s = cos[pos.reshape(-1)].float()[:, None], sin[pos.reshape(-1)].float()[:, None]
+    qk = x[:, : heads + kv_heads] * c + torch.roll(x[:, : heads + kv_heads], d // 2, dims=-1) * s
+    keys.view(-1, d)[index.reshape(-1)] = qk[:, heads:].reshape(-1, d).to(keys.dtype)
+    values.view(-1, d)[index.reshape(-1)] = x[:, heads + kv_heads :].reshape(-1, d).to(values.dtype)
+    return (qk[:, :heads] * scale).to(qkv.dtype)
+
+
+# ------------------------------------------------------------------ SwiGLU
+def swiglu(gu: Any, inter: int, *, interpret: bool = False) -> Any:
+    """``silu(gu[:, :inter]) * gu[:, inter:]`` ``[tokens, inter]``, computed in fp32 and rounded once."""
+    import torch
+
+    kernel = _get("swiglu", gu, interpret)
+    if gu.stride(-1) != 1:
+        raise ValueError("swiglu: gu's last dim must be contiguous")
+    out = torch.empty((gu.shape[0], inter), dtype=gu.dtype, device=gu.device)
+    block = min(1024, _next_pow2(inter))
+    kernel[(gu.shape[0], math.ceil(inter / block))](gu, out, inter, gu.stride(0), BLOCK=block)
+    return out
+
+
+def swiglu_reference(gu: Any, inter: int) -> Any:
+    import torch.nn.functional as F
+
+    g = gu.float()
+    return (F.silu(g[:, :inter]) * g[:, inter:]).to(gu.dtype)

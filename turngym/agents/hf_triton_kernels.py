@@ -1,0 +1,135 @@
+"""The Triton kernels of ``turngym.agents.hf_triton``, undecorated: ``hf_triton`` compiles them
+(``triton.jit``) or runs them through Triton's interpreter (CPU tests). Imports ``triton``; only
+``hf_triton`` imports this module, on first use."""
+
+# ruff: noqa: N803, N806 - Triton's convention: pointers and compile-time constants in capitals
+
+import triton.language as tl
+
+
+def attention(
+    Q,
+    K,
+    V,
+    OUT,
+    SLOTS,
+    POS,
+    stride_qt,
+    stride_qh,
+    stride_ks,
+    stride_kh,
+    stride_kc,
+    stride_ot,
+    n,
+    columns,
+    G: tl.constexpr,
+    GP: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    D: tl.constexpr,
+    IEEE: tl.constexpr,
+):
+    # one program: row ``program_id(0)``, key/value head ``program_id(1)``, its G query heads, and
+    # BLOCK_Q of the row's n queries (tile rows = query x head); keys and values share strides
+    row = tl.program_id(0)
+    kvh = tl.program_id(1)
+    qb = tl.program_id(2)
+    r = tl.arange(0, BLOCK_Q * GP)
+    qi = qb * BLOCK_Q + r // GP
+    gi = r % GP
+    valid = (qi < n) & (gi < G)
+    head = kvh * G + gi
+    t = row * n + qi
+    d = tl.arange(0, D)
+    q = tl.load(
+        Q + t[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :], mask=valid[:, None], other=0.0
+    )
+    limit = tl.load(POS + t, mask=valid, other=-1)
+    slot = tl.load(SLOTS + row)
+    hi = tl.minimum(tl.max(limit, 0) + 1, columns)
+    kbase = K + slot * stride_ks + kvh * stride_kh
+    vbase = V + slot * stride_ks + kvh * stride_kh
+    m_i = tl.full([BLOCK_Q * GP], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_Q * GP], tl.float32)
+    acc = tl.zeros([BLOCK_Q * GP, D], tl.float32)
+    for start in range(0, hi, BLOCK_N):
+        c = start + tl.arange(0, BLOCK_N)
+        inside = c < hi
+        k = tl.load(kbase + c[None, :] * stride_kc + d[:, None], mask=inside[None, :], other=0.0)
+        if IEEE:
+            s = tl.dot(q, k, input_precision="ieee")
+        else:
+            s = tl.dot(q, k)
+        s = tl.where((c[None, :] <= limit[:, None]) & inside[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp(s - m_safe[:, None])
+        alpha = tl.exp(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(vbase + c[:, None] * stride_kc + d[None, :], mask=inside[:, None], other=0.0)
+        if IEEE:
+            pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        else:
+            pv = tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+    out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+    tl.store(
+        OUT + t[:, None] * stride_ot + head[:, None] * D + d[None, :],
+        out.to(OUT.dtype.element_ty),
+        mask=valid[:, None],
+    )
+
+
+def rotary_write(
+    QKV,
+    COS,
+    SIN,
+    POS,
+    INDEX,
+    QOUT,
+    KC,
+    VC,
+    scale,
+    stride_t,
+    stride_ix,
+    H: tl.constexpr,
+    KV: tl.constexpr,
+    HP: tl.constexpr,
+    KVP: tl.constexpr,
+    D: tl.constexpr,
+):
+    # one program a token: its H query heads rotated and scaled into QOUT [tokens, H, D]; its KV
+    # key heads rotated and value heads copied into the caches' flat rows INDEX[t, kv]
+    t = tl.program_id(0)
+    p = tl.load(POS + t)
+    d = tl.arange(0, D)
+    rot = (d + D // 2) % D
+    cos = tl.load(COS + p * D + d).to(tl.float32)[None, :]
+    sin = tl.load(SIN + p * D + d).to(tl.float32)[None, :]
+    base = QKV + t * stride_t
+    hq = tl.arange(0, HP)
+    mq = (hq < H)[:, None]
+    x = tl.load(base + hq[:, None] * D + d[None, :], mask=mq, other=0.0).to(tl.float32)
+    xr = tl.load(base + hq[:, None] * D + rot[None, :], mask=mq, other=0.0).to(tl.float32)
+    q = (x * cos + xr * sin) * scale
+    tl.store(QOUT + t * (H * D) + hq[:, None] * D + d[None, :], q.to(QOUT.dtype.element_ty), mask=mq)
+    hk = tl.arange(0, KVP)
+    mk = hk < KV
+    x = tl.load(base + (H + hk)[:, None] * D + d[None, :], mask=mk[:, None], other=0.0).to(tl.float32)
+    xr = tl.load(base + (H + hk)[:, None] * D + rot[None, :], mask=mk[:, None], other=0.0).to(tl.float32)
+    k = x * cos + xr * sin
+    idx = tl.load(INDEX + t * stride_ix + hk, mask=mk, other=0)
+    tl.store(KC + idx[:, None] * D + d[None, :], k.to(KC.dtype.element_ty), mask=mk[:, None])
+    v = tl.load(base + (H + KV + hk)[:, None] * D + d[None, :], mask=mk[:, None], other=0.0)
+    tl.store(VC + idx[:, None] * D + d[None, :], v, mask=mk[:, None])
+
+
+def swiglu(GU, OUT, inter, stride_t, BLOCK: tl.constexpr):
+    t = tl.program_id(0)
+    j = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    m = j < inter
+    g = tl.load(GU + t * stride_t + j, mask=m, other=0.0).to(tl.float32)
+    u = tl.load(GU + t * stride_t + inter + j, mask=m, other=0.0).to(tl.float32)
+    y = g / (1.0 + tl.exp(-g)) * u
+    tl.store(OUT + t * inter + j, y.to(OUT.dtype.element_ty), mask=m)
