@@ -76,6 +76,11 @@ def _args(fn: Any) -> tuple[str, ...]:
     return fn.__code__.co_varnames[: fn.__code__.co_argcount]
 
 
+def _rows(x: Any) -> Any:
+    """``x`` with a contiguous last dim (a copy only when it is not: e.g. a one-row reshape's view)."""
+    return x if x.shape[-1] == 1 or x.stride(-1) == 1 else x.contiguous()
+
+
 def _get(name: str, t: Any, interpret: bool) -> Any:
     if not interpret and not t.is_cuda:
         raise ValueError(f"hf_triton.{name}: tensors on {t.device}; the compiled kernels need CUDA")
@@ -97,12 +102,12 @@ def slot_attention(
     rows = tokens // n
     kv = keys.shape[1]
     g = h // kv
-    if keys.stride() != values.stride() or keys.stride(-1) != 1 or q.stride(-1) != 1:
-        raise ValueError("slot_attention: keys and values need the same strides, each last dim contiguous")
+    if keys.stride() != values.stride() or keys.stride(-1) != 1:
+        raise ValueError("slot_attention: keys and values need the same strides and a contiguous last dim")
+    q, slots, pos = _rows(q), slots.contiguous(), pos.reshape(-1).contiguous()
     gp = _next_pow2(g)
     block_q = max(1, 16 // gp) if n == 1 else max(1, 64 // gp)
     out = torch.empty((tokens, h * d), dtype=q.dtype, device=q.device)
-    pos = pos.reshape(-1)
     grid = (rows, kv, math.ceil(n / block_q))
     kernel[grid](
         q,
@@ -172,14 +177,15 @@ def rotary_write(
     kernel = _get("rotary_write", qkv, interpret)
     tokens = qkv.shape[0]
     d = cos.shape[-1]
-    if qkv.stride(-1) != 1 or index.stride(-1) != 1 or not (keys.is_contiguous() and values.is_contiguous()):
-        raise ValueError("rotary_write: qkv's and index's last dims and the buffers must be contiguous")
+    if not (keys.is_contiguous() and values.is_contiguous()):
+        raise ValueError("rotary_write: the key and value buffers must be contiguous")
+    qkv, index = _rows(qkv), _rows(index)
     q = torch.empty((tokens, heads, d), dtype=qkv.dtype, device=qkv.device)
     kernel[(tokens,)](
         qkv,
         cos,
         sin,
-        pos.reshape(-1),
+        pos.reshape(-1).contiguous(),
         index,
         q,
         keys,
@@ -226,8 +232,7 @@ def swiglu(gu: Any, inter: int, *, interpret: bool = False) -> Any:
     import torch
 
     kernel = _get("swiglu", gu, interpret)
-    if gu.stride(-1) != 1:
-        raise ValueError("swiglu: gu's last dim must be contiguous")
+    gu = _rows(gu)
     out = torch.empty((gu.shape[0], inter), dtype=gu.dtype, device=gu.device)
     block = min(1024, _next_pow2(inter))
     kernel[(gu.shape[0], math.ceil(inter / block))](gu, out, inter, gu.stride(0), BLOCK=block)
