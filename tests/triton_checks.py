@@ -60,6 +60,31 @@ def _rotary_case(rng: random.Random, dtype: torch.dtype, device: str) -> float:
 TOLERANCE = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 6e-2}
 
 
+def _sample_case(rng: random.Random, device: str) -> tuple[int, int]:
+    """Random rows of logits (ties at the max included) against ``pick`` (no top-k/top-p): greedy
+    rows and logprobs must agree; a sampled row must agree unless its draw lies within 1e-5 of a
+    boundary of the CDF (blocked vs sequential sums round differently there). (draws, near ones)."""
+    from turngym.agents.hf_slots import pick
+
+    rows, vocab = rng.randint(1, 6), rng.choice([7, 100, 5000, 49152])
+    logits = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(rng.randrange(2**31)))
+    logits = (logits * rng.choice([0.5, 3.0, 10.0])).to(device)
+    logits[0, vocab // 2] = logits[0, vocab // 3] = logits[0].max() + 1  # a tie: the first index wins
+    temp = (torch.rand(rows) + 0.2).to(device)
+    greedy = (torch.rand(rows) < 0.3).to(device)
+    u = torch.rand(rows).to(device)
+    tok, lp = T.sample(logits, temp, greedy, u, interpret=device == "cpu")
+    zeros, ones = torch.zeros(rows, dtype=torch.long, device=device), torch.ones(rows, device=device)
+    ref_tok, ref_lp = pick(logits, temp, greedy, zeros, ones, u, False)
+    assert torch.allclose(lp, ref_lp, atol=1e-4), (lp, ref_lp)
+    cdf = torch.softmax(logits.double() / temp.double()[:, None], dim=-1).cumsum(dim=-1)
+    near = (cdf - u.double()[:, None]).abs().min(dim=-1).values < 1e-5
+    must = greedy | ~near
+    assert torch.equal(tok[must], ref_tok[must]), (tok, ref_tok, greedy, near)
+    assert tok[0].item() == vocab // 3 or not greedy[0]
+    return int((~greedy).sum()), int((near & ~greedy).sum())
+
+
 def kernels(device: str = "cpu", dtypes: tuple = (torch.float32, torch.float16)) -> None:
     rng = random.Random(0)
     for dtype in dtypes:
@@ -76,6 +101,11 @@ def kernels(device: str = "cpu", dtypes: tuple = (torch.float32, torch.float16))
             err = (got.float() - T.swiglu_reference(gu, inter).float()).abs().max()
             assert err <= tol * 10, (dtype, inter, err)
         print(f"ok swiglu {dtype}", flush=True)
+    counts = [_sample_case(rng, device) for _ in range(25)]
+    print(
+        f"ok sample: {sum(c[0] for c in counts)} draws, {sum(c[1] for c in counts)} near a boundary",
+        flush=True,
+    )
 
 
 def engine() -> None:
@@ -106,9 +136,14 @@ def engine() -> None:
         for p in ps[:2]:  # one row alone: its prefill's flat cache rows are a strided view
             x, y = await tri.generate(p, GREEDY), await ops.generate(p, GREEDY)
             _same([(x.token_ids, x.logprobs)], [(y.token_ids, y.logprobs)])
+        # seeded samples (the kernels' sampler, tested against ``pick`` in ``kernels``): the same
+        # seeds reproduce, batched or alone; another seed draws other tokens
         s1 = await asyncio.gather(*(tri.generate(p, seeded) for p in ps))
-        s2 = await asyncio.gather(*(ops.generate(p, seeded) for p in ps))
+        s2 = [await tri.generate(p, seeded) for p in ps]
         assert [g.token_ids for g in s1] == [g.token_ids for g in s2]
+        other = await asyncio.gather(*(tri.generate(p, seeded.replace(seed=4)) for p in ps))
+        assert [g.token_ids for g in other] != [g.token_ids for g in s1]
+        assert all(-30 < lp <= 0 for g in s1 for lp in g.logprobs)
         await tri.aclose()
         await ops.aclose()
         print(f"ok engine {kind}", flush=True)

@@ -301,10 +301,17 @@ def test_update_weights_changes_generations_in_place(model, tokenizer):
 
 
 async def test_a_caller_that_gives_up_frees_its_slot(model, tokenizer):
+    import time
+
     one = HFSlotBackend(model, tokenizer, max_batch_size=1, max_context=512)
     long = SamplingParams(max_tokens=400, temperature=0.0, stop_token_ids=(-1,))
-    with pytest.raises(TimeoutError):
-        await asyncio.wait_for(one.generate([5, 6, 7], long), 0.3)
+    # every pass embeds its ids first: 3 ms a pass makes the 400 tokens take over a second, however fast the CPU
+    slow = model.model.embed_tokens.register_forward_hook(lambda *_: time.sleep(0.003))
+    try:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(one.generate([5, 6, 7], long), 0.3)
+    finally:
+        slow.remove()
     gen = await asyncio.wait_for(one.generate([5, 6, 7], GREEDY), 30)  # the only slot came free
     assert len(gen.token_ids) == GREEDY.max_tokens
     await one.aclose()

@@ -27,6 +27,11 @@ graphs see them) whenever any source parameter changed: ``refresh()`` compares t
 in-place version counters, which ``load_state_dict``, an optimizer step or any ``copy_`` bump. The
 other weights are read where they live.
 
+On CUDA (``kernels=None``: where ``hf_triton.problem`` finds nothing against it) the attention, the
+rotary with the cache write and the SwiGLU are Triton kernels instead (``turngym.agents.hf_triton``):
+9 kernels a layer, the attention reading each row's keys and values in place, up to its own length.
+``kernels="torch"`` keeps the torch ops above.
+
 Supported: ``model_type`` llama, mistral, qwen2 (biases on any projection, tied or untied heads)
 with SiLU MLPs and plain ``nn.Linear`` projections. ``problem(model)`` says why another model is not
 (LoRA-wrapped projections, q/k norms, another activation, ...): the slots engine then runs

@@ -133,3 +133,55 @@ def swiglu(GU, OUT, inter, stride_t, BLOCK: tl.constexpr):
     u = tl.load(GU + t * stride_t + inter + j, mask=m, other=0.0).to(tl.float32)
     y = g / (1.0 + tl.exp(-g)) * u
     tl.store(OUT + t * inter + j, y.to(OUT.dtype.element_ty), mask=m)
+
+
+def sample(LOGITS, TEMP, GREEDY, U, TOK, LP, vocab, stride_r, BLOCK: tl.constexpr):
+    # one program a row: the argmax (greedy rows) or the inverse-CDF draw at U over softmax(logits /
+    # TEMP), and the token's raw logprob. Pass 1: max, first argmax, logsumexp; pass 2: the tempered
+    # total; pass 3: the same block sums again, to the block and index where the running sum first
+    # exceeds U * total (passes 2 and 3 add in the same order, so the total and the walk agree)
+    row = tl.program_id(0)
+    base = LOGITS + row * stride_r
+    greedy = tl.load(GREEDY + row) != 0
+    inv = 1.0 / tl.where(greedy, 1.0, tl.load(TEMP + row).to(tl.float32))
+    offs = tl.arange(0, BLOCK)
+    best = tl.max(tl.full([BLOCK], float("-inf"), tl.float32), 0)
+    best_i = tl.min(tl.zeros([BLOCK], tl.int64), 0)
+    m = best
+    s = tl.sum(tl.zeros([BLOCK], tl.float32), 0)
+    for start in range(0, vocab, BLOCK):
+        idx = start + offs
+        x = tl.load(base + idx, mask=idx < vocab, other=float("-inf")).to(tl.float32)
+        bm = tl.max(x, 0)
+        bi = tl.min(tl.where(x == bm, idx, vocab), 0).to(tl.int64)
+        best_i = tl.where(bm > best, bi, best_i)
+        best = tl.maximum(best, bm)
+        m_new = tl.maximum(m, bm)
+        s = s * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), 0)
+        m = m_new
+    lse = m + tl.log(s)
+    mz = best * inv
+    total = tl.sum(tl.zeros([BLOCK], tl.float32), 0)
+    for start in range(0, vocab, BLOCK):
+        idx = start + offs
+        x = tl.load(base + idx, mask=idx < vocab, other=float("-inf")).to(tl.float32)
+        total += tl.sum(tl.exp(x * inv - mz), 0)
+    target = tl.load(U + row) * total
+    run = tl.sum(tl.zeros([BLOCK], tl.float32), 0)
+    drawn = tl.min(tl.zeros([BLOCK], tl.int64), 0) + vocab - 1
+    found = run > 1.0  # False
+    for start in range(0, vocab, BLOCK):
+        idx = start + offs
+        x = tl.load(base + idx, mask=idx < vocab, other=float("-inf")).to(tl.float32)
+        e = tl.exp(x * inv - mz)
+        block = tl.sum(e, 0)
+        here = (run + block > target) & (found == 0)
+        cum = run + tl.cumsum(e, 0)
+        last = tl.minimum(start + BLOCK, vocab) - 1
+        at = tl.min(tl.where((cum > target) & (idx < vocab), idx, last), 0).to(tl.int64)
+        drawn = tl.where(here, at, drawn)
+        found = found | here
+        run += block
+    tok = tl.where(greedy, best_i, drawn)
+    tl.store(TOK + row, tok)
+    tl.store(LP + row, tl.load(base + tok).to(tl.float32) - lse)
