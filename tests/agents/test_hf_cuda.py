@@ -298,3 +298,30 @@ async def test_triton_kernels_under_graphs_equal_torch_ops(tiny_dir, tokenizer):
     assert tri.stats["graph_fallbacks"] == 0 and tri.stats["prefill_graph_fallbacks"] == 0
     await tri.aclose()
     await ops.aclose()
+
+
+async def test_long_context_decode_splits_under_graphs(tiny_dir, tokenizer):
+    """Two rows over a context past SPLIT_COLUMNS: the decode steps' attention splits its columns
+    (``hf_triton.decode_splits``) inside the captured graphs and gives the torch ops' greedy ids and
+    logprobs (float32) across resumed turns."""
+    import torch
+
+    from turngym.agents import hf_triton
+    from turngym.agents.hf_slots import HFSlotBackend
+    from turngym.agents.models import load_model
+
+    model = load_model(tiny_dir, device="cuda", dtype=torch.float32)
+    kv = model.config.num_key_value_heads
+    assert hf_triton.decode_splits(2 * kv, 2048) > 1
+    tri = HFSlotBackend(model, tokenizer, max_batch_size=2, max_context=2048)
+    ops = HFSlotBackend(model, tokenizer, max_batch_size=2, max_context=2048, kernels="torch")
+    long = [(p * 200)[:1100] for p in prompts(tokenizer)[:2]]
+    a = await asyncio.gather(*(three_turns(tri, tokenizer, p, f"t{i}") for i, p in enumerate(long)))
+    b = await asyncio.gather(*(three_turns(ops, tokenizer, p, f"o{i}") for i, p in enumerate(long)))
+    for x, y in zip(a, b, strict=True):
+        for g, h in zip(x, y, strict=True):
+            assert g.token_ids == h.token_ids
+            assert g.logprobs == pytest.approx(h.logprobs, abs=1e-3)
+    assert tri.stats["graph_replays"] > 0 and tri.stats["graph_fallbacks"] == 0
+    await tri.aclose()
+    await ops.aclose()

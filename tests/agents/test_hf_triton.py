@@ -82,3 +82,61 @@ def test_interpret_needs_the_variable_at_import():
     gu = torch.zeros(2, 8)
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
         hf_triton.swiglu(gu, 4, interpret=True)
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_kernels_compile_for_hopper_without_a_gpu(dtype):
+    """Every kernel compiles (Triton IR to PTX and a cubin, ptxas included) for sm_90 ahead of time,
+    as the GPU machines will JIT them: a kernel that only the interpreter accepts fails here."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from turngym.agents import hf_triton_kernels as k
+
+    def compile_(fn, signature, constants):
+        src = ASTSource(fn=triton.jit(fn), signature=signature, constexprs=constants)
+        compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32))
+        assert compiled.asm.get("cubin"), fn.__name__
+
+    t = f"*{dtype}"
+    ints = dict.fromkeys(
+        ("stride_qt", "stride_qh", "stride_ks", "stride_kh", "stride_kc", "stride_ot"), "i32"
+    )
+    attention = {"Q": t, "K": t, "V": t, "OUT": t, "SLOTS": "*i64", "POS": "*i64", **ints}
+    attention.update(PART_M="*fp32", PART_L="*fp32", PART_ACC="*fp32", n="i32", columns="i32", chunk="i32")
+    attention.update(dict.fromkeys(("G", "GP", "BLOCK_Q", "BLOCK_N", "D", "IEEE", "SPLITS"), "constexpr"))
+    for block_q, splits in ((4, 1), (4, 4), (16, 1)):
+        consts = dict(G=3, GP=4, BLOCK_Q=block_q, BLOCK_N=64, D=64, IEEE=dtype == "fp32", SPLITS=splits)
+        compile_(k.attention, attention, consts)
+    rotary = {"QKV": t, "COS": t, "SIN": t, "POS": "*i64", "INDEX": "*i64", "QOUT": t, "KC": t, "VC": t}
+    rotary.update(scale="fp32", stride_t="i32", stride_ix="i32")
+    rotary.update(dict.fromkeys(("H", "KV", "HP", "KVP", "D"), "constexpr"))
+    compile_(k.rotary_write, rotary, dict(H=9, KV=3, HP=16, KVP=4, D=64))
+    compile_(
+        k.swiglu,
+        {"GU": t, "OUT": t, "inter": "i32", "stride_t": "i32", "BLOCK": "constexpr"},
+        {"BLOCK": 1024},
+    )
+    sample = {"LOGITS": "*fp32", "TEMP": "*fp32", "GREEDY": "*i1", "U": "*fp32", "TOK": "*i64", "LP": "*fp32"}
+    sample.update(vocab="i32", stride_r="i32", BLOCK="constexpr")
+    compile_(k.sample, sample, {"BLOCK": 4096})
+    combine = {"PART_M": "*fp32", "PART_L": "*fp32", "PART_ACC": "*fp32", "OUT": t, "heads": "i32"}
+    combine.update(stride_ot="i32", SPLITS="constexpr", D="constexpr")
+    compile_(k.combine, combine, {"SPLITS": 4, "D": 64})
+
+
+def test_decode_splits():
+    """Few rows over a long context split the columns into a power of two of splits of at least
+    SPLIT_MIN columns; wide batches and the engines benchmark's contexts (<= 512) do not split."""
+    assert hf_triton.decode_splits(768, 512) == 1  # 256 rows x 3 kv heads
+    assert hf_triton.decode_splits(3, 512) == 1  # batch 1, the benchmark's context
+    assert hf_triton.decode_splits(72, 4096) == 4  # 24 rows x 3 kv heads: 288 programs
+    assert hf_triton.decode_splits(3, 4096) == 16
+    assert hf_triton.decode_splits(3, 1100) == 4
+    assert hf_triton.decode_splits(300, 4096) == 1
+    for programs in range(1, 300, 7):
+        for columns in (1024, 1500, 2048, 4096):
+            s = hf_triton.decode_splits(programs, columns)
+            assert s & (s - 1) == 0 and s * hf_triton.SPLIT_MIN <= columns

@@ -73,7 +73,7 @@ def _kernels(interpret: bool) -> dict[str, Any]:
 
     def wrap(fn):
         return triton.jit(
-            fn, do_not_specialize=[i for i in ("n", "columns", "scale", "vocab") if i in _args(fn)]
+            fn, do_not_specialize=[i for i in ("n", "columns", "chunk", "scale", "vocab") if i in _args(fn)]
         )
 
     return {
@@ -81,6 +81,7 @@ def _kernels(interpret: bool) -> dict[str, Any]:
         "rotary_write": wrap(k.rotary_write),
         "swiglu": wrap(k.swiglu),
         "sample": wrap(k.sample),
+        "combine": wrap(k.combine),
     }
 
 
@@ -120,7 +121,16 @@ def slot_attention(
     gp = _next_pow2(g)
     block_q = max(1, 16 // gp) if n == 1 else max(1, 64 // gp)
     out = torch.empty((tokens, h * d), dtype=q.dtype, device=q.device)
-    grid = (rows, kv, math.ceil(n / block_q))
+    splits = decode_splits(rows * kv, columns) if n == 1 else 1
+    if splits > 1:  # flash-decoding: partial results per split of the columns, then ``combine``
+        part_m = torch.empty((tokens, h, splits), dtype=torch.float32, device=q.device)
+        part_l = torch.empty_like(part_m)
+        part_acc = torch.empty((tokens, h, splits, d), dtype=torch.float32, device=q.device)
+        grid = (rows, kv, splits)
+    else:
+        part_m = part_l = part_acc = out  # not written
+        grid = (rows, kv, math.ceil(n / block_q))
+    chunk = _BLOCK_N * math.ceil(columns / splits / _BLOCK_N)
     kernel[grid](
         q,
         keys,
@@ -134,16 +144,43 @@ def slot_attention(
         keys.stride(1),
         keys.stride(2),
         out.stride(0),
+        part_m,
+        part_l,
+        part_acc,
         n,
         columns,
+        chunk,
         G=g,
         GP=gp,
         BLOCK_Q=block_q,
-        BLOCK_N=64,
+        BLOCK_N=_BLOCK_N,
         D=d,
         IEEE=q.dtype == torch.float32,
+        SPLITS=splits,
     )
+    if splits > 1:
+        _get("combine", q, interpret)[(tokens, h)](
+            part_m, part_l, part_acc, out, h, out.stride(0), SPLITS=splits, D=d
+        )
     return out
+
+
+_BLOCK_N = 64  # key columns a step of the attention's loop
+SPLIT_PROGRAMS = 256  # a decode step with fewer (rows x kv heads) programs than this splits its columns ...
+SPLIT_COLUMNS = 1024  # ... once it attends at least this many columns
+SPLIT_MIN = 256  # columns a split covers at least
+
+
+def decode_splits(programs: int, columns: int) -> int:
+    """How many splits of the columns a decode step's attention runs (a power of two; 1: none): few
+    rows over a long context leave most of the GPU idle with one program a row and key/value head,
+    each walking every column in turn, so the columns are split until there are about
+    ``SPLIT_PROGRAMS`` programs, each split at least ``SPLIT_MIN`` columns. The engines benchmark's
+    shapes (contexts up to 512) do not split."""
+    if programs >= SPLIT_PROGRAMS or columns < SPLIT_COLUMNS:
+        return 1
+    want = min(math.ceil(SPLIT_PROGRAMS / programs), columns // SPLIT_MIN)
+    return max(1, 1 << (want.bit_length() - 1))  # the power of two at or below
 
 
 def slot_attention_reference(

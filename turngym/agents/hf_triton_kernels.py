@@ -20,20 +20,33 @@ def attention(
     stride_kh,
     stride_kc,
     stride_ot,
+    PART_M,
+    PART_L,
+    PART_ACC,
     n,
     columns,
+    chunk,
     G: tl.constexpr,
     GP: tl.constexpr,
     BLOCK_Q: tl.constexpr,
     BLOCK_N: tl.constexpr,
     D: tl.constexpr,
     IEEE: tl.constexpr,
+    SPLITS: tl.constexpr,
 ):
     # one program: row ``program_id(0)``, key/value head ``program_id(1)``, its G query heads, and
-    # BLOCK_Q of the row's n queries (tile rows = query x head); keys and values share strides
+    # BLOCK_Q of the row's n queries (tile rows = query x head); keys and values share strides.
+    # SPLITS > 1 (one query a row, a decode step): ``program_id(2)`` is instead a split of the
+    # columns, ``chunk`` each, whose unnormalised partial result (max, sum, weighted values) goes to
+    # PART_* [tokens, heads, SPLITS(, D)] for ``combine`` (flash-decoding: short rows, long contexts)
     row = tl.program_id(0)
     kvh = tl.program_id(1)
-    qb = tl.program_id(2)
+    if SPLITS > 1:
+        split = tl.program_id(2)
+        qb = 0
+    else:
+        split = 0
+        qb = tl.program_id(2)
     r = tl.arange(0, BLOCK_Q * GP)
     qi = qb * BLOCK_Q + r // GP
     gi = r % GP
@@ -47,12 +60,15 @@ def attention(
     limit = tl.load(POS + t, mask=valid, other=-1)
     slot = tl.load(SLOTS + row)
     hi = tl.minimum(tl.max(limit, 0) + 1, columns)
+    lo = split * chunk
+    if SPLITS > 1:
+        hi = tl.minimum(hi, lo + chunk)
     kbase = K + slot * stride_ks + kvh * stride_kh
     vbase = V + slot * stride_ks + kvh * stride_kh
     m_i = tl.full([BLOCK_Q * GP], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_Q * GP], tl.float32)
     acc = tl.zeros([BLOCK_Q * GP, D], tl.float32)
-    for start in range(0, hi, BLOCK_N):
+    for start in range(lo, hi, BLOCK_N):
         c = start + tl.arange(0, BLOCK_N)
         inside = c < hi
         k = tl.load(kbase + c[None, :] * stride_kc + d[:, None], mask=inside[None, :], other=0.0)
@@ -73,12 +89,35 @@ def attention(
             pv = tl.dot(p.to(v.dtype), v)
         acc = acc * alpha[:, None] + pv
         m_i = m_new
-    out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
-    tl.store(
-        OUT + t[:, None] * stride_ot + head[:, None] * D + d[None, :],
-        out.to(OUT.dtype.element_ty),
-        mask=valid[:, None],
-    )
+    if SPLITS > 1:
+        at = (t * (G * tl.num_programs(1)) + head) * SPLITS + split  # [tokens, heads, SPLITS]
+        tl.store(PART_M + at, m_i, mask=valid)
+        tl.store(PART_L + at, l_i, mask=valid)
+        tl.store(PART_ACC + at[:, None] * D + d[None, :], acc, mask=valid[:, None])
+    else:
+        out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+        tl.store(
+            OUT + t[:, None] * stride_ot + head[:, None] * D + d[None, :],
+            out.to(OUT.dtype.element_ty),
+            mask=valid[:, None],
+        )
+
+
+def combine(PART_M, PART_L, PART_ACC, OUT, heads, stride_ot, SPLITS: tl.constexpr, D: tl.constexpr):
+    # one program a (token, head): the splits' partial softmax sums merged, normalised, stored
+    t = tl.program_id(0)
+    h = tl.program_id(1)
+    base = (t * heads + h) * SPLITS
+    s = tl.arange(0, SPLITS)
+    d = tl.arange(0, D)
+    m = tl.load(PART_M + base + s)
+    top = tl.max(m, 0)
+    top = tl.where(top == float("-inf"), 0.0, top)
+    w = tl.exp(m - top)  # 0 for an empty split (its max is -inf)
+    l_sum = tl.sum(tl.load(PART_L + base + s) * w, 0)
+    acc = tl.sum(tl.load(PART_ACC + (base + s)[:, None] * D + d[None, :]) * w[:, None], 0)
+    out = acc / tl.where(l_sum == 0.0, 1.0, l_sum)
+    tl.store(OUT + t * stride_ot + h * D + d, out.to(OUT.dtype.element_ty))
 
 
 def rotary_write(
