@@ -15,7 +15,9 @@ SDPA kernel, whose key and value heads had to be gathered and repeated first. He
   from the slots' key/value buffers (no gather, no repeated heads: the query heads that share a
   key/value head are one tile), scores, mask, online softmax and the value sum in one pass
   (flash-attention style), fp32 accumulation. A program stops at its queries' last column, so a
-  decode step reads each row's own length, not the bucket's. Decode and prefill alike.
+  decode step reads each row's own length, not the bucket's. Decode and prefill alike. A decode
+  step with few rows over a long context (``decode_splits``) splits the columns among programs and
+  merges their partial sums in a second kernel (``combine``; flash-decoding).
 * ``rotary_write``: q and k rotated from the per-position cos/sin table (q scaled by the
   attention scale), q written out for the attention, k and v written into the slots at their
   flat rows (the scratch column for padded queries).
