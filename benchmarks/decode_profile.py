@@ -220,6 +220,16 @@ def prefill_profile(backend, b: int, prompt_len: int, vocab: int) -> dict:
     return out
 
 
+def print_kernels(kt: dict, per: str, top: int) -> None:
+    """A ``kernel_table``'s count, busy time and top kernels (or why there is none)."""
+    if "top" not in kt:
+        print("  kernels:", kt, flush=True)
+        return
+    print(f"  kernels/{per} {kt['kernels_per_step']}, busy {kt['busy_us_per_step']} us", flush=True)
+    for name, n, us in kt["top"][:top]:
+        print(f"    {us:9.1f} us {n:6.1f}x  {name}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m")
@@ -285,24 +295,14 @@ def main() -> None:
             f"| floor {res['floor_ms']} ms",
             flush=True,
         )
-        kt = res["kernels"]
-        if "top" in kt:
-            print(f"  kernels/step {kt['kernels_per_step']}, busy {kt['busy_us_per_step']} us", flush=True)
-            for name, n, us in kt["top"][:15]:
-                print(f"    {us:9.1f} us {n:6.1f}x  {name}", flush=True)
-        else:
-            print("  kernels:", kt, flush=True)
+        print_kernels(res["kernels"], "step", 15)
         pf = res["prefill"]
         print(
             f"  prefill pass of {pf['rows']} x {args.prompt_len}: eager {pf.get('eager_ms')} ms, "
             f"graph {pf.get('graph_ms')} ms",
             flush=True,
         )
-        kt = pf["kernels"]
-        if "top" in kt:
-            print(f"  kernels/pass {kt['kernels_per_step']}, busy {kt['busy_us_per_step']} us", flush=True)
-            for name, n, us in kt["top"][:12]:
-                print(f"    {us:9.1f} us {n:6.1f}x  {name}", flush=True)
+        print_kernels(pf["kernels"], "pass", 12)
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))
 

@@ -27,6 +27,17 @@ async def three_turns(backend, tokenizer, prompt, route, sampling=GREEDY):
     return await hf_turns.three_turns(backend, prompt, route, obs, sampling)
 
 
+async def same_turns(a_backend, b_backend, tokenizer, ps, tag: str) -> None:
+    """Both backends' three greedy turns on each prompt (routes tagged ``tag``): the same ids, and
+    logprobs within 1e-3."""
+    a = await asyncio.gather(*(three_turns(a_backend, tokenizer, p, f"a{tag}{i}") for i, p in enumerate(ps)))
+    b = await asyncio.gather(*(three_turns(b_backend, tokenizer, p, f"b{tag}{i}") for i, p in enumerate(ps)))
+    for x, y in zip(a, b, strict=True):
+        for g, h in zip(x, y, strict=True):
+            assert g.token_ids == h.token_ids
+            assert g.logprobs == pytest.approx(h.logprobs, abs=1e-3)
+
+
 async def three_turn_ids(backend, tokenizer, prompt, route, sampling=GREEDY):
     return [g.token_ids for g in await three_turns(backend, tokenizer, prompt, route, sampling)]
 
@@ -199,13 +210,7 @@ async def test_fast_forward_equals_transformers_on_cuda(tiny_dir, tokenizer):
     fast = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=512)
     plain = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=512, fast=False)
     assert fast.fast_problem is None
-    ps = prompts(tokenizer)
-    a = await asyncio.gather(*(three_turns(fast, tokenizer, p, f"f{i}") for i, p in enumerate(ps)))
-    b = await asyncio.gather(*(three_turns(plain, tokenizer, p, f"p{i}") for i, p in enumerate(ps)))
-    for x, y in zip(a, b, strict=True):
-        for g, h in zip(x, y, strict=True):
-            assert g.token_ids == h.token_ids
-            assert g.logprobs == pytest.approx(h.logprobs, abs=1e-3)
+    await same_turns(fast, plain, tokenizer, prompts(tokenizer), "")
     assert fast.stats["graph_replays"] > 0 and fast.stats["graph_fallbacks"] == 0
     await fast.aclose()
     await plain.aclose()
@@ -287,13 +292,7 @@ async def test_triton_kernels_under_graphs_equal_torch_ops(tiny_dir, tokenizer):
     ops = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=512, kernels="torch")
     assert tri._fast.kernels == "triton" and tri._fast.kernels_problem is None
     for rep in range(2):  # the second round replays prefill graphs
-        ps = prompts(tokenizer)
-        a = await asyncio.gather(*(three_turns(tri, tokenizer, p, f"t{rep}{i}") for i, p in enumerate(ps)))
-        b = await asyncio.gather(*(three_turns(ops, tokenizer, p, f"o{rep}{i}") for i, p in enumerate(ps)))
-        for x, y in zip(a, b, strict=True):
-            for g, h in zip(x, y, strict=True):
-                assert g.token_ids == h.token_ids
-                assert g.logprobs == pytest.approx(h.logprobs, abs=1e-3)
+        await same_turns(tri, ops, tokenizer, prompts(tokenizer), f"{rep}")
     assert tri.stats["graph_replays"] > 0 and tri.stats["prefill_graph_replays"] > 0
     assert tri.stats["graph_fallbacks"] == 0 and tri.stats["prefill_graph_fallbacks"] == 0
     await tri.aclose()
@@ -315,13 +314,7 @@ async def test_long_context_decode_splits_under_graphs(tiny_dir, tokenizer):
     assert hf_triton.decode_splits(2 * kv, 2048) > 1
     tri = HFSlotBackend(model, tokenizer, max_batch_size=2, max_context=2048)
     ops = HFSlotBackend(model, tokenizer, max_batch_size=2, max_context=2048, kernels="torch")
-    long = [(p * 200)[:1100] for p in prompts(tokenizer)[:2]]
-    a = await asyncio.gather(*(three_turns(tri, tokenizer, p, f"t{i}") for i, p in enumerate(long)))
-    b = await asyncio.gather(*(three_turns(ops, tokenizer, p, f"o{i}") for i, p in enumerate(long)))
-    for x, y in zip(a, b, strict=True):
-        for g, h in zip(x, y, strict=True):
-            assert g.token_ids == h.token_ids
-            assert g.logprobs == pytest.approx(h.logprobs, abs=1e-3)
+    await same_turns(tri, ops, tokenizer, [(p * 200)[:1100] for p in prompts(tokenizer)[:2]], "")
     assert tri.stats["graph_replays"] > 0 and tri.stats["graph_fallbacks"] == 0
     await tri.aclose()
     await ops.aclose()
