@@ -319,3 +319,28 @@ def test_a_kept_backend_trains_like_one_made_per_rollout(tmp_path):
     for a, b in zip(fresh, again, strict=True):  # this rollout's passes, not a running total
         assert a["rollout/backend/prefills"] == b["rollout/backend/prefills"] > 0
         assert a["rollout/backend/prompt_tokens"] == b["rollout/backend/prompt_tokens"]
+
+
+def test_prefix_reuse_is_logged_and_evictions_warned_once(tmp_path, caplog):
+    """``rollout/prefix_reuse`` (prompt tokens served from parked rows) each step; with more
+    trajectories at once than the backend has rows, parked rows are evicted, reuse falls, and the
+    run says why, once."""
+    import logging
+
+    roomy = Trainer(
+        config(tmp_path, "roomy", "steps=1", "rollout.max_concurrency=4", "rollout.max_batch_size=4")
+    )
+    with caplog.at_level(logging.WARNING, logger="turngym.trainer"):
+        roomy.train()
+    assert "parked rows were dropped" not in caplog.text
+    tight = Trainer(
+        config(tmp_path, "tight", "steps=2", "rollout.max_concurrency=4", "rollout.max_batch_size=1")
+    )
+    with caplog.at_level(logging.WARNING, logger="turngym.trainer"):
+        tight.train()
+    assert caplog.text.count("parked rows were dropped") == 1
+    assert "rollout.max_concurrency" in caplog.text
+    rows = {name: read_metrics(tmp_path / name) for name in ("roomy", "tight")}
+    assert all(0 <= r["rollout/prefix_reuse"] <= 1 for v in rows.values() for r in v)
+    assert rows["tight"][0]["rollout/backend/parked_dropped"] > 0
+    assert rows["roomy"][0]["rollout/prefix_reuse"] > rows["tight"][0]["rollout/prefix_reuse"]
