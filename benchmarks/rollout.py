@@ -846,8 +846,6 @@ async def bench_engines(
     width = max(batches)
     slots = HFSlotBackend(model, tok, max_batch_size=width, max_context=context, max_wait_ms=20)
     out["fast_forward"] = slots.fast_problem or "on"
-    out["fast_kernels"] = slots._fast.kernels if slots._fast is not None else None
-    out["kernels_problem"] = slots._fast.kernels_problem if slots._fast is not None else None
     slots_hf = HFSlotBackend(
         model, tok, max_batch_size=width, max_context=context, max_wait_ms=20, fast=False, decode_block=1
     )
@@ -902,6 +900,9 @@ async def bench_engines(
         # decoding eagerly through dynamo): printed now, so that a run cut off early still shows it
         graph_keys = ("compiles", "compile_fallbacks", "graph_captures", "graph_fallbacks", "eager_decodes")
         out["compiled_graph_stats"] = {k: fused.stats.get(k) for k in graph_keys}
+    # after the checks' passes: a kernel that failed there has switched the pass to torch ops
+    out["fast_kernels"] = slots._fast.kernels if slots._fast is not None else None
+    out["kernels_problem"] = slots._fast.kernels_problem if slots._fast is not None else None
     checks = {
         k: v
         for k, v in out.items()

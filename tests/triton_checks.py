@@ -165,6 +165,7 @@ def engine() -> None:
         other = await asyncio.gather(*(tri.generate(p, seeded.replace(seed=4)) for p in ps))
         assert [g.token_ids for g in other] != [g.token_ids for g in s1]
         assert all(-30 < lp <= 0 for g in s1 for lp in g.logprobs)
+        assert tri._fast.kernels == "interpret", tri._fast.kernels_problem  # no fallback to torch ops
         await tri.aclose()
         await ops.aclose()
         if kind == "llama":  # a context past SPLIT_COLUMNS: the decode steps split their columns
@@ -175,6 +176,7 @@ def engine() -> None:
             assert T.decode_splits(model.config.num_key_value_heads, 1024) > 1
             x, y = await tri.generate(long, GREEDY), await ops.generate(long, GREEDY)
             _same([(x.token_ids, x.logprobs)], [(y.token_ids, y.logprobs)])
+            assert tri._fast.kernels == "interpret", tri._fast.kernels_problem
             await tri.aclose()
             await ops.aclose()
         print(f"ok engine {kind}", flush=True)

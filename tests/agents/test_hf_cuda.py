@@ -293,6 +293,7 @@ async def test_triton_kernels_under_graphs_equal_torch_ops(tiny_dir, tokenizer):
     assert tri._fast.kernels == "triton" and tri._fast.kernels_problem is None
     for rep in range(2):  # the second round replays prefill graphs
         await same_turns(tri, ops, tokenizer, prompts(tokenizer), f"{rep}")
+    assert tri._fast.kernels == "triton", tri._fast.kernels_problem  # no fallback to torch ops
     assert tri.stats["graph_replays"] > 0 and tri.stats["prefill_graph_replays"] > 0
     assert tri.stats["graph_fallbacks"] == 0 and tri.stats["prefill_graph_fallbacks"] == 0
     await tri.aclose()
@@ -315,6 +316,7 @@ async def test_long_context_decode_splits_under_graphs(tiny_dir, tokenizer):
     tri = HFSlotBackend(model, tokenizer, max_batch_size=2, max_context=2048)
     ops = HFSlotBackend(model, tokenizer, max_batch_size=2, max_context=2048, kernels="torch")
     await same_turns(tri, ops, tokenizer, [(p * 200)[:1100] for p in prompts(tokenizer)[:2]], "")
+    assert tri._fast.kernels == "triton", tri._fast.kernels_problem
     assert tri.stats["graph_replays"] > 0 and tri.stats["graph_fallbacks"] == 0
     await tri.aclose()
     await ops.aclose()

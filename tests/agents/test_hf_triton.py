@@ -140,3 +140,27 @@ def test_decode_splits():
         for columns in (1024, 1500, 2048, 4096):
             s = hf_triton.decode_splits(programs, columns)
             assert s & (s - 1) == 0 and s * hf_triton.SPLIT_MIN <= columns
+
+
+def test_a_failing_kernel_falls_back_to_torch_ops(tiny_dir, tokenizer, caplog):
+    """A kernel that cannot run (here: the interpreter asked for in a process that did not enable
+    it) switches the pass to torch ops for good, with a warning; the logits are the torch ops'."""
+    import logging
+
+    import torch
+
+    ops = HFSlotBackend(tiny_dir, tokenizer, max_batch_size=2, max_context=64)
+    failing = FastForward(ops.model, 65, kernels="interpret")
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("this process runs with TRITON_INTERPRET=1")
+    cache = ops._buffers()
+    ids = torch.tensor([[5, 6, 7]])
+    pos = torch.arange(3)[None]
+    cache.index = ops._row_base[:1][:, :, None] + pos[:, None, :]
+    cache.rows, cache.columns = torch.tensor([0]), 3
+    mask = (torch.arange(3)[None, :] <= pos[0][:, None])[None, None]
+    with caplog.at_level(logging.WARNING, logger="turngym.agents.hf_fast"):
+        got = failing.logits(ids, pos, cache, mask)
+    assert failing.kernels == "torch" and "TRITON_INTERPRET" in failing.kernels_problem
+    assert "torch ops from now on" in caplog.text
+    assert torch.allclose(got, ops._fast.logits(ids, pos, cache, mask), atol=1e-5)

@@ -30,7 +30,9 @@ other weights are read where they live.
 On CUDA (``kernels=None``: where ``hf_triton.problem`` finds nothing against it) the attention, the
 rotary with the cache write and the SwiGLU are Triton kernels instead (``turngym.agents.hf_triton``):
 9 kernels a layer, the attention reading each row's keys and values in place, up to its own length.
-``kernels="torch"`` keeps the torch ops above.
+``kernels="torch"`` keeps the torch ops above. A kernel that fails to build or run (an older GPU, a
+Triton that rejects it) switches the pass to the torch ops for good, with a warning
+(``kernels_problem`` then says why).
 
 Supported: ``model_type`` llama, mistral, qwen2 (biases on any projection, tied or untied heads)
 with SiLU MLPs and plain ``nn.Linear`` projections. ``problem(model)`` says why another model is not
@@ -40,9 +42,12 @@ transformers' forward as before.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from turngym.agents import hf_triton
+
+log = logging.getLogger(__name__)
 
 MODEL_TYPES = ("llama", "mistral", "qwen2")
 # the pass's attention, rotary/cache write and SwiGLU: Triton kernels (hf_triton; "interpret": the same
@@ -179,7 +184,14 @@ class FastForward:
         import torch.nn.functional as F
 
         if self.kernels != "torch":
-            return self._logits_triton(ids, pos, cache)
+            try:
+                return self._logits_triton(ids, pos, cache)
+            except Exception as e:  # noqa: BLE001 - a kernel this GPU or Triton cannot build or run
+                self.kernels, self.kernels_problem = (
+                    "torch",
+                    f"a Triton kernel failed: {type(e).__name__}: {e}",
+                )
+                log.warning("the fast forward's Triton kernels failed (%s); torch ops from now on", e)
         rows, n = ids.shape
         h, kv, d = self.heads, self.kv_heads, self.head_dim
         x = self.model.model.embed_tokens(ids).view(rows * n, self.hidden)

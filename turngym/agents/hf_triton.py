@@ -42,12 +42,19 @@ from typing import Any
 
 def problem(device: Any, head_dim: int, interpret: bool = False) -> str | None:
     """Why the kernels cannot run for a model on ``device`` with this head size (None: they can):
-    the compiled kernels need CUDA (``interpret``: the interpreter, CPU tensors), an importable
-    ``triton``, and a head size that is a power of two of at least 16 (a tile's side)."""
+    the compiled kernels need CUDA on an Ampere or later GPU (``interpret``: the interpreter, CPU
+    tensors), an importable ``triton``, and a head size that is a power of two of at least 16 (a
+    tile's side)."""
     if not interpret and getattr(device, "type", str(device).split(":")[0]) != "cuda":
         return f"the model is on {device}, not CUDA"
     if head_dim < 16 or head_dim & (head_dim - 1):
         return f"head_dim {head_dim} is not a power of two >= 16"
+    if not interpret:
+        import torch
+
+        major, minor = torch.cuda.get_device_capability(device)
+        if major < 8:  # bf16 tiles in tl.dot need Ampere or later
+            return f"compute capability {major}.{minor} (the kernels need 8.0 or later)"
     try:
         import triton  # noqa: F401
     except Exception as e:  # noqa: BLE001 - not installed, or broken beside this torch
