@@ -92,6 +92,10 @@ def main() -> None:
         (out / f"world-{ctx.world_size}.json").write_text(json.dumps(info, indent=1))
         torch.save({"grads": grads, "weights": weights}, out / f"world-{ctx.world_size}.pt")
     if ctx.enabled:
+        # every rank done (rank 0 writes the files) before gloo's connections close: a rank that tore
+        # its group down while the other still wrote aborted in C++ ("terminate called without an
+        # active exception") once under a loaded machine
+        torch.distributed.barrier()
         torch.distributed.destroy_process_group()
 
 
