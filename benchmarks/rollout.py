@@ -199,6 +199,7 @@ HF_PROCESS = False  # the model in a worker process (HFProcessBackend), ``--hf-p
 HF_ENGINE = "continuous"  # the HF engine (``--hf-engine``: continuous, slots or auto)
 HF_COMPILE: str | None = None  # the slots engine's torch.compile setting (``--hf-compile``)
 HF_MODEL: str | None = None  # the overhead/async parts' model (``--hf-model``; default: model_path's)
+PROFILE_LOOP = False  # overhead: one more engine run under cProfile after the pairs (``--profile-loop``)
 
 
 def make_backend(kind: str, device: str = "cpu", fuse_tokens: int | None = None):
@@ -496,6 +497,12 @@ async def bench_overhead(
             bare_tokens, dt = await bare_run(requests)
             bare_tps.append(bare_tokens / dt)
             assert bare_tokens == tokens, f"replay generated {bare_tokens} tokens, the engine {tokens}"
+        loop_profile = None
+        if PROFILE_LOOP:  # not one of the pairs: its records are dropped
+            loop_profile = await profile_loop(engine_run)
+            loop_profile["turns"] = len(rec.requests)
+            for d in (cpu, passes, timelines, clocks):
+                d["engine"].pop()
     finally:
         await backend.aclose()
         if server is not None:
@@ -524,6 +531,39 @@ async def bench_overhead(
         "engine_cpu_ms_per_turn": round(1000 * engine_cpu / len(requests), 2),
         "engine_bound_tok_s": round(tokens / max(engine_cpu, 1e-9)),
         "load_before_after": [load0, load()],
+        **({"loop_profile": loop_profile} if loop_profile else {}),
+    }
+
+
+async def profile_loop(run, top: int = 30) -> dict:
+    """One more ``run()`` with cProfile on the event-loop thread: its CPU seconds, the functions with
+    the most own time, and the engine's parts (cumulative) per turn -- where the engine's host work
+    goes on this host (the GPU machines' cores are slower than the CPU machine's)."""
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile(time.thread_time)
+    prof.enable()
+    try:
+        await run()
+    finally:
+        prof.disable()
+    st = pstats.Stats(prof)
+    rows = sorted(st.stats.items(), key=lambda kv: -kv[1][2])  # (file, line, fn) -> (cc, nc, tt, ct, callers)
+
+    def name(key) -> str:
+        file, line, fn = key
+        return f"{Path(file).name}:{line}({fn})" if file != "~" else fn
+
+    parts = ("_apply", "_act", "_astep", "add_observation", "render", "encode", "record_step", "areset")
+    return {
+        "total_cpu_s": round(st.total_tt, 4),
+        "tottime_ms": [[name(k), v[1], round(1000 * v[2], 2)] for k, v in rows[:top]],
+        "cumtime_ms": {
+            name(k): [v[1], round(1000 * v[3], 2)]
+            for k, v in st.stats.items()
+            if k[2] in parts and "turngym" in k[0]
+        },
     }
 
 
@@ -1140,6 +1180,11 @@ def main() -> None:
         type=float,
         help="sys.setswitchinterval seconds (how long a thread may hold the GIL while another waits)",
     )
+    ap.add_argument(
+        "--profile-loop",
+        action="store_true",
+        help="overhead: one more engine run under cProfile (the event loop's CPU by function)",
+    )
     ap.add_argument("--lengths", help="overhead: LO:HI tokens per turn (varied per trajectory and turn)")
     ap.add_argument(
         "--torch-threads",
@@ -1149,7 +1194,8 @@ def main() -> None:
         "against other jobs: a tiny-model pass measured 38 ms with 2 threads, 1.2 ms with 1); 0 = torch's default",
     )
     args = ap.parse_args()
-    global REUSE_PREFIX, HF_PROCESS, CUDNN_ATTENTION, HF_ENGINE, HF_COMPILE, HF_MODEL
+    global REUSE_PREFIX, HF_PROCESS, CUDNN_ATTENTION, HF_ENGINE, HF_COMPILE, HF_MODEL, PROFILE_LOOP
+    PROFILE_LOOP = args.profile_loop
     REUSE_PREFIX, HF_PROCESS, HF_ENGINE = not args.no_reuse, args.hf_process, args.hf_engine
     HF_COMPILE, HF_MODEL = args.hf_compile, args.hf_model
     CUDNN_ATTENTION = args.cudnn_attention

@@ -27,6 +27,28 @@ def prompts(tokenizer):
 
 
 @pytest.mark.parametrize("engine", ["continuous", "slots"])
+async def test_rows_that_finish_together_come_back_in_one_message(tiny_dir, tokenizer, engine):
+    # a long gathering window: the six requests join one batch, and all end at the same decode step
+    backend = HFProcessBackend(
+        tiny_dir, tokenizer, max_batch_size=8, max_wait_ms=1000, engine=engine, max_context=256
+    )
+    try:
+        ps = [p[: 4 + i] for i, p in enumerate(prompts(tokenizer) * 2)]
+        gens = await asyncio.gather(*(backend.generate(p, GREEDY, route=f"t{i}") for i, p in enumerate(ps)))
+        assert [len(g.token_ids) for g in gens] == [12] * 6
+        assert backend.result_messages == 1
+        # a refusal (outside the scheduler thread) is answered at once, on its own
+        with pytest.raises(BackendError, match="outside the vocabulary"):
+            await backend.generate([10**9], GREEDY)
+        assert backend.result_messages == 2
+        # and a lone request after them
+        one = await backend.generate(ps[0], GREEDY)
+        assert one.token_ids == gens[0].token_ids and backend.result_messages == 3
+    finally:
+        await backend.aclose()
+
+
+@pytest.mark.parametrize("engine", ["continuous", "slots"])
 async def test_same_generations_as_in_process_with_prefix_reuse(tiny_dir, tokenizer, inproc, engine):
     backend = HFProcessBackend(
         tiny_dir, tokenizer, max_batch_size=8, max_wait_ms=5, engine=engine, max_context=1024

@@ -344,3 +344,33 @@ def test_prefix_reuse_is_logged_and_evictions_warned_once(tmp_path, caplog):
     assert all(0 <= r["rollout/prefix_reuse"] <= 1 for v in rows.values() for r in v)
     assert rows["tight"][0]["rollout/backend/parked_dropped"] > 0
     assert rows["roomy"][0]["rollout/prefix_reuse"] > rows["tight"][0]["rollout/prefix_reuse"]
+
+
+def test_rollouts_run_at_the_configured_matmul_precision(tmp_path, monkeypatch):
+    """``rollout.matmul_precision`` holds while the rollout generates (the in-process backend's passes)
+    and torch's own setting is back for the update; a value torch does not know is refused up front."""
+    import torch
+
+    from turngym.rollout.engine import RolloutEngine
+    from turngym.trainer.batching import matmul_precision
+
+    seen: list[str] = []
+    run = RolloutEngine.run
+
+    async def spy(self, seeds):
+        seen.append(torch.get_float32_matmul_precision())
+        return await run(self, seeds)
+
+    monkeypatch.setattr(RolloutEngine, "run", spy)
+    before = torch.get_float32_matmul_precision()
+    Trainer(config(tmp_path, "tf32", "steps=1", "rollout.matmul_precision=high")).train()
+    assert seen == ["high"] and torch.get_float32_matmul_precision() == before
+    seen.clear()
+    Trainer(config(tmp_path, "own", "steps=1")).train()
+    assert seen == [before]
+    with pytest.raises(ValueError, match="matmul_precision"):
+        config(tmp_path, "bad", "rollout.matmul_precision=tf32")
+    with pytest.raises(RuntimeError), matmul_precision("medium"):  # restored on the way out of an error
+        assert torch.get_float32_matmul_precision() == "medium"
+        raise RuntimeError
+    assert torch.get_float32_matmul_precision() == before

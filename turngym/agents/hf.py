@@ -197,6 +197,9 @@ class HFBackend(TokenBackend):
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._thread_lock = threading.Lock()
+        # called by the scheduler thread after each retire, iteration and when it stops: the results
+        # delivered since can go out together (``HFProcessBackend``'s worker sends them in one message)
+        self.on_iteration: Callable[[], None] | None = None
 
     # ------------------------------------------------------------- async API
     async def _generate(
@@ -318,6 +321,17 @@ class HFBackend(TokenBackend):
 
     def _serve(self) -> None:
         """The scheduler thread: admit arrivals between decode steps until told to stop."""
+        try:
+            self._serve_batches()
+        finally:
+            self._iteration_done()
+
+    def _iteration_done(self) -> None:
+        hook = self.on_iteration
+        if hook is not None:
+            hook()
+
+    def _serve_batches(self) -> None:
         batch = self._new_batch()
         while (joiners := self._arrivals(batch)) is not None:
             try:
@@ -330,6 +344,7 @@ class HFBackend(TokenBackend):
                         r.done(err)
                 batch = self._new_batch()
                 _release_cuda_cache()
+            self._iteration_done()
         err = BackendError("the HF backend was closed")
         for r in batch.rows:
             if r.parked is None:
@@ -661,6 +676,7 @@ class HFBackend(TokenBackend):
             elif not r.gave_up():
                 keep.append(i)
         self._keep(batch, keep)
+        self._iteration_done()
 
     def _deliver(self, r: _Request, park: bool) -> bool:
         """Answer a finished request (and trace it); park its row when it has a route (True: the

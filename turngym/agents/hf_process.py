@@ -59,6 +59,7 @@ class HFProcessBackend(TokenBackend):
         self._pending: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
         self._replies: dict[int, tuple[threading.Event, list]] = {}
         self._dead: str | None = None
+        self.result_messages = 0  # "done" messages read from the worker (a decode block's results share one)
         if not self._conn.poll(_START_TIMEOUT_S):
             self._kill()
             raise BackendError(f"the HF backend worker did not start within {_START_TIMEOUT_S:.0f}s")
@@ -186,12 +187,18 @@ class HFProcessBackend(TokenBackend):
                 self._proc.join(5)
                 self._fail(f"the HF backend worker exited (code {self._proc.exitcode})")
                 return
-            if msg[0] == "done":
-                _, rid, result = msg
-                entry = self._pending.get(rid)
-                if entry is not None:
-                    loop, fut = entry
-                    _deliver(loop, fut, BackendError(result) if isinstance(result, str) else result)
+            if msg[0] == "done":  # the results one scheduler iteration delivered: one hand-off a loop
+                self.result_messages += 1
+                by_loop: dict[asyncio.AbstractEventLoop, list] = {}
+                for rid, result in msg[1]:
+                    entry = self._pending.get(rid)
+                    if entry is not None:
+                        loop, fut = entry
+                        by_loop.setdefault(loop, []).append(
+                            (fut, BackendError(result) if isinstance(result, str) else result)
+                        )
+                for loop, settled in by_loop.items():
+                    _deliver(loop, settled)
             elif msg[0] == "reply":
                 _, cid, ok, value = msg
                 waiter = self._replies.get(cid)
@@ -204,7 +211,7 @@ class HFProcessBackend(TokenBackend):
         if self._dead is None:
             self._dead = why
         for loop, fut in list(self._pending.values()):
-            _deliver(loop, fut, BackendError(why))
+            _deliver(loop, [(fut, BackendError(why))])
         for event, box in list(self._replies.values()):
             box.append((False, why))
             event.set()
@@ -217,11 +224,45 @@ class HFProcessBackend(TokenBackend):
         self._conn.close()
 
 
-def _deliver(loop: asyncio.AbstractEventLoop, fut: asyncio.Future, result: Any) -> None:
+def _deliver(loop: asyncio.AbstractEventLoop, settled: list[tuple[asyncio.Future, Any]]) -> None:
+    """Resolve the futures of one event loop with their results, in one thread-safe hand-off."""
     try:
-        loop.call_soon_threadsafe(settle, fut, result)
+        loop.call_soon_threadsafe(_settle_all, settled)
     except RuntimeError:  # that event loop is closed: nobody is waiting any more
         pass
+
+
+def _settle_all(settled: list[tuple[asyncio.Future, Any]]) -> None:
+    for fut, result in settled:
+        settle(fut, result)
+
+
+class _Outbox:
+    """The worker's finished results on their way to the parent. The scheduler thread's deliveries
+    wait for the end of its retire or iteration (``HFBackend.on_iteration`` calls ``flush``), so a
+    decode block that ends many rows sends them in one message: one pipe write here, one read and one
+    event-loop hand-off in the parent, instead of one each a row. A result delivered from any other
+    thread (a refusal, a cancellation) goes out at once."""
+
+    def __init__(self, send: Any, scheduler: Any):
+        self._send, self._scheduler = send, scheduler
+        self._items: list[tuple[int, Any]] = []
+        self._lock = threading.Lock()
+
+    def put(self, rid: int, result: Any) -> None:
+        with self._lock:
+            self._items.append((rid, result))
+        if threading.current_thread() is not self._scheduler():
+            self.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            items, self._items = self._items, []
+        if items:
+            try:
+                self._send(items)
+            except (OSError, EOFError, BrokenPipeError):  # the parent is gone: the worker stops
+                pass
 
 
 # ----------------------------------------------------------------------- worker
@@ -248,6 +289,8 @@ def _worker(conn: Any, model: str, tokenizer: str | None, kwargs: dict) -> None:
     )
     send_lock = threading.Lock()
     cancelled: set[int] = set()
+    outbox = _Outbox(lambda results: send(("done", results)), lambda: backend._thread)
+    backend.on_iteration = outbox.flush
 
     def send(msg: tuple) -> None:
         with send_lock:
@@ -256,7 +299,7 @@ def _worker(conn: Any, model: str, tokenizer: str | None, kwargs: dict) -> None:
     def done_for(rid: int):
         def done(result: Generation | BaseException) -> None:
             cancelled.discard(rid)
-            send(("done", rid, result if isinstance(result, Generation) else str(result)))
+            outbox.put(rid, result if isinstance(result, Generation) else str(result))
 
         return done
 
@@ -282,7 +325,7 @@ def _worker(conn: Any, model: str, tokenizer: str | None, kwargs: dict) -> None:
                     prompt, sampling, done_for(rid), route=route, gave_up=lambda r=rid: r in cancelled
                 )
             except BackendError as e:
-                send(("done", rid, str(e)))
+                send(("done", [(rid, str(e))]))
         elif kind == "cancel":
             cancelled.add(msg[1])
         elif kind == "release":

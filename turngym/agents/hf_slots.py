@@ -765,6 +765,7 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
                     batch.free(s)
             elif r.gave_up():
                 batch.free(s)
+        self._iteration_done()
 
     # ------------------------------------------------------------- buffers
     def free_buffers(self) -> None:

@@ -164,7 +164,8 @@ def slot_attention(
         BLOCK_Q=block_q,
         BLOCK_N=_BLOCK_N,
         D=d,
-        IEEE=q.dtype == torch.float32,
+        # fp32 dots in full precision unless torch allows TF32 for fp32 matmuls (set_float32_matmul_precision)
+        IEEE=q.dtype == torch.float32 and torch.get_float32_matmul_precision() == "highest",
         SPLITS=splits,
     )
     if splits > 1:

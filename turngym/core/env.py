@@ -13,7 +13,10 @@ Any hook may be ``async``. A sync ``_reset`` or ``_close`` the subclass defines 
 thread, so a slow one (loading data, starting a service) does not stall the other episodes sharing
 the event loop. ``sync_hooks_in_thread`` picks the hooks: the default ``("_reset", "_close")``; add
 ``"_turn_reward"`` etc. for an env whose per-step hooks are slow (grading), since a thread hop per
-hook per step costs more than a cheap hook does; ``False`` keeps every hook on the loop's thread. The base class parses actions,
+hook per step costs more than a cheap hook does; ``False`` keeps every hook on the loop's thread.
+Likewise the rollout engine constructs each env in a worker thread unless its class sets
+``construct_in_thread = False`` (a cheap constructor: a thread hop per episode, through a pool that
+every episode's build and reset queue on, delays each first request by milliseconds). The base class parses actions,
 dispatches tools through a ``ToolBox`` (every failure becomes an error observation), counts turns,
 truncates at the turn limit, and fills the standard ``info`` keys.
 
@@ -102,6 +105,8 @@ class Env(gymnasium.Env[list[Message], str]):
     metadata: dict[str, Any] = {"render_modes": ["ansi"]}
     default_max_turns: int = 10
     sync_hooks_in_thread: bool | tuple[str, ...] = ("_reset", "_close")
+    #: Whether the rollout engine builds this env in a worker thread (see the module docstring).
+    construct_in_thread: bool = True
     #: Whether ``fork()`` works. A family opts in after checking that a deep copy of its state (less
     #: ``_fork_shared``) is an independent env; see :meth:`fork`.
     forkable: bool = False

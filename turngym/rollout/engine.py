@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 from turngym.agents.backend import BackendError
 from turngym.agents.base import Agent, AgentSession, AgentStep, ContextFull
 from turngym.agents.chat import TokenMismatch
-from turngym.core.registry import make
+from turngym.core.registry import make, spec
 from turngym.core.types import Trajectory
 
 if TYPE_CHECKING:
@@ -170,6 +170,7 @@ class RolloutEngine:
         self.on_trajectory = on_trajectory
         self.stats = RolloutStats()
         self._orphans: set[asyncio.Task] = set()  # closes of envs built after their trajectory ended
+        self._in_thread: bool | None = None  # whether envs are built in a worker thread (_builds_in_thread)
 
     # ----------------------------------------------------------------- API
     async def run(self, seeds: int | Iterable[int]) -> list[Trajectory]:
@@ -240,10 +241,23 @@ class RolloutEngine:
             return make(self.env, **self.env_kwargs)
         return self.env(**self.env_kwargs)
 
+    def _builds_in_thread(self) -> bool:
+        """False where the env's class says its constructor is cheap (``Env.construct_in_thread``)."""
+        if self._in_thread is None:
+            try:
+                cls = spec(self.env).load() if isinstance(self.env, str) else self.env
+            except Exception:  # noqa: BLE001 - an unknown id or entry point fails in _make_env, clearly
+                cls = None
+            self._in_thread = getattr(cls, "construct_in_thread", True) is not False
+        return self._in_thread
+
     async def _build_env(self) -> Any:
-        """Construct the env in a worker thread (a slow constructor must not stall the event loop).
+        """Construct the env in a worker thread (a slow constructor must not stall the event loop),
+        or inline for a class that says its constructor is cheap (``Env.construct_in_thread``).
 
         If the trajectory is cancelled meanwhile, the env is closed as soon as it exists."""
+        if not self._builds_in_thread():
+            return self._make_env()
         building = asyncio.ensure_future(asyncio.to_thread(self._make_env))
         try:
             return await asyncio.shield(building)

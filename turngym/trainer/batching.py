@@ -77,6 +77,23 @@ def mixed_precision(model: Any, dtype: str | None):
     return torch.autocast(device_type=device_type, dtype=torch.bfloat16)
 
 
+@contextmanager
+def matmul_precision(precision: str | None) -> Iterator[None]:
+    """``torch.set_float32_matmul_precision(precision)`` for the block, restored after ("highest":
+    fp32 products; "high": TF32 tensor cores on CUDA; "medium": bf16). None changes nothing."""
+    import torch
+
+    if precision is None:
+        yield
+        return
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
 def token_logprobs(
     model: Any,
     input_ids: Any,

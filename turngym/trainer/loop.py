@@ -222,6 +222,7 @@ class Trainer:
         from turngym.agents.backend import SamplingParams
         from turngym.agents.llm import LLMAgent
         from turngym.rollout.engine import RolloutConfig, RolloutEngine
+        from turngym.trainer.batching import matmul_precision
 
         r = self.cfg.rollout
         backend = self._backend()
@@ -259,7 +260,8 @@ class Trainer:
                 if backend is not self._kept_backend and hasattr(backend, "free_buffers"):
                     backend.free_buffers()  # the slots engine's KV and graphs: the update needs the room
 
-        trajs = asyncio.run(run())
+        with matmul_precision(r.matmul_precision):
+            trajs = asyncio.run(run())
         masked = [t for t in trajs if t.masked]
         if masked:  # say why, once per rollout: a silent fully-masked run trains nothing
             reasons = Counter(t.mask_reason for t in masked)

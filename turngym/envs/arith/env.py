@@ -78,6 +78,10 @@ def _collapse(node: _Node, a: int, op: str, b: int) -> bool:
 class ArithEnv(Env):
     """Evaluate ``expression``; tools ``calculate(a, op, b)`` and ``answer(value)``."""
 
+    # constructor and reset are microseconds of pure Python: no thread hop per episode
+    construct_in_thread = False
+    sync_hooks_in_thread = False
+
     default_max_turns = 8
     forkable = True  # all state is small and per-episode: a deep copy is an independent env
 
