@@ -501,6 +501,7 @@ async def bench_overhead(
         if PROFILE_LOOP:  # not one of the pairs: its records are dropped
             loop_profile = await profile_loop(engine_run)
             loop_profile["turns"] = len(rec.requests)
+            loop_profile["loop_cpu_s"] = round(cpu["engine"][-1], 4)  # the event-loop thread's CPU, profiled
             for d in (cpu, passes, timelines, clocks):
                 d["engine"].pop()
     finally:
@@ -536,13 +537,14 @@ async def bench_overhead(
 
 
 async def profile_loop(run, top: int = 30) -> dict:
-    """One more ``run()`` with cProfile on the event-loop thread: its CPU seconds, the functions with
-    the most own time, and the engine's parts (cumulative) per turn -- where the engine's host work
-    goes on this host (the GPU machines' cores are slower than the CPU machine's)."""
+    """One more ``run()`` with cProfile on the event-loop thread (wall clock: the loop's waits show as
+    ``select``/``poll``): the functions with the most own time and the engine's parts (cumulative) --
+    where the engine's host work goes on this host (the GPU machines' cores are slower than the CPU
+    machine's)."""
     import cProfile
     import pstats
 
-    prof = cProfile.Profile(time.thread_time)
+    prof = cProfile.Profile()
     prof.enable()
     try:
         await run()
@@ -557,7 +559,7 @@ async def profile_loop(run, top: int = 30) -> dict:
 
     parts = ("_apply", "_act", "_astep", "add_observation", "render", "encode", "record_step", "areset")
     return {
-        "total_cpu_s": round(st.total_tt, 4),
+        "total_s": round(st.total_tt, 4),
         "tottime_ms": [[name(k), v[1], round(1000 * v[2], 2)] for k, v in rows[:top]],
         "cumtime_ms": {
             name(k): [v[1], round(1000 * v[3], 2)]

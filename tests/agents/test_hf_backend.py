@@ -75,9 +75,15 @@ async def test_bad_requests_raise_backend_error(hf_backend, tokenizer):
         await hf_backend.generate([], GREEDY)
     with pytest.raises(BackendError, match="adapters"):
         await hf_backend.generate([5, 6], GREEDY, adapter="lora")
-    with pytest.raises(BackendError):  # token id out of the vocabulary: the model raises inside the worker
-        await hf_backend.generate([10**7], GREEDY)
-    assert (await hf_backend.generate([5, 6], GREEDY)).token_ids  # the worker survives
+    with pytest.raises(BackendError, match=r"outside the vocabulary .*\[-1, 10000000\]"):
+        await hf_backend.generate([5, -1, 10**7, 6], GREEDY)
+    for wrong in ([5, 6.5], [5, "6"], [5, None]):  # a float is not silently truncated to a token id
+        with pytest.raises(BackendError, match="must be integers"):
+            await hf_backend.generate(wrong, GREEDY)
+    import numpy as np
+
+    ids = (await hf_backend.generate([5, 6], GREEDY)).token_ids  # the worker survives
+    assert (await hf_backend.generate(list(np.array([5, 6])), GREEDY)).token_ids == ids  # numpy ints are ids
 
 
 def test_update_weights_changes_generations(tiny_dir, tokenizer):
