@@ -104,7 +104,7 @@ launch() {  # the learning runs (setsid: they outlive the call); WHEN=late: only
     --n-passages 10000 --n-tasks 20000 --sft-tasks 3000 --workers 14 --sft-steps 200 \
     --sft-checkpoints 200 --sft-batch 8 --sft-lr 5e-5 --start-f1 0 1 \
     --methods ${METHODS:-grpo igpo} --seeds ${SEEDS:-0 1 2} --tasks 16 --group 8 --lr ${LR:-5e-6} --steps ${STEPS:-80} \
-    --eval-tasks 128 --eval-every ${EVAL_EVERY:-3} --max-tokens 64 --micro-batch-tokens 8192 --max-batch ${MAX_BATCH:-24} --grad-ckpt \
+    --eval-tasks 128 --eval-every ${EVAL_EVERY:-3} --max-tokens 64 --micro-batch-tokens 8192 --max-batch ${MAX_BATCH:-64} --grad-ckpt \
     --gpu-fraction ${GPU_FRACTION:-0.155} --gpus ${GPUS:-1} --deadline-s ${DEADLINE:-1560} ${EXTRA:-}"}
   [[ -n ${HF_ENGINE:-} ]] && ARGS="$ARGS --set rollout.hf_engine=$HF_ENGINE"
   [[ -n ${HF_COMPILE:-} ]] && ARGS="$ARGS --set rollout.hf_compile=$HF_COMPILE"

@@ -363,10 +363,13 @@ def test_rollouts_run_at_the_configured_matmul_precision(tmp_path, monkeypatch):
 
     monkeypatch.setattr(RolloutEngine, "run", spy)
     before = torch.get_float32_matmul_precision()
-    Trainer(config(tmp_path, "tf32", "steps=1", "rollout.matmul_precision=high")).train()
+    Trainer(config(tmp_path, "tf32", "steps=1")).train()  # the default: TF32 for an fp32 policy's rollouts
     assert seen == ["high"] and torch.get_float32_matmul_precision() == before
     seen.clear()
-    Trainer(config(tmp_path, "own", "steps=1")).train()
+    Trainer(config(tmp_path, "full", "steps=1", "rollout.matmul_precision=highest")).train()
+    assert seen == ["highest"] and torch.get_float32_matmul_precision() == before
+    seen.clear()
+    Trainer(config(tmp_path, "own", "steps=1", "rollout.matmul_precision=null")).train()
     assert seen == [before]
     with pytest.raises(ValueError, match="matmul_precision"):
         config(tmp_path, "bad", "rollout.matmul_precision=tf32")

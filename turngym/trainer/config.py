@@ -97,10 +97,12 @@ class RolloutSettings(_Strict):
     # taken during the SFT and RL updates. Parked rows are dropped and the slots engine's fused
     # weights refreshed before each rollout.
     keep_backend: bool = False
-    # torch's fp32 matmul precision while the in-process backend generates (an fp32 policy's rollouts):
-    # "high" = TF32 tensor cores on CUDA for its products and the Triton attention's dots (about
-    # 10 bits of mantissa in each product, fp32 sums); "medium" = bf16; unset: torch's own setting
-    matmul_precision: Literal["highest", "high", "medium"] | None = None
+    # torch's fp32 matmul precision while the in-process backend generates (an fp32 policy's rollouts;
+    # a bf16 policy is unaffected), restored for the update: "high" = TF32 tensor cores on CUDA for its
+    # products and the Triton attention's dots (10-bit mantissas in each product, fp32 sums: an H200
+    # learning run's rollouts ran 6x faster, the update's ratio to the rollout's logprobs 0.99999,
+    # benchmarks/gpu_results.md session 14); "highest" = full fp32; "medium" = bf16; None: torch's own
+    matmul_precision: Literal["highest", "high", "medium"] | None = "high"
     # the rollout's token backend, in the keys of turngym.agents.factory.AgentSpec (kind, urls,
     # hf_engine, max_batch_size, dtype, ...; its model is model.path). Unset: kind hf (the policy served
     # in process) with weight_sync in_process, kind vllm at vllm_urls with weight_sync vllm_*.
