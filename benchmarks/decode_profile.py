@@ -155,7 +155,9 @@ def op_checks() -> dict:
     return out
 
 
-def profile_batch(backend, model, b: int, prompt_len: int, new_tokens: int, card: str) -> dict:
+def profile_batch(
+    backend, model, b: int, prompt_len: int, new_tokens: int, card: str, resume: tuple[int, int] | None = None
+) -> dict:
     import torch
 
     from turngym.agents.hf_slots import _slot_attention
@@ -183,25 +185,28 @@ def profile_batch(backend, model, b: int, prompt_len: int, new_tokens: int, card
             out["kernels"] = kernel_table(body)
         except Exception as e:  # noqa: BLE001 - no CUPTI (e.g. under gVisor): the rest still stands
             out["kernels"] = {"error": f"{type(e).__name__}: {e}"}
-        out["prefill"] = prefill_profile(backend, b, prompt_len, vocab)
+        rows = max(1, min(b, backend.prefill_tokens // prompt_len))
+        out["prefill"] = prefill_profile(backend, rows, prompt_len, vocab)
+        if resume is not None:  # parked rows' next turn: a few new tokens after the prompt's KV
+            out["resume"] = prefill_profile(backend, min(b, resume[0]), resume[1], vocab, start=prompt_len)
     return out
 
 
-def prefill_profile(backend, b: int, prompt_len: int, vocab: int) -> dict:
-    """One prefill pass as the engine runs it for this workload (``prefill_tokens // prompt_len``
-    rows of ``prompt_len`` fresh ids): eager and as a replayed graph (CUDA events), and its kernels."""
+def prefill_profile(backend, rows: int, feed: int, vocab: int, start: int = 0) -> dict:
+    """One prefill pass of ``rows`` rows feeding ``feed`` ids each at columns ``start..`` (0: fresh
+    prompts, as the engine runs this workload's; past the prompt: parked rows resuming, as a
+    multi-turn rollout's joiners): eager and as a replayed graph (CUDA events), and its kernels."""
     import torch
 
-    rows = max(1, min(b, backend.prefill_tokens // prompt_len))
     dev = backend.device
-    ids = torch.randint(10, vocab - 10, (rows, prompt_len), device=dev)
-    cols = torch.arange(prompt_len, device=dev).expand(rows, prompt_len).contiguous()
+    ids = torch.randint(10, vocab - 10, (rows, feed), device=dev)
+    cols = torch.arange(start, start + feed, device=dev).expand(rows, feed).contiguous()
     slots = torch.arange(rows, device=dev)
 
     def fn() -> None:
-        backend._prefill_logits(ids, cols, slots, prompt_len)
+        backend._prefill_logits(ids, cols, slots, start + feed)
 
-    out: dict = {"rows": rows, "tokens": rows * prompt_len}
+    out: dict = {"rows": rows, "feed": feed, "start": start, "tokens": rows * feed}
     if torch.cuda.is_available():
         fn()
         sync()
@@ -238,6 +243,14 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--decode-block", type=int, default=8, help="decode steps a graph replay")
+    ap.add_argument(
+        "--resume",
+        type=int,
+        nargs=2,
+        metavar=("ROWS", "FEED"),
+        help="also profile a prefill pass of ROWS parked rows feeding FEED new tokens each after the "
+        "prompt (a multi-turn rollout's joiners: their pass costs the same however few rows)",
+    )
     ap.add_argument(
         "--forwards",
         nargs="+",
@@ -280,7 +293,11 @@ def main() -> None:
         if forward == "fast-sdpa":
             backend._fast.decode_attention = "sdpa"
         res = {"forward": forward, "fast_kernels": backend._fast.kernels if backend._fast else None}
-        res.update(profile_batch(backend, model, b, args.prompt_len, args.new_tokens, card))
+        res.update(
+            profile_batch(
+                backend, model, b, args.prompt_len, args.new_tokens, card, tuple(args.resume or ()) or None
+            )
+        )
         asyncio.run(backend.aclose())
         backend.free_buffers()
         results["batches"].append(res)
@@ -303,6 +320,14 @@ def main() -> None:
             flush=True,
         )
         print_kernels(pf["kernels"], "pass", 12)
+        if "resume" in res:
+            rs = res["resume"]
+            print(
+                f"  resumed prefill pass of {rs['rows']} x {rs['feed']} after {rs['start']}: eager "
+                f"{rs.get('eager_ms')} ms, graph {rs.get('graph_ms')} ms",
+                flush=True,
+            )
+            print_kernels(rs["kernels"], "pass", 12)
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))
 
