@@ -235,6 +235,17 @@ def print_kernels(kt: dict, per: str, top: int) -> None:
         print(f"    {us:9.1f} us {n:6.1f}x  {name}", flush=True)
 
 
+def print_prefill(pf: dict) -> None:
+    """A ``prefill_profile``'s pass times and kernels."""
+    after = f" after {pf['start']}" if pf["start"] else ""
+    print(
+        f"  prefill pass of {pf['rows']} x {pf['feed']}{after}: eager {pf.get('eager_ms')} ms, "
+        f"graph {pf.get('graph_ms')} ms",
+        flush=True,
+    )
+    print_kernels(pf["kernels"], "pass", 12)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m")
@@ -313,21 +324,9 @@ def main() -> None:
             flush=True,
         )
         print_kernels(res["kernels"], "step", 15)
-        pf = res["prefill"]
-        print(
-            f"  prefill pass of {pf['rows']} x {args.prompt_len}: eager {pf.get('eager_ms')} ms, "
-            f"graph {pf.get('graph_ms')} ms",
-            flush=True,
-        )
-        print_kernels(pf["kernels"], "pass", 12)
-        if "resume" in res:
-            rs = res["resume"]
-            print(
-                f"  resumed prefill pass of {rs['rows']} x {rs['feed']} after {rs['start']}: eager "
-                f"{rs.get('eager_ms')} ms, graph {rs.get('graph_ms')} ms",
-                flush=True,
-            )
-            print_kernels(rs["kernels"], "pass", 12)
+        for key in ("prefill", "resume"):  # the fresh prompts' pass; parked rows resuming (--resume)
+            if key in res:
+                print_prefill(res[key])
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))
 
