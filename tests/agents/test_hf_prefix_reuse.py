@@ -103,7 +103,7 @@ async def test_parked_rows_expire_and_make_room(tiny_dir, tokenizer):
     dropped = backend.stats["parked_dropped"]
     # a third route needs a row: the oldest parked row makes room, the other one is still reusable
     await backend.generate(p, TURN, route="x2")
-    assert backend.stats["parked_dropped"] == dropped + 1
+    assert backend.stats["parked_dropped"] == dropped + 1 and backend.stats["parked_evicted"] == 1
     await backend.generate(p + gens[1].token_ids, TURN, route="x1")
     assert backend.stats["reused_tokens"] > 0
     # an idle scheduler drops rows parked longer than park_s
@@ -112,6 +112,7 @@ async def test_parked_rows_expire_and_make_room(tiny_dir, tokenizer):
     await backend.generate(p + gens[0].token_ids, TURN, route="x2")
     assert backend.stats["reused_tokens"] == reused
     assert backend.stats["parked_dropped"] >= dropped + 3
+    assert backend.stats["parked_evicted"] == 1  # expiry is a drop, not an eviction
     await backend.aclose()
 
 
@@ -128,6 +129,7 @@ async def test_engine_rollouts_reuse_prefixes_with_identical_results(tiny_dir, t
         await backend.generate([5, 6], SamplingParams(max_tokens=1))  # one more scheduler iteration
         # each trajectory released its route when it ended: its last row was dropped, none is left
         assert backend.stats["parked_dropped"] == (8 if reuse else 0)
+        assert backend.stats["parked_evicted"] == 0  # 16 rows for 8 trajectories: ends are releases
         results[reuse] = (trajs, stats)
         await backend.aclose()
     (on, on_stats), (off, off_stats) = results[True], results[False]

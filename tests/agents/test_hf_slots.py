@@ -100,6 +100,7 @@ async def test_turns_resume_their_parked_slot_and_match_full_prefills(model, tok
     ref = [await turns(continuous, p, f"r{i}") for i, p in enumerate(ps)]
     assert got == ref
     assert reuse.stats["reused_tokens"] > 0
+    assert reuse.stats["parked_evicted"] == 0  # four routes over four slots: every turn found its row
     # a prompt that diverges from the parked row reuses only the common prefix
     first = await reuse.generate(ps[3], GREEDY, route="d")
     fed0 = reuse.stats["prompt_tokens"]
@@ -108,6 +109,8 @@ async def test_turns_resume_their_parked_slot_and_match_full_prefills(model, tok
     assert reuse.stats["prompt_tokens"] - fed0 == len(diverged) - 5
     assert second.token_ids == continuous.generate_batch([diverged], [GREEDY])[0].token_ids
     assert first.token_ids
+    # the four released rows were freed at the next placement: drops, not evictions
+    assert reuse.stats["parked_dropped"] >= 4 and reuse.stats["parked_evicted"] == 0
     await reuse.aclose()
     await continuous.aclose()
 
@@ -119,6 +122,7 @@ async def test_more_requests_than_slots_wait_for_a_slot(model, tokenizer, contin
         asyncio.gather(*(two.generate(p, GREEDY, route=f"r{i}") for i, p in enumerate(ps))), 60
     )
     assert max(two.stats["widths"]) == 2
+    assert two.stats["parked_evicted"] == 6  # eight routes through two slots: parked rows make room
     assert [g.token_ids for g in gens] == [
         g.token_ids for g in continuous.generate_batch(ps, [GREEDY] * len(ps))
     ]

@@ -332,17 +332,18 @@ def test_prefix_reuse_is_logged_and_evictions_warned_once(tmp_path, caplog):
     )
     with caplog.at_level(logging.WARNING, logger="turngym.trainer"):
         roomy.train()
-    assert "parked rows were dropped" not in caplog.text
+    assert "parked rows were evicted" not in caplog.text
     tight = Trainer(
         config(tmp_path, "tight", "steps=2", "rollout.max_concurrency=4", "rollout.max_batch_size=1")
     )
     with caplog.at_level(logging.WARNING, logger="turngym.trainer"):
         tight.train()
-    assert caplog.text.count("parked rows were dropped") == 1
+    assert caplog.text.count("parked rows were evicted") == 1
     assert "rollout.max_concurrency" in caplog.text
     rows = {name: read_metrics(tmp_path / name) for name in ("roomy", "tight")}
     assert all(0 <= r["rollout/prefix_reuse"] <= 1 for v in rows.values() for r in v)
-    assert rows["tight"][0]["rollout/backend/parked_dropped"] > 0
+    assert rows["tight"][0]["rollout/backend/parked_evicted"] > 0
+    assert rows["roomy"][0]["rollout/backend/parked_evicted"] == 0  # a row for every trajectory
     assert rows["roomy"][0]["rollout/prefix_reuse"] > rows["tight"][0]["rollout/prefix_reuse"]
 
 

@@ -189,7 +189,10 @@ class HFBackend(TokenBackend):
             "compactions": 0,
             "prompt_tokens": 0,  # prompt tokens fed to the model
             "reused_tokens": 0,  # prompt tokens whose KV came from a parked row instead
-            "parked_dropped": 0,  # parked rows dropped unused (expired, evicted for room, stale)
+            "parked_dropped": 0,  # parked rows dropped unused (released, expired, stale, evicted for room)
+            # of those, rows of live routes evicted to make room for another request: that route's next
+            # turn is prefilled in full (more trajectories at once than rows; a trajectory's end is a release)
+            "parked_evicted": 0,
             "shared_rows": 0,  # first requests of forked routes that started from a copy of their donor's row
             "widths": Counter(),  # decode passes by batch width
             "idle_s": 0.0,  # seconds the scheduler thread waited with nothing to run
@@ -476,7 +479,9 @@ class HFBackend(TokenBackend):
                 resumes = {}
         unclaimed = sorted((batch.rows[i].parked, i) for i in parked.values() if i not in drop)
         over = len(batch.rows) - len(drop) + len(fresh) - self.max_batch_size
-        drop.update(i for _, i in unclaimed[: max(0, over)])
+        evicted = [i for _, i in unclaimed[: max(0, over)]]
+        self.stats["parked_evicted"] += len(evicted)
+        drop.update(evicted)
         if drop:
             keep = [i for i in range(len(batch.rows)) if i not in drop]
             self.stats["parked_dropped"] += len(drop)

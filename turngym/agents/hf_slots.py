@@ -363,6 +363,7 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
                 _, s = unclaimed.pop(0)
                 batch.free(s)
                 self.stats["parked_dropped"] += 1
+                self.stats["parked_evicted"] += 1
             r.reuse = self._share_row(donors, r, s, copies, joining)
             batch.slots[s] = r
             placed.append((s, r))

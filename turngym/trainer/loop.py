@@ -478,17 +478,17 @@ class Trainer:
             return
         metrics["rollout/prefix_reuse"] = reuse = reused / (reused + fed)
         r = self.cfg.rollout
-        dropped = metrics.get("rollout/backend/parked_dropped", 0.0)
-        if dropped and r.max_concurrency > r.max_batch_size and not self._warned_reuse:
+        evicted = metrics.get("rollout/backend/parked_evicted", 0.0)
+        if evicted and r.max_concurrency > r.max_batch_size and not self._warned_reuse:
             self._warned_reuse = True
             log.warning(
-                "step %d: %d parked rows were dropped and %.0f%% of the prompt tokens came from parked "
+                "step %d: %d parked rows were evicted and %.0f%% of the prompt tokens came from parked "
                 "rows: %d trajectories run at once (rollout.max_concurrency) but the backend keeps %d "
                 "rows (rollout.max_batch_size), so a turn's row can be evicted before its next turn "
                 "and the whole conversation is prefilled again. Raise max_batch_size (a smaller "
                 "rollout.max_context fits more slots) or lower max_concurrency.",
                 self.step,
-                dropped,
+                evicted,
                 100 * reuse,
                 r.max_concurrency,
                 r.max_batch_size,
