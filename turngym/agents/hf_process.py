@@ -324,8 +324,8 @@ def _worker(conn: Any, model: str, tokenizer: str | None, kwargs: dict) -> None:
                 backend.submit(
                     prompt, sampling, done_for(rid), route=route, gave_up=lambda r=rid: r in cancelled
                 )
-            except BackendError as e:
-                send(("done", [(rid, str(e))]))
+            except BackendError as e:  # refused here, outside the scheduler thread: it goes out at once
+                outbox.put(rid, str(e))
         elif kind == "cancel":
             cancelled.add(msg[1])
         elif kind == "release":
