@@ -199,6 +199,7 @@ HF_PROCESS = False  # the model in a worker process (HFProcessBackend), ``--hf-p
 HF_ENGINE = "continuous"  # the HF engine (``--hf-engine``: continuous, slots or auto)
 HF_COMPILE: str | None = None  # the slots engine's torch.compile setting (``--hf-compile``)
 HF_MODEL: str | None = None  # the overhead/async parts' model (``--hf-model``; default: model_path's)
+HF_OPTIONS: dict = {}  # further HF engine settings (``--hf-option K=V``, e.g. overlap_prefill=false)
 PROFILE_LOOP = False  # overhead: one more engine run under cProfile after the pairs (``--profile-loop``)
 
 
@@ -226,6 +227,7 @@ def make_backend(kind: str, device: str = "cpu", fuse_tokens: int | None = None)
             fuse_tokens=fuse_tokens,
             reuse_prefix=REUSE_PREFIX,
             cudnn_attention=CUDNN_ATTENTION,
+            **HF_OPTIONS,
         )
         return backend, tok, None
     from turngym.agents.vllm import VLLMServer
@@ -1109,9 +1111,25 @@ def bench_gpu(args, emit) -> None:
         emit("async_process", {**engine_setting(), **asyncio.run(async_from_args(args, "hf", "cuda"))})
 
 
+def engine_option(text: str) -> tuple[str, object]:
+    """``K=V`` as (K, V), V parsed as JSON where it is JSON (``false``, ``8``), else kept a string."""
+    key, eq, value = text.partition("=")
+    if not eq or not key:
+        raise SystemExit(f"--hf-option wants K=V, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
 def engine_setting() -> dict:
     """Which HF backend a result measured (the engine, its compile setting, the model)."""
-    return {"hf_engine": HF_ENGINE, "hf_compile": HF_COMPILE, "hf_model": str(HF_MODEL or "default")}
+    return {
+        "hf_engine": HF_ENGINE,
+        "hf_compile": HF_COMPILE,
+        "hf_model": str(HF_MODEL or "default"),
+        **({"hf_options": HF_OPTIONS} if HF_OPTIONS else {}),
+    }
 
 
 def main() -> None:
@@ -1170,6 +1188,14 @@ def main() -> None:
         help="the overhead/async/process parts' model (a name, path or hub id, e.g. smollm2-135m); "
         "default: the tiny model on CPU, a 76M random Qwen2 on CUDA",
     )
+    ap.add_argument(
+        "--hf-option",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="a further HF engine constructor setting (V parsed as JSON, else a string), e.g. "
+        "overlap_prefill=false; repeatable",
+    )
     ap.add_argument("--no-reuse", action="store_true", help="HF backend: no prefix reuse across turns")
     ap.add_argument(
         "--cudnn-attention", action="store_true", help="HF backend on CUDA: allow cuDNN's SDPA kernel"
@@ -1200,6 +1226,7 @@ def main() -> None:
     PROFILE_LOOP = args.profile_loop
     REUSE_PREFIX, HF_PROCESS, HF_ENGINE = not args.no_reuse, args.hf_process, args.hf_engine
     HF_COMPILE, HF_MODEL = args.hf_compile, args.hf_model
+    HF_OPTIONS.update(engine_option(o) for o in args.hf_option)
     CUDNN_ATTENTION = args.cudnn_attention
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)

@@ -219,6 +219,54 @@ async def test_decode_blocks_give_the_tokens_of_single_steps(model, tokenizer):
             assert lp_a == pytest.approx(lp_b, abs=1e-5)
 
 
+async def test_overlapped_prefill_gives_the_tokens_of_a_read_back_prefill(model, tokenizer):
+    """With ``overlap_prefill`` the decode block is queued behind a prefill pass before its first
+    tokens are read: joiners that arrive while other rows decode get the same tokens, logprobs,
+    finish reasons and resumed turns as with the first tokens read back before the block, among them
+    a joiner whose first token is its stop token (it rides a block and keeps none of it), one with
+    ``max_tokens=1``, one whose prompt fills the context, and seeded samples."""
+    probe = HFSlotBackend(model, tokenizer, max_batch_size=2, max_context=128)
+    ps = prompts(tokenizer)
+    first = probe.generate_batch([ps[2]], [GREEDY])[0].token_ids[0]
+    await probe.aclose()
+    jobs = [
+        (ps[0], GREEDY.replace(max_tokens=30)),  # decodes while the others join
+        (ps[1], SamplingParams(max_tokens=20, temperature=1.0, seed=4)),
+        (ps[2], GREEDY.replace(stop_token_ids=(first,))),  # stops at its first token
+        (ps[3], GREEDY.replace(max_tokens=1)),
+        (list(range(5, 133)), GREEDY),  # 128 tokens: the whole context
+        (ps[0][:3], SamplingParams(max_tokens=9, temperature=0.8, top_p=0.9, seed=2)),
+    ]
+
+    ARRIVE = [0, 8, 16, 24, 25, 26]  # the first job's blocks: 8 steps, then single steps
+
+    async def run(overlap: bool):
+        b = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=128, overlap_prefill=overlap)
+        steps0 = b.stats["steps"]
+
+        async def joining(i, p, s):  # job i arrives after ARRIVE[i] decode steps: one a block
+            while b.stats["steps"] < steps0 + ARRIVE[i]:
+                await asyncio.sleep(0.001)
+            g = await b.generate(p, s, route=f"r{i}")
+            again = await b.generate(p + g.token_ids + p[:2], s, route=f"r{i}") if len(p) < 100 else g
+            return g, again
+
+        out = await asyncio.gather(*(joining(i, p, s) for i, (p, s) in enumerate(jobs)))
+        stats = dict(b.stats)
+        await b.aclose()
+        return [(g.token_ids, g.logprobs, g.finish_reason) for pair in out for g in pair], stats
+
+    ref, ref_stats = await run(False)
+    got, stats = await run(True)
+    firsts = ref[::2]  # each job's first generation (its second, the resumed turn, follows it)
+    assert [r[2] for r in firsts[:5]] == ["length", "length", "stop", "length", "length"]
+    assert firsts[2][0] == [first] and len(firsts[3][0]) == 1 and len(firsts[4][0]) == 1
+    assert stats["prefills"] > 2 and stats["reused_tokens"] > 0
+    for (ids_a, lp_a, fin_a), (ids_b, lp_b, fin_b) in zip(ref, got, strict=True):
+        assert ids_a == ids_b and fin_a == fin_b
+        assert lp_a == pytest.approx(lp_b, abs=1e-5)
+
+
 def test_padded_prefill_rows_and_queries_leave_the_real_rows_alone(model, tokenizer):
     """What a prefill graph's buckets add (rows on slot 0's scratch column, queries left-padded with
     the scratch column, a wider span) changes neither the real rows' logits and keys nor any column

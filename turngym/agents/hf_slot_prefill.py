@@ -45,7 +45,7 @@ def bucket(n: int, smallest: int, cap: int) -> int:
 
 class PrefillGraphs:
     """Captured prefill passes by bucket (see the module doc). The backend provides ``cuda_graphs``,
-    ``_fast``, ``max_batch_size``, ``max_context``, ``device``, ``stats``, ``_pool`` and
+    ``_fast``, ``max_batch_size``, ``max_context``, ``device``, ``stats``, ``_pool``, ``_pinned(host)`` and
     ``_prefill_logits(ids, cols, slots, span)``."""
 
     def _init_prefill_graphs(self, tokens: int) -> None:
@@ -81,9 +81,8 @@ class PrefillGraphs:
         if entry is None:
             return None
         graph, ids_in, cols_in, slots_in, out = entry
-        ids_in.copy_(ids)
-        cols_in.copy_(cols)
-        slots_in.copy_(slots)
+        for dst, host in ((ids_in, ids), (cols_in, cols), (slots_in, slots)):
+            dst.copy_(self._pinned(host), non_blocking=True)  # queued, not waited for
         graph.replay()
         self.stats["prefill_graph_replays"] += 1
         return out

@@ -22,6 +22,12 @@ replayed.
   token index, so the host waits for the device once a block; a row that finishes inside a block
   keeps only its tokens up to its end (``stats["block_steps_unused"]`` counts the steps past the
   last row's end). Joiners wait for the block in flight.
+* **Prefill without a round trip** (``overlap_prefill``, default on): a prefill pass's inputs go
+  up from pinned memory without waiting for the device, its first tokens are sampled into the
+  decode inputs on the device, and the next decode block is queued behind it at once, joiners
+  included; the host reads the first tokens with the block's (one wait for both). A joiner whose
+  first token ends it (a stop token) rides that block and keeps none of its tokens. In the trace a
+  prefill pass then ends when it is queued; its device time falls in the next decode block.
 * **The forward** is ``turngym.agents.hf_fast`` for Llama, Mistral and Qwen2 models (18 kernels a
   layer instead of transformers' ~50; ``fast=False``, or a model it cannot run, gets transformers'
   forward; ``fast_problem`` says why).
@@ -176,7 +182,8 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
     ``max_context``: cache columns per slot (default: the model's limit, at most 4096);
     ``cuda_graphs``: capture decode steps (default: on CUDA); ``compile``: fuse the decode step with
     ``torch.compile`` (a name in ``COMPILE_SETTINGS``, ``True`` for ``default``; default off);
-    ``prefill_tokens``: rows x longest feed per prefill pass; ``fast``: turngym's own forward
+    ``prefill_tokens``: rows x longest feed per prefill pass; ``overlap_prefill``: queue the decode
+    block behind a prefill pass without reading its first tokens first (module doc); ``fast``: turngym's own forward
     (``hf_fast``; None: where the model allows it); ``kernels``: that forward's attention, rotary
     and SwiGLU as Triton kernels (``"triton"``, ``hf_triton``) or torch ops (``"torch"``); None:
     Triton on CUDA where it is installed. Other arguments as ``HFBackend`` (``fuse_tokens`` and
@@ -198,6 +205,7 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
         decode_block: int = 8,
         prefill_graph_tokens: int = 16384,
         kernels: str | None = None,
+        overlap_prefill: bool = True,
         **kwargs: Any,
     ):
         setting = compile_setting(compile)  # a bad name fails before the model loads
@@ -219,6 +227,11 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
         if decode_block < 1 or decode_block & (decode_block - 1):
             raise ValueError(f"decode_block must be a power of two >= 1, got {decode_block}")
         self.decode_block = decode_block
+        self.overlap_prefill = bool(overlap_prefill)
+        # prefill passes whose first tokens are still on the device: (rows, [2, rows] tokens and
+        # logprobs, weights version, when queued); and those rows
+        self._first: list[tuple[list[_Request], Any, int, float]] = []
+        self._unread: set[_Request] = set()
         on_cuda = self.device.type == "cuda"
         if cuda_graphs and not on_cuda:
             raise ValueError("cuda_graphs needs the model on a CUDA device")
@@ -293,6 +306,7 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
         return super()._request(prompt_ids, sampling, done, gave_up)
 
     def _new_batch(self) -> _SlotBatch:
+        self._first, self._unread = [], set()
         return _SlotBatch([None] * self.max_batch_size)
 
     # ------------------------------------------------------------- scheduler
@@ -303,19 +317,30 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
         placed = self._place(batch, joiners)
         if placed:
             self._prefill(batch, placed)
-            self._retire(batch)
+            if not self.overlap_prefill or any(self._ends_at_first(batch, s, r) for s, r in placed):
+                self._first_tokens()
+                self._retire(batch)
         live = batch.live()
         if not live:
+            if self._first:
+                self._first_tokens()
+                self._retire(batch)
             return
         try:
             self._decode(batch, live)
         except Exception as e:  # noqa: BLE001 - every live row gets the error, the thread survives
+            self._first, self._unread = [], set()
             err = _backend_error(e)
             for s in live:
                 batch.slots[s].done(err)  # type: ignore[union-attr]
                 batch.free(s)
             return
         self._retire(batch)
+
+    def _ends_at_first(self, batch: _SlotBatch, s: int, r: _Request) -> bool:
+        """Whether a row just prefilled ends with its first token whatever it is (its ``max_tokens``
+        or the end of the context): it is delivered before the decode block instead of riding it."""
+        return r.sampling.max_tokens <= 1 or batch.lengths[s] >= self.max_context
 
     def _place(self, batch: _SlotBatch, joiners: list[_Request]) -> list[tuple[int, _Request]]:
         """A slot for each joiner: its route's parked row when the prompt extends what that row holds
@@ -378,6 +403,7 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
         after, self._after = self._after, {}
         self._prefill_rows(batch, [(s, r) for s, r in placed if s not in after])
         if after:
+            self._first_tokens()  # a fork copies a donor whose prefill gave it a token
             self._share_joined(batch, after)
             self._prefill_rows(batch, [(s, r) for s, r in placed if s in after])
 
@@ -415,7 +441,7 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
         import torch
 
         self._buffers()
-        dev, scratch = self.device, self.max_context
+        scratch = self.max_context
         feeds = [(s, r.prompt_ids[r.reuse :], r.reuse) for s, r in group]
         width = max(len(f) for _, f, _ in feeds)
         span = max(start + len(f) for _, f, start in feeds)
@@ -428,7 +454,7 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
             cols[j, n_cols - len(f) :] = torch.arange(start, start + len(f))
         # padding rows: slot 0's scratch column
         padded = torch.tensor([s for s, _, _ in feeds] + [0] * (n_rows - len(feeds)), dtype=torch.long)
-        slots = padded[: len(feeds)].to(dev)
+        slots = self._up(padded[: len(feeds)])
         t0, c0 = time.perf_counter(), time.thread_time()
         with self._lock, torch.inference_mode(), self._kernels(), _slot_attention(self.model):
             if self._fast is not None:
@@ -436,7 +462,7 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
             logits = self._prefill_replay(shape, ids, cols, padded) if shape else None
             if logits is None:
                 logits = self._prefill_logits(
-                    ids[: len(feeds)].to(dev), cols[: len(feeds)].to(dev), slots, span
+                    self._up(ids[: len(feeds)]), self._up(cols[: len(feeds)]), slots, span
                 )
             logits = logits[: len(feeds)]
             version = self.weights_version
@@ -444,7 +470,7 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
         rows = [r for _, r in group]
         self._settings(slots, rows)
         filtered = any(_filtered(r) for r in rows)
-        u = torch.tensor([seeded_uniform(r.seed, 0) for r in rows], dtype=torch.float32).to(dev)
+        u = seeded_uniforms(self._seeds[0, slots], self._seeds[1, slots], torch.zeros_like(slots))
         tok, lp = self._pick(
             logits,
             self._temp[slots],
@@ -455,7 +481,8 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
             filtered,
         )
         self._ids[slots] = tok
-        self._record(rows, torch.stack([tok.double(), lp.double()]).tolist(), version)
+        self._first.append((rows, torch.stack([tok.double(), lp.double()]), version, time.perf_counter()))
+        self._unread.update(rows)
         for s, f, start in feeds:
             batch.lengths[s] = start + len(f)
             batch.slots[s].admitted = t0  # type: ignore[union-attr]
@@ -495,15 +522,16 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
         rows = [batch.slots[s] for s in live]
         # a full block while some row has that many tokens left, else single steps: two block sizes
         # a (width, context) bucket, so few graphs to capture
-        left = max(r.sampling.max_tokens - len(r.tokens) for r in rows)  # type: ignore[union-attr]
+        had = [len(r.tokens) + (r in self._unread) for r in rows]  # type: ignore[union-attr]
+        left = max(r.sampling.max_tokens - h for r, h in zip(rows, had, strict=True))  # type: ignore[union-attr]
         n = self.decode_block if left >= self.decode_block else 1
         w = bucket(max(live) + 1, 1, self.max_batch_size)
         k = bucket(max(batch.lengths[s] for s in live) + n, MIN_COLUMNS, self.max_context)
         filtered = any(_filtered(r) for r in rows)  # type: ignore[arg-type]
         index = [0] * w
-        for s, r in zip(live, rows, strict=True):
-            index[s] = len(r.tokens)  # type: ignore[union-attr]
-        self._step_in[:, :w].copy_(torch.tensor([batch.lengths[:w], index], dtype=torch.long))
+        for s, h in zip(live, had, strict=True):
+            index[s] = h
+        self._step_in[:, :w].copy_(self._pinned(torch.tensor([batch.lengths[:w], index])), non_blocking=True)
         t0, c0 = time.perf_counter(), time.thread_time()
         with self._lock, torch.inference_mode(), self._kernels(), _slot_attention(self.model):
             if self._fast is not None:
@@ -518,6 +546,7 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
             version = self.weights_version
         t_fwd = time.perf_counter()
         out = self._step_out[:n, :, :w].tolist()  # the block's only wait for the device
+        self._first_tokens()  # the prefill passes queued before the block are done too
         used = 0
         for s, r in zip(live, rows, strict=True):
             took = self._take(
@@ -544,6 +573,8 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
     ) -> int:
         """Append a block's tokens to ``r`` up to its end (a stop token, its ``max_tokens``, or the end
         of the context); how many it took (= the cache columns its steps wrote)."""
+        if r.finished:  # its first token (read with this block) ended it
+            return 0
         now = time.perf_counter()
         if not r.tokens:
             r.first_token = now
@@ -738,21 +769,34 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
         vals = [[1.0 if r.sampling.greedy else r.sampling.temperature for r in rows]]
         vals += [[float(r.sampling.greedy) for r in rows], [float(r.sampling.top_k) for r in rows]]
         vals += [[r.sampling.top_p for r in rows]]
-        t = torch.tensor(vals, dtype=torch.float32).to(self.device)
+        t = self._up(torch.tensor(vals, dtype=torch.float32))
         self._temp[slots], self._greedy[slots] = t[0], t[1].bool()
         self._top_k[slots], self._top_p[slots] = t[2].long(), t[3]
         seeds = [[r.seed & _LOW for r in rows], [(r.seed >> 32) & _LOW for r in rows]]
-        self._seeds[:, slots] = torch.tensor(seeds, dtype=torch.long).to(self.device)
+        self._seeds[:, slots] = self._up(torch.tensor(seeds, dtype=torch.long))
 
-    def _record(self, rows: list[_Request], host: list[list[float]], version: int) -> None:
-        """Append each row's token and raw logprob (``host``: [tokens, logprobs])."""
-        now = time.perf_counter()
-        for r, t, lp in zip(rows, host[0], host[1], strict=True):
-            if not r.tokens:
-                r.first_token = now
-            r.tokens.append(int(t))
-            r.logprobs.append(lp)
-            r.versions.append(version)
+    def _pinned(self, host: Any) -> Any:
+        """``host`` (a CPU tensor) in page-locked memory when the device is CUDA, so a copy to the
+        device can be queued without waiting for the device (``non_blocking``)."""
+        return host.pin_memory() if self.device.type == "cuda" else host
+
+    def _up(self, host: Any) -> Any:
+        """``host`` on the device, its copy queued behind the device's work, not waited for."""
+        return self._pinned(host).to(self.device, non_blocking=True)
+
+    def _first_tokens(self) -> None:
+        """Append the first token and raw logprob of each row of the prefill passes read back now
+        (one wait for the device: the passes were queued before)."""
+        first, self._first = self._first, []
+        self._unread.clear()
+        for rows, out, version, at in first:
+            host = out.tolist()
+            for r, t, lp in zip(rows, host[0], host[1], strict=True):
+                if not r.tokens:
+                    r.first_token = at
+                r.tokens.append(int(t))
+                r.logprobs.append(lp)
+                r.versions.append(version)
 
     def _retire(self, batch: _SlotBatch) -> None:  # type: ignore[override]
         """Deliver finished rows (done, out of tokens, or at the end of the context), parking those
