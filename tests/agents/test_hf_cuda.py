@@ -247,6 +247,38 @@ async def test_prefill_graphs_give_the_eager_prefills(tiny_dir, tokenizer):
     await eager.aclose()
 
 
+async def test_a_prefill_capture_out_of_memory_falls_back_to_eager_prefills(
+    tiny_dir, tokenizer, monkeypatch, caplog
+):
+    """Out of memory while a prefill pass is captured: a warning, ``prefill_graph_fallbacks``, and
+    the pass and every later one run eagerly with the eager ids; decode graphs stay on."""
+    import torch
+
+    from turngym.agents.hf_slots import HFSlotBackend
+    from turngym.agents.models import load_model
+
+    model = load_model(tiny_dir, device="cuda", dtype=torch.float32)
+    graphs = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=512)
+    eager = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=512, prefill_graph_tokens=0)
+    body = HFSlotBackend._prefill_body
+
+    def oom_in_capture(self, *args):
+        if torch.cuda.is_current_stream_capturing():
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (test)")
+        return body(self, *args)
+
+    monkeypatch.setattr(HFSlotBackend, "_prefill_body", oom_in_capture)
+    for rep in range(2):  # the second round's passes meet the first round's buckets: captures
+        await same_turns(graphs, eager, tokenizer, prompts(tokenizer), f"oom{rep}")
+    st = graphs.stats
+    assert st["prefill_graph_fallbacks"] == 1 and st["prefill_graph_captures"] == 0
+    assert st["prefill_graph_replays"] == 0 and graphs.prefill_graph_tokens == 0
+    assert st["graph_replays"] > 0 and st["graph_fallbacks"] == 0
+    assert "prefilling eagerly from now on" in caplog.text
+    await graphs.aclose()
+    await eager.aclose()
+
+
 async def test_precapture_captures_every_bucket_before_serving(tiny_dir, tokenizer):
     """``precapture`` captures every (width, context, block) decode bucket up front, with warm-ups
     that write only the scratch column: serving afterwards captures nothing and gives the eager ids."""

@@ -117,6 +117,7 @@ log = logging.getLogger(__name__)
 
 ATTENTION = "turngym_slots"  # the attention function's name in transformers' registry
 KV_SHARE = 0.5  # the KV slots may take at most this share of the device's free memory
+PREFILL_INTS = 6  # a prefill row's integer inputs after its ids and columns (``_prefill_inputs``)
 
 
 class KVSlotsTooLarge(ValueError):
@@ -437,51 +438,32 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
     def _prefill_pass(self, batch: _SlotBatch, group: list[tuple[int, _Request]]) -> None:
         """One pass, eager or replayed from its bucket's graph (``hf_slot_prefill``): every row's feed
         right-aligned in one window, written at its columns ``start..``; padded queries (and a
-        graph's padding rows) write to the scratch column and attend to column 0 only."""
+        graph's padding rows) write to the scratch column and attend to column 0 only. The host
+        builds two small tensors (``_prefill_inputs``) and queues their copies and the pass
+        (``_prefill_body``: the rows' sampling settings into their slots, the forward, the first
+        tokens into the decode inputs); the tokens are read with the next decode block."""
         import torch
 
         self._buffers()
-        scratch = self.max_context
         feeds = [(s, r.prompt_ids[r.reuse :], r.reuse) for s, r in group]
+        rows = [r for _, r in group]
         width = max(len(f) for _, f, _ in feeds)
         span = max(start + len(f) for _, f, start in feeds)
-        shape = self._prefill_bucket(len(feeds), width, span, MIN_COLUMNS)  # None: eager, unpadded
-        n_rows, n_cols = (shape[0], shape[1]) if shape else (len(feeds), width)
-        ids = torch.full((n_rows, n_cols), self.pad_id, dtype=torch.long)
-        cols = torch.full((n_rows, n_cols), scratch, dtype=torch.long)  # padding: the scratch column
-        for j, (_, f, start) in enumerate(feeds):
-            ids[j, n_cols - len(f) :] = torch.tensor(f, dtype=torch.long)
-            cols[j, n_cols - len(f) :] = torch.arange(start, start + len(f))
-        # padding rows: slot 0's scratch column
-        padded = torch.tensor([s for s, _, _ in feeds] + [0] * (n_rows - len(feeds)), dtype=torch.long)
-        slots = self._up(padded[: len(feeds)])
+        filtered = any(_filtered(r) for r in rows)
+        key = self._prefill_bucket(len(feeds), width, span, MIN_COLUMNS, filtered)  # None: eager, unpadded
+        n_rows, n_cols = (key[0], key[1]) if key else (len(feeds), width)
+        ints, floats = self._prefill_inputs(feeds, rows, n_rows, n_cols)
         t0, c0 = time.perf_counter(), time.thread_time()
         with self._lock, torch.inference_mode(), self._kernels(), _slot_attention(self.model):
             if self._fast is not None:
                 self._fast.refresh()
-            logits = self._prefill_replay(shape, ids, cols, padded) if shape else None
-            if logits is None:
-                logits = self._prefill_logits(
-                    self._up(ids[: len(feeds)]), self._up(cols[: len(feeds)]), slots, span
-                )
-            logits = logits[: len(feeds)]
+            out = self._prefill_replay(key, ints, floats) if key else None
+            if out is None:
+                out = self._prefill_body(self._up(ints), self._up(floats), span, filtered)
+            out = out[:, : len(feeds)].clone()  # a graph's output is overwritten by its next replay
             version = self.weights_version
         t_fwd = time.perf_counter()
-        rows = [r for _, r in group]
-        self._settings(slots, rows)
-        filtered = any(_filtered(r) for r in rows)
-        u = seeded_uniforms(self._seeds[0, slots], self._seeds[1, slots], torch.zeros_like(slots))
-        tok, lp = self._pick(
-            logits,
-            self._temp[slots],
-            self._greedy[slots],
-            self._top_k[slots],
-            self._top_p[slots],
-            u,
-            filtered,
-        )
-        self._ids[slots] = tok
-        self._first.append((rows, torch.stack([tok.double(), lp.double()]), version, time.perf_counter()))
+        self._first.append((rows, out, version, t_fwd))
         self._unread.update(rows)
         for s, f, start in feeds:
             batch.lengths[s] = start + len(f)
@@ -493,6 +475,61 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
             shape = (batch.active, len(group), width, span)
             cpu = time.thread_time() - c0
             self.trace.append(("pass", t0, time.perf_counter(), "prefill", *shape, cpu, t_fwd - t0))
+
+    def _prefill_inputs(
+        self, feeds: list[tuple[int, list[int], int]], rows: list[_Request], n_rows: int, n_cols: int
+    ) -> tuple[Any, Any]:
+        """A pass's inputs as two host tensors built from plain lists (one tensor op each, however
+        many rows): int64 ``[n_rows, 2 * n_cols + PREFILL_INTS]`` (ids, columns, then slot,
+        settings slot, top-k, greedy, the seed's low and high 32 bits) and float32 ``[n_rows, 3]``
+        (temperature, top-p, the first token's draw). Padding rows feed the pad id at the scratch
+        column of slot 0 and keep their settings and token in the scratch slot."""
+        import torch
+
+        scratch = self.max_context
+        ints: list[list[int]] = []
+        floats: list[list[float]] = []
+        for (s, f, start), r in zip(feeds, rows, strict=True):
+            pad, sp = n_cols - len(f), r.sampling
+            ids = [self.pad_id] * pad + list(f)
+            cols = [scratch] * pad + list(range(start, start + len(f)))
+            ints.append(ids + cols + [s, s, sp.top_k, int(sp.greedy), r.seed & _LOW, (r.seed >> 32) & _LOW])
+            floats.append([1.0 if sp.greedy else sp.temperature, sp.top_p, seeded_uniform(r.seed, 0)])
+        pad_ints, pad_floats = self._prefill_padding(n_cols)
+        ints += [pad_ints] * (n_rows - len(feeds))
+        floats += [pad_floats] * (n_rows - len(feeds))
+        return torch.tensor(ints, dtype=torch.long), torch.tensor(floats, dtype=torch.float32)
+
+    def _prefill_padding(self, n_cols: int) -> tuple[list[int], list[float]]:
+        """A padding row's inputs: the pad id at slot 0's scratch column, greedy, its settings and
+        token in the spare slot past the last."""
+        ints = [self.pad_id] * n_cols + [self.max_context] * n_cols + [0, self.max_batch_size, 0, 1, 0, 0]
+        return ints, [1.0, 1.0, 0.5]
+
+    def _prefill_body(self, ints: Any, floats: Any, span: int, filtered: bool) -> Any:
+        """A prefill pass on the device, from its inputs (``_prefill_inputs``, on the device) to
+        ``[2, rows]`` first tokens and raw logprobs (float64): the rows' sampling settings and seeds
+        into their slots' buffers, the forward over the first ``span`` columns, the first token of
+        each row sampled and written to the next decode step's inputs; what a prefill graph
+        captures."""
+        import torch
+
+        n_cols = (ints.shape[1] - PREFILL_INTS) // 2
+        ids, cols = ints[:, :n_cols], ints[:, n_cols : 2 * n_cols]
+        slots, home, top_k, greedy, lo, hi = ints[:, 2 * n_cols :].unbind(1)
+        greedy = greedy.bool()
+        temp, top_p, u = floats.unbind(1)
+        self._temp[home], self._greedy[home], self._top_k[home], self._top_p[home] = (
+            temp,
+            greedy,
+            top_k,
+            top_p,
+        )
+        self._seeds[0, home], self._seeds[1, home] = lo, hi
+        logits = self._prefill_logits(ids, cols, slots, span)
+        tok, lp = self._pick(logits, temp, greedy, top_k, top_p, u, filtered)
+        self._ids[home] = tok
+        return torch.stack([tok.double(), lp.double()])
 
     def _prefill_logits(self, ids: Any, cols: Any, slots: Any, span: int) -> Any:
         """A prefill pass's logits (each row's last position): ``ids`` and ``cols`` ``[rows, feed]``
@@ -762,19 +799,6 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
                 self._ids.copy_(saved_ids)
         return self.stats["graph_captures"] - before
 
-    def _settings(self, slots: Any, rows: list[_Request]) -> None:
-        """The joiners' sampling settings and seeds into their slots' static buffers."""
-        import torch
-
-        vals = [[1.0 if r.sampling.greedy else r.sampling.temperature for r in rows]]
-        vals += [[float(r.sampling.greedy) for r in rows], [float(r.sampling.top_k) for r in rows]]
-        vals += [[r.sampling.top_p for r in rows]]
-        t = self._up(torch.tensor(vals, dtype=torch.float32))
-        self._temp[slots], self._greedy[slots] = t[0], t[1].bool()
-        self._top_k[slots], self._top_p[slots] = t[2].long(), t[3]
-        seeds = [[r.seed & _LOW for r in rows], [(r.seed >> 32) & _LOW for r in rows]]
-        self._seeds[:, slots] = self._up(torch.tensor(seeds, dtype=torch.long))
-
     def _pinned(self, host: Any) -> Any:
         """``host`` (a CPU tensor) in page-locked memory when the device is CUDA, so a copy to the
         device can be queued without waiting for the device (``non_blocking``)."""
@@ -844,15 +868,18 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
         base = torch.arange(slots * kv_heads, device=dev).view(slots, kv_heads) * columns
         self._row_base = base
         self._columns = torch.arange(columns, device=dev)
-        self._ids = torch.full((slots,), self.pad_id, dtype=torch.long, device=dev)
+        # a slot's next input, sampling settings and seed; one spare entry past the slots, where a
+        # prefill graph's padding rows put theirs
+        spare = slots + 1
+        self._ids = torch.full((spare,), self.pad_id, dtype=torch.long, device=dev)
         self._step_in = torch.zeros((2, slots), dtype=torch.long, device=dev)  # positions, token indices
-        self._seeds = torch.zeros((2, slots), dtype=torch.long, device=dev)  # each seed's low, high 32 bits
+        self._seeds = torch.zeros((2, spare), dtype=torch.long, device=dev)  # each seed's low, high 32 bits
         # step j of a block: tokens, logprobs
         self._step_out = torch.zeros((self.decode_block, 2, slots), dtype=torch.float64, device=dev)
-        self._temp = torch.ones(slots, device=dev)
-        self._greedy = torch.ones(slots, dtype=torch.bool, device=dev)
-        self._top_k = torch.zeros(slots, dtype=torch.long, device=dev)
-        self._top_p = torch.ones(slots, device=dev)
+        self._temp = torch.ones(spare, device=dev)
+        self._greedy = torch.ones(spare, dtype=torch.bool, device=dev)
+        self._top_k = torch.zeros(spare, dtype=torch.long, device=dev)
+        self._top_p = torch.ones(spare, device=dev)
         self._cache = _SlotCache(keys, values)
         return self._cache
 
