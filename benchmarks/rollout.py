@@ -804,8 +804,55 @@ async def bench_engine_cpu(turn_counts: list[int], repeats: int) -> dict:
             for name, agent in agents.items():
                 ms[name].append(await one(agent, turns))
         out[f"{turns}_turns_ms_per_turn"] = {k: round(statistics.median(v), 3) for k, v in ms.items()}
+    out["spread"] = await bench_spread(HF_MODEL or "tiny", repeats)
     out["load_after"] = load()
     return out
+
+
+class StampBackend:
+    """Records when each request arrives; every generation takes ``gen_s`` (the same 32 ids), so the
+    rows of a turn finish together, as in the GPU overhead benchmark's synchronised turns."""
+
+    def __init__(self, gen_s: float = 0.01):
+        self.ids, self.gen_s, self.arrivals = [100 + i for i in range(32)], gen_s, []
+
+    async def generate(self, prompt_ids, sampling, *, route=None, adapter=None):
+        self.arrivals.append(time.perf_counter())
+        await asyncio.sleep(self.gen_s)
+        return Generation(list(self.ids), [-1.0] * len(self.ids), "length")
+
+    async def aclose(self):
+        pass
+
+
+async def bench_spread(tokenizer: str, repeats: int, n: int = 16, g: int = 4) -> dict:
+    """How long the engine takes to get a turn's requests out (event-loop work, an instant backend):
+    from the run's start to the first and to the last of the ``n * g`` first requests (env builds,
+    resets, chat formatting, one after another on the loop), and from the first to the last of the
+    second turn's (each after its env step and observation). On the GPU the backend waits for these
+    arrivals while the bare replay sends a turn's requests at once (gpu_results.md, issue 19)."""
+    from turngym.agents.models import load_tokenizer
+
+    backend = StampBackend()
+    agent = LLMAgent(backend, load_tokenizer(tokenizer), SamplingParams(max_tokens=32), max_context=8192)
+    k = n * g
+
+    async def one() -> tuple[float, float, float]:
+        backend.arrivals.clear()
+        engine = RolloutEngine(
+            "arith", agent, RolloutConfig(group_size=g, max_concurrency=k), env_kwargs={"max_turns": 3}
+        )
+        t0 = time.perf_counter()
+        await engine.run(n)
+        t = sorted(backend.arrivals)
+        return 1000 * (t[0] - t0), 1000 * (t[k - 1] - t0), 1000 * (t[2 * k - 1] - t[k])
+
+    await one()  # warm-up
+    runs = [await one() for _ in range(max(repeats, 3))]
+    names = ("first_request_ms", "last_first_request_ms", "turn2_spread_ms")
+    return {"tokenizer": tokenizer, "trajectories": k} | {
+        name: round(statistics.median(r[i] for r in runs), 2) for i, name in enumerate(names)
+    }
 
 
 # ----------------------------------------------------------------------------- GPU

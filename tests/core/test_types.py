@@ -118,3 +118,26 @@ def test_any_trajectory_round_trips(prompt, reward, reference):
     t = Trajectory(prompt=prompt, reference=reference)
     t.turns.append(Turn(index=0, action=Message(role="assistant", content="a"), reward=reward))
     assert Trajectory.from_json(t.to_json()) == t
+
+
+def test_a_spec_json_is_its_dump_and_follows_changes_to_the_spec():
+    """``ToolSpec.openai_json`` (kept between calls for the prompts' tool lists) is always
+    ``json.dumps(to_openai())``, also after the spec's name, description or parameters change in place."""
+    import json
+
+    from turngym.tools.parsers import HermesParser
+
+    spec = ToolSpec(
+        name="add", description="Add two numbers.", parameters={"type": "object", "properties": {}}
+    )
+
+    def dump() -> str:
+        return json.dumps(spec.to_openai(), ensure_ascii=False)
+
+    assert spec.openai_json() == dump() and spec.openai_json() == dump()
+    spec.parameters["properties"]["a"] = {"type": "integer", "description": "é"}  # in place
+    assert spec.openai_json() == dump() and '"é"' in spec.openai_json()
+    spec.description = "Add two integers."
+    assert spec.openai_json() == dump()
+    text = HermesParser().instructions([spec, ToolSpec(name="stop")])
+    assert dump() in text and '"name": "stop"' in text

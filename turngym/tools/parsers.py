@@ -146,7 +146,7 @@ class HermesParser:
         return f"<tool_call>{body}</tool_call>"
 
     def instructions(self, tools: list[Any]) -> str:
-        specs = "\n".join(json.dumps(t.to_openai(), ensure_ascii=False) for t in tools)
+        specs = "\n".join(_spec_json(t) for t in tools)
         return (
             "You may call one or more functions. Function signatures:\n<tools>\n"
             f"{specs}\n</tools>\n"
@@ -284,3 +284,9 @@ def get_parser(spec: str | ToolCallParser | None) -> ToolCallParser:
         except KeyError:
             raise ValueError(f"unknown tool-call parser {spec!r}; choose one of {sorted(PARSERS)}") from None
     return spec
+
+
+def _spec_json(t: Any) -> str:
+    """A tool's OpenAI schema as one JSON line (a ``ToolSpec``'s kept text where it has one)."""
+    dump = getattr(t, "openai_json", None)
+    return dump() if dump is not None else json.dumps(t.to_openai(), ensure_ascii=False)
