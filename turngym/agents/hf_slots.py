@@ -27,7 +27,8 @@ replayed.
   decode inputs on the device, and the next decode block is queued behind it at once, joiners
   included; the host reads the first tokens with the block's (one wait for both). A joiner whose
   first token ends it (a stop token) rides that block and keeps none of its tokens. In the trace a
-  prefill pass then ends when it is queued; its device time falls in the next decode block.
+  prefill pass then ends when it is queued; its device time falls in the next decode block (and in
+  the ledger's ``decode``: a row's first token is stamped when its pass was queued).
 * **The forward** is ``turngym.agents.hf_fast`` for Llama, Mistral and Qwen2 models (18 kernels a
   layer instead of transformers' ~50; ``fast=False``, or a model it cannot run, gets transformers'
   forward; ``fast_problem`` says why).
