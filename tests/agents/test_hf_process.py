@@ -33,6 +33,7 @@ async def test_rows_that_finish_together_come_back_in_one_message(tiny_dir, toke
         tiny_dir, tokenizer, max_batch_size=8, max_wait_ms=1000, engine=engine, max_context=256
     )
     try:
+        assert backend.frozen_objects > 10_000  # the worker froze its loaded heap (turngym.core.heap)
         ps = [p[: 4 + i] for i, p in enumerate(prompts(tokenizer) * 2)]
         gens = await asyncio.gather(*(backend.generate(p, GREEDY, route=f"t{i}") for i, p in enumerate(ps)))
         assert [len(g.token_ids) for g in gens] == [12] * 6

@@ -17,12 +17,16 @@ slots' size), and the same behaviour: continuous batching, per-request seeds, ra
 as IPC handles, CPU tensors through shared memory). ``stats``, ``release``, ``share_prefix``,
 ``reset_prefix_cache``, ``start_trace``/``take_trace`` are forwarded. A caller that gives up
 (cancelled, timed out) frees its row in the worker. If the worker dies, every pending and later call
-raises ``BackendError`` with its exit code; ``aclose`` stops it.
+raises ``BackendError`` with its exit code; ``aclose`` stops it. The worker freezes its heap (the
+libraries and the model) out of the cyclic collector's full scans once it has loaded
+(``turngym.core.heap``; ``frozen_objects`` says how many objects): a full scan of it stalls the
+scheduler for a fifth of a second.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import threading
 import traceback
@@ -31,6 +35,7 @@ from typing import Any
 
 from turngym.agents.backend import BackendError, Generation, SamplingParams, TokenBackend
 from turngym.agents.hf import HFBackend, settle
+from turngym.core.heap import freeze_heap
 
 _START_TIMEOUT_S = 600.0  # loading a large model from a slow disk
 _CALL_TIMEOUT_S = 600.0
@@ -72,6 +77,7 @@ class HFProcessBackend(TokenBackend):
             info["vocab_size"],
             info["fuse_tokens"],
         )
+        self.frozen_objects = info["frozen_objects"]  # the worker's heap frozen after loading (core.heap)
         self._reader = threading.Thread(target=self._read, name="hf-backend-reader", daemon=True)
         self._reader.start()
 
@@ -277,6 +283,7 @@ def _worker(conn: Any, model: str, tokenizer: str | None, kwargs: dict) -> None:
     except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
         conn.send(("error", traceback.format_exc()))
         return
+    freeze_heap()  # the model and libraries, out of the collector's full scans (they stall the scheduler)
     conn.send(
         (
             "ready",
@@ -284,6 +291,7 @@ def _worker(conn: Any, model: str, tokenizer: str | None, kwargs: dict) -> None:
                 "device": str(backend.device),
                 "vocab_size": backend.vocab_size,
                 "fuse_tokens": backend.fuse_tokens,
+                "frozen_objects": gc.get_freeze_count(),
             },
         )
     )
