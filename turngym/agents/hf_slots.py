@@ -483,8 +483,8 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
         """A pass's inputs as two host tensors built from plain lists (one tensor op each, however
         many rows): int64 ``[n_rows, 2 * n_cols + PREFILL_INTS]`` (ids, columns, then slot,
         settings slot, top-k, greedy, the seed's low and high 32 bits) and float32 ``[n_rows, 3]``
-        (temperature, top-p, the first token's draw). Padding rows feed the pad id at the scratch
-        column of slot 0 and keep their settings and token in the scratch slot."""
+        (temperature, top-p, the first token's draw). Padding rows (``_prefill_padding``) feed the pad
+        id at the scratch column of slot 0 and keep their settings and token in the spare slot."""
         import torch
 
         scratch = self.max_context
