@@ -1123,7 +1123,7 @@ def async_from_args(args, kind: str, device: str):
 def bench_gpu(args, emit) -> None:
     """Everything on CUDA with the HF backend (``--parts`` picks): throughput at batch 1/16/64; the
     in-place KV cache vs concatenation; engine overhead (``--repeats`` pairs) with the model in a
-    worker process and in-process (turns of 32 tokens), in-process with cuDNN attention allowed,
+    worker process and in-process (turns of ``--turn-tokens``, default 32), in-process with cuDNN attention allowed,
     and in a worker with 16-96-token turns; async vs lock-step with the worker (``-n``, ``-g``,
     ``--turns``, ``--repeats``)."""
     import torch
@@ -1143,11 +1143,11 @@ def bench_gpu(args, emit) -> None:
         HF_PROCESS = process
         name = "overhead_process" if process else "overhead_in_process"
         if name.removeprefix("overhead_") in parts:
-            res = asyncio.run(bench_overhead("hf", 16, 4, 3, 32, args.repeats, device="cuda"))
+            res = asyncio.run(bench_overhead("hf", 16, 4, 3, args.turn_tokens, args.repeats, device="cuda"))
             emit(name, {**engine_setting(), **res})
     if "cudnn" in parts:  # in-process, SDPA allowed cuDNN's kernel (per-shape plans)
         HF_PROCESS, CUDNN_ATTENTION = False, True
-        res = asyncio.run(bench_overhead("hf", 16, 4, 3, 32, args.repeats, device="cuda"))
+        res = asyncio.run(bench_overhead("hf", 16, 4, 3, args.turn_tokens, args.repeats, device="cuda"))
         emit("overhead_in_process_cudnn", res)
         CUDNN_ATTENTION = False
     HF_PROCESS = True
@@ -1198,6 +1198,12 @@ def main() -> None:
         "--concurrency", type=int, default=32, help="async: live trajectories (lock-step wave size)"
     )
     ap.add_argument("--max-tokens", type=int, default=32, help="async: tokens per generation")
+    ap.add_argument(
+        "--turn-tokens",
+        type=int,
+        default=32,
+        help="gpu process/in_process/cudnn parts: tokens each turn generates (the issue's table: 128)",
+    )
     ap.add_argument("--median", type=float, default=0.2, help="async: median env step latency (s)")
     ap.add_argument("--sigma", type=float, default=1.5, help="async: lognormal sigma of env latency")
     ap.add_argument(
