@@ -231,9 +231,8 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
         self.decode_block = decode_block
         self.overlap_prefill = bool(overlap_prefill)
         # prefill passes whose first tokens are still on the device: (rows, [2, rows] tokens and
-        # logprobs, weights version, when queued); and those rows
+        # logprobs, weights version, when queued)
         self._first: list[tuple[list[_Request], Any, int, float]] = []
-        self._unread: set[_Request] = set()
         on_cuda = self.device.type == "cuda"
         if cuda_graphs and not on_cuda:
             raise ValueError("cuda_graphs needs the model on a CUDA device")
@@ -308,7 +307,7 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
         return super()._request(prompt_ids, sampling, done, gave_up)
 
     def _new_batch(self) -> _SlotBatch:
-        self._first, self._unread = [], set()
+        self._first = []
         return _SlotBatch([None] * self.max_batch_size)
 
     # ------------------------------------------------------------- scheduler
@@ -331,7 +330,7 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
         try:
             self._decode(batch, live)
         except Exception as e:  # noqa: BLE001 - every live row gets the error, the thread survives
-            self._first, self._unread = [], set()
+            self._first = []
             err = _backend_error(e)
             for s in live:
                 batch.slots[s].done(err)  # type: ignore[union-attr]
@@ -465,7 +464,6 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
             version = self.weights_version
         t_fwd = time.perf_counter()
         self._first.append((rows, out, version, t_fwd))
-        self._unread.update(rows)
         for s, f, start in feeds:
             batch.lengths[s] = start + len(f)
             batch.slots[s].admitted = t0  # type: ignore[union-attr]
@@ -560,7 +558,8 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
         rows = [batch.slots[s] for s in live]
         # a full block while some row has that many tokens left, else single steps: two block sizes
         # a (width, context) bucket, so few graphs to capture
-        had = [len(r.tokens) + (r in self._unread) for r in rows]  # type: ignore[union-attr]
+        unread = {r for queued, *_ in self._first for r in queued}  # first token still on the device
+        had = [len(r.tokens) + (r in unread) for r in rows]  # type: ignore[union-attr]
         left = max(r.sampling.max_tokens - h for r, h in zip(rows, had, strict=True))  # type: ignore[union-attr]
         n = self.decode_block if left >= self.decode_block else 1
         w = bucket(max(live) + 1, 1, self.max_batch_size)
@@ -813,7 +812,6 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
         """Append the first token and raw logprob of each row of the prefill passes read back now
         (one wait for the device: the passes were queued before)."""
         first, self._first = self._first, []
-        self._unread.clear()
         for rows, out, version, at in first:
             host = out.tolist()
             for r, t, lp in zip(rows, host[0], host[1], strict=True):
