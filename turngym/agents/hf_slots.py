@@ -533,7 +533,7 @@ class HFSlotBackend(SlotSharing, PrefillGraphs, HFBackend):
     def _prefill_logits(self, ids: Any, cols: Any, slots: Any, span: int) -> Any:
         """A prefill pass's logits (each row's last position): ``ids`` and ``cols`` ``[rows, feed]``
         on the device (a padded query's column is the scratch column), ``slots`` ``[rows]``, the
-        first ``span`` columns attended; what a prefill graph captures."""
+        first ``span`` columns attended; the forward of ``_prefill_body``."""
         import torch
 
         cache = self._cache
