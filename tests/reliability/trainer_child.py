@@ -45,14 +45,16 @@ def main() -> None:
     die = lambda: os.kill(os.getpid(), signal.SIGKILL)  # noqa: E731
 
     if a.kill_in_update is not None:
-        update = trainer.update
+        import turngym.trainer.update as update_module
+
+        update = update_module.policy_update
 
         def killing_update(*args, **kwargs):
-            if trainer.step + 1 == a.kill_in_update:  # self.step is incremented after the update
+            if trainer.step + 1 == a.kill_in_update:  # the step is counted after the update
                 die()
             return update(*args, **kwargs)
 
-        trainer.update = killing_update
+        update_module.policy_update = killing_update
     if a.kill_in_checkpoint is not None:
         save, calls = torch.save, [0]
 

@@ -22,6 +22,7 @@ from turngym.core.types import Trajectory
 from turngym.trainer.config import load_config
 from turngym.trainer.distributed import shard
 from turngym.trainer.loop import Trainer
+from turngym.trainer.update import policy_update
 
 
 def global_batch(model: torch.nn.Module, n: int = 8) -> tuple[list[Trajectory], list]:
@@ -79,14 +80,14 @@ def main() -> None:
     trainer = Trainer(cfg)
     trainer.setup()
     ctx = trainer.dist
-    trajs, advs = global_batch(trainer.model)
-    metrics = trainer.update(shard(trajs, ctx), shard(advs, ctx))
-    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    trajs, advs = global_batch(trainer.policy.model)
+    metrics = policy_update(trainer.policy, trainer.cfg, shard(trajs, ctx), shard(advs, ctx))
+    params = [p for p in trainer.policy.model.parameters() if p.requires_grad]
     grads = torch.cat([p.grad.detach().float().flatten().cpu() for p in params])
     weights = torch.cat([p.detach().float().flatten().cpu() for p in params])
     if ctx.is_main:
         out.mkdir(parents=True, exist_ok=True)
-        device = str(next(trainer.model.parameters()).device)
+        device = str(next(trainer.policy.model.parameters()).device)
         name = torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu"
         info = {"world": ctx.world_size, "backend": ctx.backend, "device": device, "card": name, **metrics}
         (out / f"world-{ctx.world_size}.json").write_text(json.dumps(info, indent=1))

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from turngym.trainer.config import load_config
 from turngym.trainer.credit import Pointwise, grpo
-from turngym.trainer.loop import build_credit
+from turngym.trainer.orchestrator import build_credit
 
 from .helpers import make_traj
 

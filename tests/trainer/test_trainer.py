@@ -86,7 +86,7 @@ def test_lora_with_kl_to_the_base_model(tmp_path):
     )
     trainer = Trainer(cfg)
     trainer.setup()
-    trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+    trainable = [n for n, p in trainer.policy.model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
     trainer.train()
     row = read_metrics(tmp_path / "lora")[-1]
@@ -165,14 +165,14 @@ def test_bf16_autocast_runs_sft_and_the_update_in_bf16_and_keeps_fp32_weights(tm
     trainer = Trainer(cfg)
     trainer.train()
     assert seen and set(seen) == {torch.bfloat16}
-    assert {p.dtype for p in trainer.model.parameters()} == {torch.float32}
+    assert {p.dtype for p in trainer.policy.model.parameters()} == {torch.float32}
     info = json.loads((tmp_path / "bf16" / "sft_done.json").read_text())
     assert info["sft/loss_last"] < 0.7 * info["sft/loss_first"]
     assert [r["step"] for r in read_metrics(tmp_path / "bf16") if "update/grad_norm" in r] == [1, 2]
     with pytest.raises(ValueError, match="autocast"):
         config(tmp_path, "fp16", "model.autocast=float16")
     with pytest.raises(ValueError, match="bfloat16"):
-        batching.mixed_precision(trainer.model, "float16")
+        batching.mixed_precision(trainer.policy.model, "float16")
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
@@ -228,7 +228,7 @@ def test_keep_best_exports_the_policy_of_the_best_eval(tmp_path, mode):
     )
     trainer = Trainer(cfg, judge=ProgrammaticJudge(shorter_is_better))
     trainer.setup()
-    snapshot = lambda: {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}  # noqa: E731
+    snapshot = lambda: {k: v.detach().clone() for k, v in trainer.policy.model.state_dict().items()}  # noqa: E731
     weights = {0: snapshot()}
     trainer.train(on_step=lambda step, _: weights.__setitem__(step, snapshot()))
     rows = read_metrics(tmp_path / mode)
@@ -303,9 +303,9 @@ def test_a_kept_backend_trains_like_one_made_per_rollout(tmp_path):
     Trainer(config(tmp_path, "fresh", *steps), judge=judge).train()
     kept = Trainer(config(tmp_path, "kept", *steps, "rollout.keep_backend=true"), judge=judge)
     seen = []
-    kept.train(on_step=lambda step, row: seen.append(kept._kept_backend))
+    kept.train(on_step=lambda step, row: seen.append(kept.orchestrator.kept_backend))
     assert seen[0] is not None and all(b is seen[0] for b in seen)
-    assert kept._kept_backend is None  # released at the end
+    assert kept.orchestrator.kept_backend is None  # released at the end
     rows = {name: read_metrics(tmp_path / name) for name in ("fresh", "kept")}
     evals = {
         name: [r["eval/reward/outcome"] for r in v if "eval/reward/outcome" in r] for name, v in rows.items()

@@ -119,26 +119,20 @@ def sft(config: ConfigArg = None, overrides: OverridesArg = None) -> None:
 
     from turngym.agents.models import load_model, load_tokenizer
     from turngym.trainer.config import load_config
-    from turngym.trainer.sft import expert_sequences, sft_train
+    from turngym.trainer.sft import sft_from_config
 
     console = Console()
     cfg = load_config(*_split_args(config, overrides))
-    s, r = cfg.sft, cfg.rollout
+    s = cfg.sft
     if s.steps <= 0:
         raise typer.BadParameter("sft.steps must be > 0")
     tok = load_tokenizer(cfg.model.path)
     model = load_model(cfg.model.path, device=cfg.model.device, dtype=cfg.model.dtype)
-    seeds = range(s.task_seed_offset, s.task_seed_offset + s.tasks)
-    seqs = expert_sequences(r.env, tok, seeds, cfg.sft_env_kwargs())
-    console.print(f"{len(seqs)} expert trajectories from {r.env}")
-    losses = sft_train(
+    console.print(f"expert trajectories from {cfg.rollout.env}, then {s.steps} SFT steps")
+    info = sft_from_config(
+        cfg,
         model,
-        seqs,
-        steps=s.steps,
-        batch_size=s.batch_size,
-        lr=s.lr,
-        seed=cfg.seed,
-        autocast=cfg.model.autocast,
+        tok,
         log=lambda k, loss: (
             console.print(f"sft step {k + 1}/{s.steps} loss {loss:.4f}")
             if (k + 1) % 10 == 0 or k == 0
@@ -148,4 +142,7 @@ def sft(config: ConfigArg = None, overrides: OverridesArg = None) -> None:
     out = Path(cfg.run_dir) / "sft"
     model.save_pretrained(out)
     tok.save_pretrained(out)
-    console.print(f"[green]done[/]: loss {losses[0]:.3f} -> {losses[-1]:.3f}; model saved to {out}")
+    console.print(
+        f"[green]done[/]: {info['sft/sequences']:.0f} expert sequences, loss {info['sft/loss_first']:.3f} "
+        f"-> {info['sft/loss_last']:.3f}; model saved to {out}"
+    )

@@ -1,4 +1,5 @@
-"""Metric sinks: JSONL (always), TensorBoard (tensorboardX or torch's writer, when installed), W&B (when asked)."""
+"""What a run logs: the metric functions over a rollout's trajectories (rewards, breakdowns, sampled
+evals, a backend's counters) and the sinks (JSONL always, TensorBoard when installed, W&B when asked)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,10 @@ import json
 import math
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+
+from turngym.core.types import Trajectory
 
 
 class MetricLogger:
@@ -81,3 +86,95 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
     return (
         [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
     )
+
+
+def breakdown_metrics(trajs: list[Trajectory], key: str, prefix: str = "") -> dict[str, float]:
+    """The headline metrics per value of ``reference[key]`` (e.g. per hop count), as
+    ``{prefix}by_{key}/{value}/reward/outcome`` with the share of trajectories (``.../frac``); a
+    trajectory without the key counts under ``none``."""
+    groups: dict[str, list[Trajectory]] = {}
+    for t in trajs:
+        groups.setdefault(str(t.reference.get(key, "none")), []).append(t)
+    out = {}
+    for value, group in sorted(groups.items()):
+        head = f"{prefix}by_{key}/{value}/"
+        m = reward_metrics(group)
+        out[head + "frac"] = len(group) / len(trajs)
+        for name in ("reward/outcome", "reward/masked_frac", "episode/turns"):
+            if name in m:
+                out[head + name] = m[name]
+    return out
+
+
+def reward_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """Outcome and total reward logged separately, success, turns, invalid actions, masking.
+
+    The headline numbers (``reward/outcome``, ``reward/success``) count a masked trajectory as a
+    failure (outcome 0, no success): a run whose rollouts crash must not report the score of its few
+    survivors. ``reward/outcome_unmasked`` is the mean over unmasked trajectories only, and
+    ``reward/masked_frac`` always travels beside them.
+
+    ``reward/component/<name>``: each reward component the env reported, summed over a trajectory's
+    turns and averaged over the unmasked trajectories (0 where a trajectory never got it), so a run
+    shows which constraint or critic moves (travel's ``hard.*`` / ``cs.*`` checks, a stepwise
+    ``tool_ok``), not only the outcome.
+    """
+    live = [t for t in trajs if not t.masked]
+    if not trajs:
+        return {}
+    n = len(trajs)
+    out = {
+        "reward/masked_frac": (n - len(live)) / n,
+        "reward/outcome": float(sum(t.outcome for t in live)) / n,
+        "reward/success": float(sum(t.terminated and t.outcome >= 1.0 for t in live)) / n,
+    }
+    if live:
+        turns = [x for t in live for x in t.turns]
+        out.update(
+            {
+                "reward/outcome_unmasked": float(np.mean([t.outcome for t in live])),
+                "reward/total": float(np.mean([t.total_reward for t in live])),
+                "reward/terminated": float(np.mean([t.terminated for t in live])),
+                "episode/turns": float(np.mean([t.num_turns for t in live])),
+                "episode/invalid_action_frac": float(np.mean([x.invalid_action for x in turns]))
+                if turns
+                else 0.0,
+            }
+        )
+        sums: dict[str, float] = {}
+        for t in live:
+            for turn in t.turns:
+                for name, value in turn.reward_components.items():
+                    sums[name] = sums.get(name, 0.0) + float(value)
+        out.update({f"reward/component/{k}": v / len(live) for k, v in sorted(sums.items())})
+    return out
+
+
+def sampled_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """:func:`reward_metrics` over every sampled episode (masked ones count as failures), with
+    ``episodes`` (how many) and ``pass_at_k`` (the share of tasks, by group, with at least one
+    successful unmasked episode)."""
+    if not trajs:
+        return {}
+    groups: dict[str, bool] = {}
+    for t in trajs:
+        won = not t.masked and t.terminated and t.outcome >= 1.0
+        groups[t.group] = groups.get(t.group, False) or won
+    return {
+        **reward_metrics(trajs),
+        "episodes": float(len(trajs)),
+        "pass_at_k": sum(groups.values()) / len(groups),
+    }
+
+
+def backend_counters(backend: Any) -> dict[str, float]:
+    """The rollout backend's numeric counters (the HF engines' ``stats``: passes, prompt and reused
+    tokens, graph captures and their seconds, decode blocks, ...; a backend is made per rollout, so
+    they count this rollout); {} for a backend without them or one that cannot answer."""
+    try:
+        stats = getattr(backend, "stats", None)
+    except Exception:  # noqa: BLE001 - a worker that died: the rollout's own errors say why
+        return {}
+    if not isinstance(stats, dict):
+        return {}
+    return {k: float(v) for k, v in stats.items() if isinstance(v, int | float) and not isinstance(v, bool)}

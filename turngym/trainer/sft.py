@@ -131,3 +131,33 @@ def sft_train(
             if log is not None:
                 log(step, losses[-1])
     return losses
+
+
+def sft_from_config(cfg: Any, model: Any, tokenizer: Any, log: Any = None) -> dict[str, float]:
+    """The warm start a training config describes (its ``sft`` section) on ``model``: the env's expert
+    episodes on ``sft.tasks`` task seeds, tokenized with ``tokenizer``, then :func:`sft_train`. Returns
+    ``sft/...`` metrics (first and last loss, sequences, seconds). ``turngym sft`` and the trainer's
+    warm start both run this."""
+    import time
+
+    s, r = cfg.sft, cfg.rollout
+    t0 = time.perf_counter()
+    seeds = range(s.task_seed_offset, s.task_seed_offset + s.tasks)
+    seqs = expert_sequences(r.env, tokenizer, seeds, cfg.sft_env_kwargs())
+    losses = sft_train(
+        model,
+        seqs,
+        steps=s.steps,
+        batch_size=s.batch_size,
+        lr=s.lr,
+        seed=cfg.seed,
+        autocast=cfg.model.autocast,
+        log=log,
+    )
+    model.eval()
+    return {
+        "sft/loss_first": losses[0],
+        "sft/loss_last": losses[-1],
+        "sft/sequences": float(len(seqs)),
+        "sft/seconds": time.perf_counter() - t0,
+    }
