@@ -58,9 +58,9 @@ def expert_trajectories(env: str, seeds: Iterable[int], env_kwargs: dict | None 
 
 def open_ended(env: str, env_kwargs: dict | None = None) -> bool:
     """Whether ``env`` declares no checkable outcome (an ``open_ended`` attribute, e.g. travel-open)."""
-    import turngym
+    from turngym.core.registry import make
 
-    probe = turngym.make(env, **(env_kwargs or {}))
+    probe = make(env, **(env_kwargs or {}))
     try:
         return bool(getattr(probe.unwrapped, "open_ended", False))
     finally:
