@@ -141,13 +141,15 @@ class EpisodeRunner:
         return self.env(**self.env_kwargs)
 
     def builds_in_thread(self) -> bool:
-        """False where the env's class says its constructor is cheap (``Env.construct_in_thread``)."""
+        """False where the env's class says its constructor is cheap (``EnvSpec.builds_in_thread``)."""
         if self._in_thread is None:
             try:
-                cls = spec(self.env).load() if isinstance(self.env, str) else self.env
+                if isinstance(self.env, str):
+                    self._in_thread = spec(self.env).builds_in_thread()
+                else:
+                    self._in_thread = getattr(self.env, "construct_in_thread", True) is not False
             except Exception:  # noqa: BLE001 - an unknown id or entry point fails in _make_env, clearly
-                cls = None
-            self._in_thread = getattr(cls, "construct_in_thread", True) is not False
+                self._in_thread = True
         return self._in_thread
 
     async def build_env(self) -> Any:

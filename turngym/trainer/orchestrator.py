@@ -47,14 +47,15 @@ def build_credit(
     ``judge`` given here wins over the arena's configured one (which falls back on the judge the
     env publishes). The env's tool-call parser (``rollout.env_kwargs.parser`` over the registered
     env's defaults, else Hermes) tells IGPO how an answer is written."""
-    from turngym.core.registry import spec
+    from turngym.core.registry import UnknownEnvError, spec
     from turngym.tools.parsers import get_parser
 
+    overrides = cfg.rollout.env_kwargs
     try:
-        defaults = dict(spec(cfg.rollout.env).kwargs)
-    except Exception:  # noqa: BLE001 - an env the registry does not know: its kwargs alone
-        defaults = {}
-    parser = get_parser({**defaults, **cfg.rollout.env_kwargs}.get("parser", "hermes"))
+        parser = spec(cfg.rollout.env).parser(overrides)
+    except UnknownEnvError:  # an env the registry does not know: the run's own kwargs alone
+        parser = overrides.get("parser", "hermes")
+    parser = get_parser(parser)
     return build_credit_pipeline(
         cfg.credit,
         model=model,

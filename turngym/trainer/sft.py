@@ -46,25 +46,15 @@ def expert_trajectories(env: str, seeds: Iterable[int], env_kwargs: dict | None 
     """Play the env's scripted expert on each seed; only successful (for an open-ended env: finished),
     unmasked episodes are kept."""
     from turngym.agents.scripted import ScriptedAgent
+    from turngym.core.registry import spec
     from turngym.rollout.engine import RolloutConfig, RolloutEngine
 
     engine = RolloutEngine(env, ScriptedAgent(), RolloutConfig(group_size=1), env_kwargs=env_kwargs)
     trajs = asyncio.run(engine.run(list(seeds)))
     # an open-ended env (travel-open: judged pairwise, outcome always 0) has no success to check:
     # its expert's finished episodes are the demonstrations
-    finished = open_ended(env, env_kwargs)
+    finished = spec(env).open_ended()
     return [t for t in trajs if not t.masked and t.terminated and (finished or t.outcome > 0)]
-
-
-def open_ended(env: str, env_kwargs: dict | None = None) -> bool:
-    """Whether ``env`` declares no checkable outcome (an ``open_ended`` attribute, e.g. travel-open)."""
-    from turngym.core.registry import make
-
-    probe = make(env, **(env_kwargs or {}))
-    try:
-        return bool(getattr(probe.unwrapped, "open_ended", False))
-    finally:
-        probe.close()
 
 
 def expert_sequences(
