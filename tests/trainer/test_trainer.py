@@ -184,7 +184,14 @@ def test_the_slots_engine_serves_the_rollouts_and_frees_its_slots_for_the_update
     monkeypatch.setattr(HFSlotBackend, "free_buffers", lambda self: (freed.append(self), free(self)))
     extra = ["model.lora={r: 4, alpha: 8}"] if lora else []
     Trainer(
-        config(tmp_path, "slots", "steps=2", "rollout.hf_engine=slots", "rollout.max_context=2048", *extra)
+        config(
+            tmp_path,
+            "slots",
+            "steps=2",
+            "rollout.backend.hf_engine=slots",
+            "rollout.max_context=2048",
+            *extra,
+        )
     ).train()
     rows = read_metrics(tmp_path / "slots")
     assert [r["step"] for r in rows] == [1, 2]
@@ -295,7 +302,7 @@ def test_a_kept_backend_trains_like_one_made_per_rollout(tmp_path):
         "steps=3",
         "rollout.eval_every=1",
         "rollout.eval_tasks=2",
-        "rollout.hf_engine=slots",
+        "rollout.backend.hf_engine=slots",
         "credit.method=arena",
         "credit.arena.workers=1",
     ]
@@ -328,13 +335,13 @@ def test_prefix_reuse_is_logged_and_evictions_warned_once(tmp_path, caplog):
     import logging
 
     roomy = Trainer(
-        config(tmp_path, "roomy", "steps=1", "rollout.max_concurrency=4", "rollout.max_batch_size=4")
+        config(tmp_path, "roomy", "steps=1", "rollout.max_concurrency=4", "rollout.backend.max_batch_size=4")
     )
     with caplog.at_level(logging.WARNING, logger="turngym.trainer"):
         roomy.train()
     assert "parked rows were evicted" not in caplog.text
     tight = Trainer(
-        config(tmp_path, "tight", "steps=2", "rollout.max_concurrency=4", "rollout.max_batch_size=1")
+        config(tmp_path, "tight", "steps=2", "rollout.max_concurrency=4", "rollout.backend.max_batch_size=1")
     )
     with caplog.at_level(logging.WARNING, logger="turngym.trainer"):
         tight.train()

@@ -287,19 +287,19 @@ class Orchestrator:
         if reused is None or fed is None or reused + fed <= 0:
             return
         metrics["rollout/prefix_reuse"] = reuse = reused / (reused + fed)
-        r = self.cfg.rollout
+        r, rows = self.cfg.rollout, self.cfg.backend_spec().max_batch_size
         evicted = metrics.get("rollout/backend/parked_evicted", 0.0)
-        if evicted and r.max_concurrency > r.max_batch_size and not self._warned_reuse:
+        if evicted and r.max_concurrency > rows and not self._warned_reuse:
             self._warned_reuse = True
             log.warning(
                 "step %d: %d parked rows were evicted and %.0f%% of the prompt tokens came from parked "
                 "rows: %d trajectories run at once (rollout.max_concurrency) but the backend keeps %d "
-                "rows (rollout.max_batch_size), so a turn's row can be evicted before its next turn "
-                "and the whole conversation is prefilled again. Raise max_batch_size (a smaller "
+                "rows (rollout.backend.max_batch_size), so a turn's row can be evicted before its next "
+                "turn and the whole conversation is prefilled again. Raise max_batch_size (a smaller "
                 "rollout.max_context fits more slots) or lower max_concurrency.",
                 step,
                 evicted,
                 100 * reuse,
                 r.max_concurrency,
-                r.max_batch_size,
+                rows,
             )
