@@ -4,16 +4,7 @@ raw HTTP/WebSocket clients, openenv-core's client and the MCP SDK's client."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import threading
-import time
-from pathlib import Path
 
 import httpx
 import numpy as np
@@ -33,20 +24,26 @@ from turngym.agents.scripted import ScriptedAgent  # noqa: E402
 from turngym.core.env import Env, NotForkable, Task  # noqa: E402
 from turngym.core.types import Message  # noqa: E402
 from turngym.remote import RemoteEnv, RemoteEnvError, RemoteEnvLost  # noqa: E402
-from turngym.remote.security import ServeGuard, uvicorn_limits  # noqa: E402
-from turngym.remote.server import SessionManager, create_app  # noqa: E402
+from turngym.remote.server import SessionManager  # noqa: E402
 from turngym.rollout import RolloutConfig, RolloutEngine  # noqa: E402
 from turngym.tools import tool  # noqa: E402
 
+from .serving import (  # noqa: E402
+    AUTH,
+    TOKEN,
+    TRAINER,
+    ServerThread,
+    free_port,
+    mcp_client,
+    start_cli_server,
+    stop,
+    wait_for,
+    with_token,
+)
+
 pytestmark = pytest.mark.timeout(300)
 
-ROOT = Path(__file__).resolve().parents[2]
 SEARCH = {"n_passages": 600, "n_tasks": 40}
-#: the tokens of the servers these tests start; RemoteEnv reads them from the environment (_tokens)
-TOKEN = "client-token-for-tests-0123456789"
-TRAINER = "trainer-token-for-tests-0123456789"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-TRAINER_AUTH = {"Authorization": f"Bearer {TRAINER}"}
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR-not-really-an-image\xff\x00"
 
 
@@ -94,49 +91,9 @@ class PictureEnv(Env):
 
 @pytest.fixture(autouse=True)
 def _tokens(monkeypatch):
+    """RemoteEnv (and the rollout engine's) read the tokens from the environment."""
     monkeypatch.setenv("TURNGYM_SERVE_TOKEN", TOKEN)
     monkeypatch.setenv("TURNGYM_SERVE_TRAINER_TOKEN", TRAINER)
-
-
-class ServerThread:
-    """A uvicorn server in a thread, on a free port of 127.0.0.1, behind the guard ``turngym serve``
-    builds (client token :data:`TOKEN`, trainer token :data:`TRAINER`) and with its uvicorn limits."""
-
-    def __init__(self, manager: SessionManager, *, limits: dict | None = None, **app_kwargs):
-        import uvicorn
-
-        self.manager = manager
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        guard = app_kwargs.pop("guard", None) or ServeGuard.for_bind(
-            "127.0.0.1", self.port, TOKEN, trainer_token=TRAINER
-        )
-        app = create_app(manager, guard=guard, **app_kwargs)
-        config = uvicorn.Config(app, log_level="warning", **(uvicorn_limits() if limits is None else limits))
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    def __enter__(self) -> ServerThread:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
-        assert not self.thread.is_alive()
-
-
-def wait_for(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)
 
 
 @pytest.fixture(scope="module")
@@ -369,50 +326,6 @@ async def test_idle_sessions_are_closed_and_their_clients_see_a_lost_env():
 
 
 # ------------------------------------------------------------------ a served process, restarted
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start_cli_server(port: int) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "turngym.cli",
-            "serve",
-            "arith",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-            "--token",
-            TOKEN,
-        ],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        assert proc.poll() is None, proc.stdout.read().decode()
-        assert time.monotonic() < deadline, "turngym serve did not come up"
-        time.sleep(0.1)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
-
-
 class _RestartingAgent(ScriptedAgent):
     """The expert, except that after its second turn of seed ``victim`` the server is killed and restarted."""
 
@@ -437,12 +350,12 @@ class _RestartingAgent(ScriptedAgent):
 
 
 async def test_server_restarted_under_a_rollout_masks_that_episode_and_the_run_continues():
-    port = _free_port()
-    procs = [_start_cli_server(port)]
+    port = free_port()
+    procs = [start_cli_server(port, "arith", "--token", TOKEN)]
 
     def restart() -> None:
-        _stop(procs[-1])
-        procs.append(_start_cli_server(port))
+        stop(procs[-1])
+        procs.append(start_cli_server(port, "arith", "--token", TOKEN))
 
     try:
         agent = _RestartingAgent(victim=1, restart=restart)
@@ -464,31 +377,13 @@ async def test_server_restarted_under_a_rollout_masks_that_episode_and_the_run_c
         assert health["stats"]["opened"] == health["stats"]["closed"] == 2
     finally:
         for proc in procs:
-            _stop(proc)
+            stop(proc)
     # no server left: a new RemoteEnv says the server is unreachable, as a lost env
     with pytest.raises(RemoteEnvLost, match="unreachable"):
         RemoteEnv(f"http://127.0.0.1:{port}")
 
 
 # ------------------------------------------------------------------ OpenEnv and MCP front doors
-def _with_token(url: str, token: str = TOKEN) -> str:
-    """``http://user:<token>@host:port``: clients that take only a URL (openenv-core's) send it as
-    HTTP Basic, which the guard accepts with the token as the password."""
-    return url.replace("://", f"://turngym:{token}@", 1)
-
-
-@contextlib.asynccontextmanager
-async def mcp_client(url: str, headers: dict | None = None, **kwargs):
-    """The MCP SDK's client on ``url/mcp`` over streamable HTTP, sending ``headers`` (the token)."""
-    from mcp.client.client import Client
-    from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
-
-    async with create_mcp_http_client(AUTH if headers is None else headers) as http:
-        async with Client(streamable_http_client(url + "/mcp", http_client=http), **kwargs) as client:
-            yield client
-
-
 @pytest.fixture(scope="module")
 def served_openenv():
     manager = SessionManager(["arith"], max_sessions=4, idle_timeout=60)
@@ -504,7 +399,7 @@ async def test_openenv_core_client_plays_an_episode(served_openenv):
     local = turngym.make("arith")
     obs, _ = local.reset(seed=2)
     before = served.manager.stats.opened
-    async with GenericEnvClient(base_url=_with_token(served.url) + "/openenv") as client:
+    async with GenericEnvClient(base_url=with_token(served.url) + "/openenv") as client:
         result = await client.reset(seed=2)
         assert result.done is False and result.reward is None
         assert result.observation["messages"] == [m.model_dump(mode="json") for m in obs]
@@ -522,7 +417,7 @@ async def test_openenv_core_client_plays_an_episode(served_openenv):
         assert served.manager.stats.opened == before + 1  # one OpenEnv websocket, one session
     await asyncio.to_thread(wait_for, lambda: served.manager.sessions == {})
     # a malformed OpenEnv action is refused with the validation error, the connection stays usable
-    async with GenericEnvClient(base_url=_with_token(served.url) + "/openenv") as client:
+    async with GenericEnvClient(base_url=with_token(served.url) + "/openenv") as client:
         await client.reset(seed=0)
         with pytest.raises(RuntimeError, match="Invalid message|validation|extra"):
             await client.step({"content": "x", "bogus": 1})
