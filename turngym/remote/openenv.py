@@ -35,7 +35,7 @@ from openenv.core.env_server.types import Action, ConcurrencyConfig, Environment
 from pydantic import Field
 
 from turngym.core.types import Message, ToolCall
-from turngym.remote.protocol import CreateSession, ResetRequest, ServeError, StepRequest
+from turngym.remote.protocol import CreateSession, ResetRequest, StepRequest
 from turngym.remote.security import caller_is_trainer
 
 
@@ -158,21 +158,12 @@ def _environment_class(manager: Any) -> type[Environment]:
 
 def openenv_app(manager: Any) -> Any:
     """A FastAPI app speaking OpenEnv's protocol over ``manager``'s sessions (mount it at ``/openenv``)."""
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse
+    from fastapi import FastAPI
 
-    from turngym.remote.server import internal_reply
+    from turngym.remote.errors import add_error_handlers
 
     app = FastAPI(title="turngym env server: OpenEnv protocol")
-
-    @app.exception_handler(ServeError)
-    async def _serve_error(request: Request, e: ServeError) -> JSONResponse:
-        return JSONResponse(status_code=e.status, content={"detail": e.body().model_dump()})
-
-    @app.exception_handler(Exception)
-    async def _internal(request: Request, e: Exception) -> JSONResponse:
-        return internal_reply(e)
-
+    add_error_handlers(app)
     server = HTTPEnvServer(
         _environment_class(manager),
         TurngymAction,

@@ -26,25 +26,21 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request, WebSocket
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from pydantic import BaseModel
 from starlette.websockets import WebSocketDisconnect
 
+from turngym.remote.errors import add_error_handlers
 from turngym.remote.protocol import (
-    ERROR_STATUS,
     Closed,
     CreateSession,
-    ErrorBody,
     ExpertReply,
     Health,
     LimitTurnsReply,
     ResetReply,
-    ServeError,
     SessionInfo,
     StepReply,
     ToolsReply,
-    excerpt,
 )
 from turngym.remote.security import ServeGuard, caller_is_trainer, guard_app
 from turngym.remote.sessions import OPS, Caller, ServeStats, Session, SessionManager
@@ -130,17 +126,7 @@ def create_app(
     app = FastAPI(title="turngym env server", lifespan=lifespan)
     app.state.manager = manager
 
-    @app.exception_handler(ServeError)
-    async def _serve_error(request: Request, e: ServeError) -> JSONResponse:
-        return JSONResponse(status_code=e.status, content={"detail": e.body().model_dump()})
-
-    @app.exception_handler(RequestValidationError)
-    async def _malformed(request: Request, e: RequestValidationError) -> JSONResponse:
-        return malformed_reply(e)
-
-    @app.exception_handler(Exception)
-    async def _internal(request: Request, e: Exception) -> JSONResponse:
-        return internal_reply(e)
+    add_error_handlers(app)
 
     @app.get("/health", response_model=Health)
     async def health() -> Response:
@@ -181,20 +167,6 @@ def create_app(
     for path, sub in mounts:
         app.mount(path, sub)
     return guard_app(app, guard, open_paths=("/health",))
-
-
-def malformed_reply(e: RequestValidationError) -> JSONResponse:
-    """422 for a request that is not the protocol's: each field's location and message, never its input."""
-    parts = [f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()]
-    body = ErrorBody(error=excerpt("malformed request: " + "; ".join(parts[:5])), kind="malformed")
-    return JSONResponse(status_code=ERROR_STATUS["malformed"], content={"detail": body.model_dump()})
-
-
-def internal_reply(e: Exception) -> JSONResponse:
-    """500 as JSON, the exception's type and a short excerpt of its message (the rest is logged)."""
-    log.error("request failed", exc_info=e)
-    body = ErrorBody(error=excerpt(f"{type(e).__name__}: {e}", 300), kind="internal")
-    return JSONResponse(status_code=500, content={"detail": body.model_dump()})
 
 
 def _json(model: BaseModel) -> Response:
