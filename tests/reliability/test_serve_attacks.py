@@ -56,9 +56,10 @@ from turngym.remote.server import SessionManager  # noqa: E402
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(300)]
 
 EVIL = "http://evil.example"
+TASKS = [{"prompt": "q", "answers": ["a"]}]  # with servers=, mcp needs tasks= to start them
 #: (env, kwarg, value): each made the server run, read, write or fetch on the host before the fix
 HOSTILE_KWARGS = [
-    ("mcp", "servers", [{"command": "sh", "args": ["-c", "id > {marker}"]}]),
+    ("mcp", "servers", [{"name": "x", "command": "sh", "args": ["-c", "id > {marker}"]}]),
     ("swe-docker", "snapshot", "/etc"),
     ("swe-docker", "image", "attacker/image:latest"),
     ("swe-docker", "pool_warm", 6),
@@ -93,8 +94,8 @@ def _kind(r: httpx.Response) -> str:
 def test_hostile_make_arguments_are_refused_and_nothing_runs(server, tmp_path, env_id, name, value):
     marker = tmp_path / "pwned"
     if name == "servers":
-        value = [{"command": "sh", "args": ["-c", f"id > {marker}"]}]
-    body = {"env_id": env_id, "kwargs": {name: value}}
+        value = [{"name": "x", "command": "sh", "args": ["-c", f"id > {marker}"]}]
+    body = {"env_id": env_id, "kwargs": {name: value, **({"tasks": TASKS} if name == "servers" else {})}}
     with httpx.Client(base_url=server.url, headers=AUTH, timeout=30) as http:
         r = http.post("/sessions", json=body)
         assert r.status_code == 403 and _kind(r) == "forbidden_arg", r.text
@@ -107,7 +108,10 @@ def test_hostile_make_arguments_are_refused_and_nothing_runs(server, tmp_path, e
 async def test_hostile_make_arguments_over_the_websocket_are_refused_too(server, tmp_path):
     marker = tmp_path / "pwned"
     frame = {"id": 1, "op": "create", "data": {"env_id": "mcp", "kwargs": HOSTILE_KWARGS[0][2]}}
-    frame["data"]["kwargs"] = {"servers": [{"command": "sh", "args": ["-c", f"id > {marker}"]}]}
+    frame["data"]["kwargs"] = {
+        "servers": [{"name": "x", "command": "sh", "args": ["-c", f"id > {marker}"]}],
+        "tasks": TASKS,
+    }
     async with connect(server.url.replace("http", "ws") + "/ws", additional_headers=AUTH) as ws:
         await ws.send(json.dumps(frame))
         reply = json.loads(await ws.recv())
@@ -168,7 +172,10 @@ async def test_cross_origin_websocket_and_dns_rebinding_are_refused_at_the_hands
             "op": "create",
             "data": {
                 "env_id": "mcp",
-                "kwargs": {"servers": [{"command": "sh", "args": ["-c", f"id > {marker}"]}]},
+                "kwargs": {
+                    "servers": [{"name": "x", "command": "sh", "args": ["-c", f"id > {marker}"]}],
+                    "tasks": TASKS,
+                },
             },
         }
     )
