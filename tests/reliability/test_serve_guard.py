@@ -52,6 +52,9 @@ def test_roles_and_refusals():
         ("http://evil.example:8000", False),
         ("null", False),
         ("file://", False),
+        ("http://127.0.0.1:99999", False),
+        ("http://[::1", False),
+        ("http://user@127.0.0.1:8000", False),
         ("", False),
     ],
 )
@@ -79,7 +82,16 @@ def test_wildcard_binds_accept_any_host_but_still_need_the_token():
 @given(
     st.dictionaries(
         st.sampled_from([b"host", b"origin", b"authorization", b"content-length", b"x"]),
-        st.lists(st.binary(max_size=60), min_size=1, max_size=2),
+        st.lists(
+            st.binary(max_size=60)
+            | st.builds(
+                lambda a, b: f"{a}://{b}".encode(),
+                st.sampled_from(["http", "https", "x"]),
+                st.text(max_size=30),
+            ),
+            min_size=1,
+            max_size=2,
+        ),
     ),
     st.booleans(),
 )

@@ -208,11 +208,15 @@ class ServeGuard:
     def _origin_ok(self, origin: str, host: str) -> bool:
         if origin in self.allowed_origins or "*" in self.allowed_origins:
             return True
-        parts = urlsplit(origin)
+        try:
+            parts = urlsplit(origin)
+            port = parts.port
+        except ValueError:  # a port out of range, a broken IPv6 literal
+            return False
         if parts.scheme not in ("http", "https") or not parts.hostname:
             return False  # "null" (sandboxed frames, file:) and anything odd
         default = 443 if parts.scheme == "https" else 80
-        netloc = parts.netloc if parts.port is not None else f"{parts.netloc}:{default}"
+        netloc = parts.netloc if port is not None else f"{parts.netloc}:{default}"
         host_with_port = host if (":" in host.rsplit("]", 1)[-1]) else f"{host}:{default}"
         return netloc == host_with_port
 
