@@ -136,3 +136,48 @@ def test_resolve_token(monkeypatch):
         resolve_token("a token with spaces in it", env_var="T_ENV", insecure_no_token=False, host="h")
     with pytest.raises(ValueError, match="differ"):
         ServeGuard.for_bind("127.0.0.1", 1, TOKEN, trainer_token=TOKEN)
+
+
+@pytest.mark.parametrize(
+    ("name", "annotation", "why"),
+    [
+        ("depth", int, None),
+        ("world_seed", int, None),
+        ("split", "Literal", None),
+        ("system_prompt", str, None),
+        ("hops", "list[int] | None", None),
+        ("servers", "Any", "a command"),
+        ("snapshot", "str | None", "a path"),
+        ("cache_dir", "str | None", "a path"),
+        ("retriever", "str | None", "a URL or host"),
+        ("base_image", "str | None", "an image or package"),
+        ("pool_warm", int, "a resource limit or size"),
+        ("max_output_chars", int, "a resource limit or size"),
+        ("n_passages", int, "a resource limit or size"),
+        ("command_timeout", float, "a resource limit or size"),
+        ("judge", "Any", "a code object"),
+        ("corpus_file", "Path", "a path"),
+        ("_session", "Any", "not a plain argument name"),
+        ("task", "os.PathLike", "not plain JSON"),
+        ("task", "Callable", "not plain JSON"),
+    ],
+)
+def test_never_settable_names_and_types(name, annotation, why):
+    import os
+    from collections.abc import Callable
+    from pathlib import Path
+    from typing import Any, Literal
+
+    from turngym.remote.env_args import never_settable
+
+    types = {
+        "Literal": Literal["a", "b"],
+        "list[int] | None": list[int] | None,
+        "Any": Any,
+        "str | None": str | None,
+        "Path": Path,
+        "os.PathLike": str | os.PathLike,
+        "Callable": Callable[[], int],
+    }
+    found = never_settable(name, types.get(annotation, annotation))
+    assert (found is None) if why is None else (found is not None and why in found), found

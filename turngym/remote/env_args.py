@@ -37,7 +37,7 @@ NEVER_PARTS: dict[str, frozenset[str]] = {
         "command commands cmd cmds exec shell script entrypoint argv args servers server plugin".split()
     ),
     "a path": frozenset("path paths dir dirs directory file files root src cache db snapshot corpus".split())
-    | frozenset("tasks catalog goals queries data dataset output log logs home cwd workdir mount".split()),
+    | frozenset("tasks catalog goals queries data dataset home cwd workdir mount".split()),
     "a URL or host": frozenset(
         "url urls uri endpoint host hosts port retriever proxy remote sites api".split()
     ),
