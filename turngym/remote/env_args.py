@@ -60,9 +60,9 @@ def never_settable(name: str, annotation: Any = inspect.Parameter.empty) -> str 
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,63}", name):
         return "it is not a plain argument name"
     parts = set(re.split(r"_+", name.lower())) | {name.lower()}
-    for what, words in NEVER_PARTS.items():
-        if parts & words:
-            return f"it names {what}"
+    named = [what for what, words in NEVER_PARTS.items() if parts & words]
+    if named:
+        return "it names " + " or ".join(named)
     if annotation is not inspect.Parameter.empty and not _plain(annotation):
         return "its type is not plain JSON data (a path, an object or code)"
     return None
