@@ -520,11 +520,9 @@ class Trainer:
             autocast=self.cfg.model.autocast,
         )
         self.model.eval()
-        import torch
+        from turngym.trainer.checkpoint import WARM_START, save_weights, trainable_state
 
-        from turngym.trainer.checkpoint import trainable_state
-
-        torch.save(trainable_state(self.model), self.run_dir / "sft_weights.pt")
+        save_weights(self.run_dir / WARM_START, trainable_state(self.model))
         info = {
             "sft/loss_first": losses[0],
             "sft/loss_last": losses[-1],
@@ -536,33 +534,28 @@ class Trainer:
 
     def _load_warm_start(self) -> dict[str, float]:
         """A rank other than 0 loads the warm start rank 0 just wrote (if it ran one)."""
-        import torch
+        from turngym.trainer.checkpoint import WARM_START, load_weights
 
-        sft = self.run_dir / "sft_weights.pt"
+        sft = self.run_dir / WARM_START
         if sft.exists():
-            self.model.load_state_dict(torch.load(sft, map_location="cpu"), strict=False)
+            self.model.load_state_dict(load_weights(sft), strict=False)
         return {}
 
     def resume(self) -> bool:
-        from turngym.trainer.checkpoint import latest_checkpoint, load_checkpoint
+        """Continue from the newest intact checkpoint (:func:`restore_run`), else start over at step 0;
+        either way the metrics rows the run will log again are dropped."""
+        from turngym.trainer.checkpoint import restore_run
 
         if not self.cfg.resume:
             return False
-        ckpt = latest_checkpoint(self.run_dir)
-        if ckpt is None:
-            sft = self.run_dir / "sft_weights.pt"
-            if sft.exists():  # the warm start finished before any RL checkpoint
-                import torch
-
-                self.model.load_state_dict(torch.load(sft, map_location="cpu"), strict=False)
-            return False
-        state = load_checkpoint(ckpt, self.model, self.optimizer, self.scheduler)
-        self.step = int(state["step"])
-        if self.dist.is_main:  # rows of steps after the checkpoint are redone: no duplicates, no gaps
+        with main_first(self.dist) as first:  # rank 0 sets damaged checkpoints aside; the others follow
+            state = restore_run(self.run_dir, self.model, self.optimizer, self.scheduler, first)
+        self.step = int(state["step"]) if state is not None else 0
+        if self.dist.is_main:  # rows of steps after the resumed one are redone: no duplicates, no gaps
             self.logger.rewind(self.step)
         if self.step:
             self._sync_weights(self.step)
-        return True
+        return state is not None
 
     def _keep_best(self, step: int, scores: dict[str, float]) -> None:
         """``keep_best``: export the policy to ``run_dir/best`` when this eval beats every earlier one
