@@ -186,7 +186,7 @@ def test_no_intact_checkpoint_stops_naming_every_damage(trained, tmp_path):
         resumed(run)
     for step in (1, 2, 3):
         assert f"step-{step:06d}: optimizer.pt: sha256 mismatch" in str(e.value)
-    assert "Move the damaged checkpoints away" in str(e.value)
+    assert "Move them out of" in str(e.value)
     assert [p.name for p in sorted((run / "checkpoints").iterdir())] == [f"step-{s:06d}" for s in (1, 2, 3)]
 
 

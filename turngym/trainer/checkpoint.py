@@ -301,7 +301,7 @@ def restore_run(
         lines = "\n".join(f"  {e}" for e in damaged)
         raise CheckpointError(
             f"no intact checkpoint to resume from in {Path(run_dir) / 'checkpoints'}:\n{lines}\n"
-            "Move the damaged checkpoints away to start the run over (or set resume=false)."
+            f"Move them out of {Path(run_dir) / 'checkpoints'} to start the run over."
         )
     warm = Path(run_dir) / WARM_START
     if warm.exists():  # the warm start finished before any RL checkpoint
