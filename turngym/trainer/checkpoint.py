@@ -35,7 +35,6 @@ from turngym.trainer.manifest import (
 
 log = logging.getLogger("turngym.trainer")
 
-FILES = ("trainable.pt", "optimizer.pt", "state.json")
 WARM_START = "sft_weights.pt"
 
 
@@ -48,6 +47,8 @@ class CheckpointWriteError(CheckpointError):
 
 
 class CheckpointDamaged(CheckpointError):
+    """A checkpoint that fails verification or safe loading; ``damage`` says which file and check."""
+
     def __init__(self, damage: Damage):
         super().__init__(str(damage))
         self.damage = damage
@@ -107,13 +108,9 @@ def _torch_load(path: Path) -> Any:
 
 def save_weights(path: Path, weights: dict[str, Any]) -> None:
     """A state dict saved whole or not at all (the warm start's weights)."""
-    import io
-
     import torch
 
-    buf = io.BytesIO()
-    torch.save(weights, buf)
-    atomic_write(path, buf.getvalue())
+    atomic_write(path, lambda f: torch.save(weights, f))
 
 
 def load_weights(path: Path) -> dict[str, Any]:

@@ -18,9 +18,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, BinaryIO
 
 MANIFEST = "manifest.json"
 FORMAT = "turngym-checkpoint"
@@ -71,13 +72,17 @@ def fsync_tree(root: Path) -> None:
         fsync_dir(Path(dirpath))
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` whole: written and fsynced beside it, renamed, parent fsynced."""
+def atomic_write(path: Path, data: bytes | Callable[[BinaryIO], object]) -> None:
+    """Replace ``path`` whole with ``data`` (bytes, or a function that writes to the open file):
+    written and fsynced beside it, renamed over it, its directory fsynced."""
     path = Path(path)
     tmp = path.with_name(f".tmp-{path.name}")
     try:
         with open(tmp, "wb") as f:
-            f.write(data)
+            if isinstance(data, bytes):
+                f.write(data)
+            else:
+                data(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
