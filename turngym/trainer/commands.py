@@ -59,6 +59,7 @@ def train(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from turngym.trainer.checkpoint import CheckpointError
     from turngym.trainer.config import load_config
     from turngym.trainer.loop import Trainer
 
@@ -96,7 +97,11 @@ def train(
             progress.update(task, completed=step, info=info)
             progress.console.print(f"step {step}: {info}")
 
-        summary = trainer.train(on_step=on_step)
+        try:
+            summary = trainer.train(on_step=on_step)
+        except CheckpointError as e:  # a full disk, or no intact checkpoint: the message says what to do
+            console.print(f"[red]checkpoint error[/]: {e}", highlight=False, soft_wrap=True)
+            raise typer.Exit(1) from e
     run = Path(summary["run_dir"])
     console.print(
         f"[green]done[/] at step {summary['step']}: metrics {run / 'metrics.jsonl'}, tensorboard {run / 'tb'}, "

@@ -35,24 +35,24 @@ class RunState:
         self.step = 0
 
     def resume(self) -> bool:
-        """Load the newest checkpoint (weights, optimizer, schedule, RNG, step) when ``cfg.resume``;
-        without one, a finished warm start's weights. True when a checkpoint was loaded."""
-        from turngym.trainer.checkpoint import latest_checkpoint, load_checkpoint
+        """Continue from the newest intact checkpoint (:func:`~turngym.trainer.checkpoint.restore_run`:
+        weights, optimizer, schedule, RNG, step; without one, a finished warm start's weights) when
+        ``cfg.resume``; either way the metrics rows the run will log again are dropped. True when a
+        checkpoint was loaded."""
+        from turngym.trainer.checkpoint import restore_run
+        from turngym.trainer.distributed import main_first
 
         if not self.cfg.resume:
             return False
-        ckpt = latest_checkpoint(self.run_dir)
         p = self.policy
-        if ckpt is None:
-            self._load_warm_start()  # the warm start finished before any RL checkpoint
-            return False
-        state = load_checkpoint(ckpt, p.model, p.optimizer, p.scheduler)
-        self.step = int(state["step"])
-        if self.dist.is_main:  # rows of steps after the checkpoint are redone: no duplicates, no gaps
+        with main_first(self.dist) as first:  # rank 0 sets damaged checkpoints aside; the others follow
+            state = restore_run(self.run_dir, p.model, p.optimizer, p.scheduler, first)
+        self.step = int(state["step"]) if state is not None else 0
+        if self.dist.is_main:  # rows of steps after the resumed one are redone: no duplicates, no gaps
             self.logger.rewind(self.step)
         if self.step:
             p.sync_weights(self.step)
-        return True
+        return state is not None
 
     def warm_start(self, first: bool) -> dict[str, float]:
         """The SFT warm start (``cfg.sft``) on rank 0 (``first``), unless one already finished; the
@@ -60,25 +60,23 @@ class RunState:
         if not first:
             self._load_warm_start()
             return {}
-        import torch
-
-        from turngym.trainer.checkpoint import trainable_state
+        from turngym.trainer.checkpoint import WARM_START, save_weights, trainable_state
         from turngym.trainer.sft import sft_from_config
 
         marker = self.run_dir / "sft_done.json"
         if self.cfg.sft.steps <= 0 or marker.exists():
             return {}
         info = sft_from_config(self.cfg, self.policy.model, self.policy.tokenizer)
-        torch.save(trainable_state(self.policy.model), self.run_dir / "sft_weights.pt")
+        save_weights(self.run_dir / WARM_START, trainable_state(self.policy.model))
         marker.write_text(json.dumps(info))
         return info
 
     def _load_warm_start(self) -> None:
-        import torch
+        from turngym.trainer.checkpoint import WARM_START, load_weights
 
-        sft = self.run_dir / "sft_weights.pt"
+        sft = self.run_dir / WARM_START
         if sft.exists():
-            self.policy.load_trainable(torch.load(sft, map_location="cpu", weights_only=True))
+            self.policy.load_trainable(load_weights(sft))
 
     def keep_best(self, step: int, scores: dict[str, float]) -> None:
         """``keep_best``: export the policy to ``run_dir/best`` when this eval beats every earlier one
