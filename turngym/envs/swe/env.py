@@ -387,6 +387,7 @@ class SweDockerEnv(Env):
                 timeout=self.test_timeout,
                 staged=self._staged.get(id(pool)),
                 grader=task.grader,
+                is_test_path=task.is_test_path,
             )
         finally:
             pool.release_later(sb)

@@ -161,6 +161,8 @@ class TestRun:
     output: str = ""
     timed_out: bool = False
     exit_code: int = 0
+    #: tampering the graded run found (``grading.run_graded_tests``); any refuses the verdict
+    problems: list[str] = field(default_factory=list)
 
     def passed(self, nodeid: str) -> bool:
         return self.outcomes.get(nodeid) == "passed"
@@ -289,6 +291,8 @@ class Grade:
     grader: str = "strict"
     #: the verifier's own reward (Harbor tasks); None when the verdict is pass/fail by tests
     score: float | None = None
+    #: why the patch was refused as tampering with the test machinery (``grading``); empty if not
+    tampering: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -301,6 +305,7 @@ class Grade:
             "PASS_TO_PASS": f"{self.p2p_passed}/{self.p2p_total}",
             "detail": self.detail,
             "failing": self.failing[:20],
+            "tampering": self.tampering[:20],
         }
 
     def components(self) -> dict[str, float]:
@@ -338,24 +343,38 @@ def grade_patch(
     timeout: float = 300.0,
     staged: Mapping[str, bytes] | None = None,
     grader: str = "strict",
+    is_test_path: Callable[[str], bool] | None = None,
 ) -> Grade:
     """Seed a fresh sandbox with the task's files, apply ``patch`` (+ ``test_patch``) and run the tests;
-    ``grader`` (a name in :data:`GRADERS`) turns the per-test statuses into the verdict."""
+    ``grader`` (a name in :data:`GRADERS`) turns the per-test statuses into the verdict.
+
+    With ``is_test_path`` the patch is cut to :func:`gradable_patch` here too (test and runner files
+    stay pristine whoever calls). A patch that reaches for the test machinery is refused unrun, and the
+    tests run through :func:`~turngym.envs.swe.grading.run_graded_tests`: a pass needs the harness's
+    evidence, and tampering it saw refuses the patch (``Grade.tampering``)."""
+    from turngym.envs.swe.grading import machinery_edits, run_graded_tests, watched_files
+
     if grader not in GRADERS:
         raise KeyError(f"unknown grader {grader!r}; known: {', '.join(GRADERS)}")
+    if is_test_path is not None:
+        patch, _ = gradable_patch(patch, is_test_path, files)
+    totals = {"f2p_total": len(fail_to_pass), "p2p_total": len(pass_to_pass), "grader": grader}
+    refused = machinery_edits(patch, files)
+    if refused:
+        detail = "refused: the patch reaches for the test machinery (" + "; ".join(refused[:10]) + ")"
+        return Grade(False, applied=True, detail=detail, tampering=refused, **totals)  # type: ignore[arg-type]
     seed_repo(sb, files, staged=staged)
     for name, p in (("patch", patch), ("test_patch", test_patch)):
         res = apply_diff(sb, p, name)
         if res is not None:
-            return Grade(
-                False,
-                applied=False,
-                f2p_total=len(fail_to_pass),
-                p2p_total=len(pass_to_pass),
-                detail=f"{name} does not apply: {res.output.strip()[:1000]}",
-                grader=grader,
-            )
-    run = run_tests(sb, test_files or sorted({t.split("::")[0] for t in fail_to_pass}), timeout=timeout)
+            detail = f"{name} does not apply: {res.output.strip()[:1000]}"
+            return Grade(False, applied=False, detail=detail, **totals)  # type: ignore[arg-type]
+    targets = test_files or sorted({t.split("::")[0] for t in fail_to_pass})
+    watch = watched_files(files, list(test_files), test_patch, is_test_path)
+    run = run_graded_tests(sb, targets, watch, timeout=timeout)
+    if run.problems:
+        detail = "refused: the test run was tampered with (" + "; ".join(run.problems[:10]) + ")"
+        return Grade(False, applied=True, detail=detail, tampering=run.problems, **totals)  # type: ignore[arg-type]
     f2p, p2p, status = GRADERS[grader](status_map(run), list(fail_to_pass), list(pass_to_pass))
     ok = set(f2p) | set(p2p)
     failing = [t for t in fail_to_pass + pass_to_pass if t not in ok]
