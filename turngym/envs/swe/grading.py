@@ -24,7 +24,7 @@ import json
 import re
 import shlex
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ MACHINERY = re.compile(
 )
 HARNESS = "grade_harness.py"
 #: the clean environment of the graded test process (everything else of the image's is dropped)
-CLEAN_ENV = "PATH=/usr/local/bin:/usr/bin:/bin HOME=/root LANG=C.UTF-8 PYTHONHASHSEED=0"
+CLEAN_ENV = "PATH=/usr/local/bin:/usr/bin:/bin HOME=/root LANG=C.UTF-8"
 NO_EVIDENCE = "the grader saw no run of this test's own code to its end (the test machinery was bypassed)"
 
 
@@ -94,6 +94,8 @@ def run_graded_tests(
     from turngym.envs.swe.repo import TestRun
 
     nonce, name = uuid.uuid4().hex, uuid.uuid4().hex
+    canaries = write_canaries(sb, targets)
+    targets = [*targets, canaries[0].split("::")[0]]
     report = f"{PLUGIN_DIR}/grade-{name}.json"
     harness = f"{PLUGIN_DIR}/{HARNESS}"
     plugin = f"{PLUGIN_DIR}/{PLUGIN_NAME}.py"
@@ -122,19 +124,40 @@ def run_graded_tests(
         run = TestRun({}, output=f"{why}\n{res.output}", timed_out=res.timed_out, exit_code=res.exit_code)
         run.problems = [] if data is None else [why]
         return run
-    outcomes, messages, problems = verified_outcomes(data)
+    outcomes, messages, problems = verified_outcomes(data, canaries)
     run = TestRun(outcomes, messages, output=res.output, timed_out=res.timed_out, exit_code=res.exit_code)
     run.problems = problems
     return run
 
 
-def verified_outcomes(report: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str], list[str]]:
+def write_canaries(sb: DockerSandbox, targets: list[str]) -> list[str]:
+    """Write two tests that must fail (false asserts, random names) next to the first target: a
+    ``unittest.TestCase`` method (collected whatever the project's name patterns) and a plain test
+    function; their ids. A run in which one passes, or that collected tests but not the first, was
+    faked wholesale (every report forced to pass, every test marked as run, a rerun elsewhere)."""
+    tag = uuid.uuid4().hex[:12]
+    first = targets[0].split("::")[0] if targets else ""
+    folder = first.rsplit("/", 1)[0] + "/" if "/" in first else ""
+    path = f"{folder}test_zz_{tag}.py"
+    source = (
+        f"import unittest\n\n\nclass Zz{tag}(unittest.TestCase):\n    def test_u{tag}(self):\n"
+        f"        assert {tag!r} == 'u'\n\n\ndef test_f{tag}():\n    assert {tag!r} == 'f'\n"
+    )
+    sb.put_files({f"{REPO_DIR}/{path}": source})
+    return [f"{path}::Zz{tag}::test_u{tag}", f"{path}::test_f{tag}"]
+
+
+def verified_outcomes(
+    report: Mapping[str, Any], canaries: Sequence[str] = ()
+) -> tuple[dict[str, str], dict[str, str], list[str]]:
     """Per-test outcomes where "passed" needs evidence, the messages, and the tampering problems.
 
     A test passed when pytest says so *and* the harness saw its function (the last part of the test
     id, parameters dropped) return normally during its call phase. A test whose function no watched
     file defines by that name (generated tests, helpers outside the test suite) keeps pytest's outcome:
     there is no pristine code to look for, so only the harness's integrity checks cover it.
+    ``canaries`` (:func:`write_canaries`) must not pass, and the first must have run when anything
+    did; they are left out of the outcomes.
     """
     tests: Mapping[str, Any] = report.get("tests") or {}
     returned: Mapping[str, list[str]] = report.get("returned") or {}
@@ -153,4 +176,11 @@ def verified_outcomes(report: Mapping[str, Any]) -> tuple[dict[str, str], dict[s
             if func in names and func not in ran:
                 outcome, messages[nodeid] = "failed", NO_EVIDENCE
         outcomes[nodeid] = outcome
+    for i, canary in enumerate(canaries):
+        rec = outcomes.pop(canary, None)
+        messages.pop(canary, None)
+        if rec is None and outcomes and i == 0:
+            problems.append("the grader's canary test (written to fail) was not run")
+        elif rec == "passed" or canary.rsplit("::", 1)[-1] in (returned.get(canary) or ()):
+            problems.append("the grader's canary test (written to fail) passed")
     return outcomes, messages, problems
