@@ -25,9 +25,11 @@ import re
 import shlex
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from turngym.envs.swe.diffs import split_patch
 from turngym.envs.swe.packages import PLUGIN_DIR, PLUGIN_NAME, REPO_DIR, plugin_source
 from turngym.sandboxes.docker import DockerSandbox, SandboxError
 
@@ -44,12 +46,27 @@ CLEAN_ENV = "PATH=/usr/local/bin:/usr/bin:/bin HOME=/root LANG=C.UTF-8"
 NO_EVIDENCE = "the grader saw no run of this test's own code to its end (the test machinery was bypassed)"
 
 
+@dataclass
+class TestRun:
+    """Per-test outcomes of one pytest run (``passed``/``failed``/``error``/``skipped``)."""
+
+    outcomes: dict[str, str]
+    messages: dict[str, str] = field(default_factory=dict)
+    output: str = ""
+    timed_out: bool = False
+    exit_code: int = 0
+    #: tampering the graded run found (``grading.run_graded_tests``); any refuses the verdict
+    problems: list[str] = field(default_factory=list)
+
+    def passed(self, nodeid: str) -> bool:
+        return self.outcomes.get(nodeid) == "passed"
+
+
 def watched_files(
     files: Mapping[str, bytes], test_files: list[str], test_patch: str, is_test_path: Any = None
 ) -> list[str]:
     """The Python files of the test suite (pristine, or from ``test_patch``) the harness fingerprints:
     ``is_test_path``'s, else files named like tests, plus ``test_files``."""
-    from turngym.envs.swe.repo import split_patch
 
     def looks_like_test(path: str) -> bool:
         name = path.rsplit("/", 1)[-1]
@@ -68,8 +85,6 @@ def watched_files(
 def machinery_edits(patch: str, files: Mapping[str, bytes]) -> list[str]:
     """Why ``patch`` is refused before any test runs: ``path: word`` for each test-machinery word its
     added lines bring into a file that never used it, and ``path: binary change`` for binary sections."""
-    from turngym.envs.swe.repo import split_patch
-
     found: list[str] = []
     for path, section in split_patch(patch):
         if "\nGIT binary patch\n" in section or "\nBinary files " in section:
@@ -91,8 +106,6 @@ def run_graded_tests(
     """Run ``targets`` through the harness; a :class:`~turngym.envs.swe.repo.TestRun` whose outcomes
     are :func:`verified_outcomes` and whose ``problems`` list any tampering the harness saw. ``watch``:
     the test-suite files (relative, pristine) whose functions the harness fingerprints and traces."""
-    from turngym.envs.swe.repo import TestRun
-
     nonce, name = uuid.uuid4().hex, uuid.uuid4().hex
     canaries = write_canaries(sb, targets)
     targets = [*targets, canaries[0].split("::")[0]]

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from turngym.envs.swe.diffs import split_patch
+from turngym.envs.swe.grading import TestRun, machinery_edits, run_graded_tests, watched_files
 from turngym.envs.swe.packages import PLUGIN_DIR, PLUGIN_NAME, REPO_DIR, plugin_source
 from turngym.sandboxes.docker import DockerSandbox, ExecResult, SandboxError, tar_of
 
@@ -88,19 +89,6 @@ def current_patch(sb: DockerSandbox, *, timeout: float = 60.0) -> str:
     return res.output
 
 
-_DIFF_HEADER = re.compile(r"^diff --git a/(.+?) b/(.+?)$", re.M)
-
-
-def split_patch(patch: str) -> list[tuple[str, str]]:
-    """A git diff as ``(path, section)`` pairs, one per file."""
-    heads = list(_DIFF_HEADER.finditer(patch))
-    out = []
-    for i, m in enumerate(heads):
-        end = heads[i + 1].start() if i + 1 < len(heads) else len(patch)
-        out.append((m.group(2), patch[m.start() : end]))
-    return out
-
-
 #: Files that configure or replace the test runner; a submitted patch never changes them (an agent
 #: could otherwise fake a pass: a /testbed/pytest.py shadows pytest, a pytest.ini loads a plugin).
 RUNNER_FILES = frozenset(
@@ -150,22 +138,6 @@ def gradable_patch(
 
 def changed_paths(patch: str) -> list[str]:
     return [path for path, _ in split_patch(patch)]
-
-
-@dataclass
-class TestRun:
-    """Per-test outcomes of one pytest run (``passed``/``failed``/``error``/``skipped``)."""
-
-    outcomes: dict[str, str]
-    messages: dict[str, str] = field(default_factory=dict)
-    output: str = ""
-    timed_out: bool = False
-    exit_code: int = 0
-    #: tampering the graded run found (``grading.run_graded_tests``); any refuses the verdict
-    problems: list[str] = field(default_factory=list)
-
-    def passed(self, nodeid: str) -> bool:
-        return self.outcomes.get(nodeid) == "passed"
 
 
 def run_tests(
@@ -352,8 +324,6 @@ def grade_patch(
     stay pristine whoever calls). A patch that reaches for the test machinery is refused unrun, and the
     tests run through :func:`~turngym.envs.swe.grading.run_graded_tests`: a pass needs the harness's
     evidence, and tampering it saw refuses the patch (``Grade.tampering``)."""
-    from turngym.envs.swe.grading import machinery_edits, run_graded_tests, watched_files
-
     if grader not in GRADERS:
         raise KeyError(f"unknown grader {grader!r}; known: {', '.join(GRADERS)}")
     if is_test_path is not None:
