@@ -83,7 +83,7 @@ def exit_with_report(test_ids: list[str]) -> str:
     """Write the old grader's report file with every test passed, then leave with ``os._exit(0)``."""
     report = {"tests": {t: {"outcome": "passed", "message": ""} for t in test_ids}, "exitstatus": 0}
     return f"""
-with open("/tmp/.turngym-report.json", "w") as _f:
+with open("/tmp/.turn" + "gym-report.json", "w") as _f:
     _f.write({json.dumps(json.dumps(report))})
 getattr(__import__("o" + "s"), "_ex" + "it")(0)
 """
@@ -178,9 +178,9 @@ def test_runtest_noop_is_caught_at_run_time(graded):
     assert not g.resolved and "_pytest.python.Function.runtest was replaced" in g.tampering, g.as_dict()
 
 
-def test_report_hook_registered_at_import_fakes_nothing(graded):
+def test_report_hook_registered_at_import_is_caught(graded):
     g = graded(INFLECTION, REPORT_HOOK)
-    assert not g.resolved and g.f2p_passed == 0, g.as_dict()
+    assert not g.resolved and "the grader's canary test (written to fail) passed" in g.tampering, g.as_dict()
 
 
 def test_unittest_monkeypatch_is_caught(graded):
@@ -196,10 +196,10 @@ def test_stripped_asserts_are_caught(graded):
 def test_forged_report_and_exit_at_import(env, graded):
     task = env._by_id[INFLECTION]
     g = graded(INFLECTION, exit_with_report(task.fail_to_pass + task.pass_to_pass))
-    assert not g.resolved and g.f2p_passed == 0 and g.p2p_passed == 0, g.as_dict()
+    assert not g.resolved and g.f2p_passed == 0 and g.p2p_passed == 0 and not g.tampering, g.as_dict()
 
 
 @pytest.mark.parametrize("kind", sorted(PLANTS))
 def test_planted_startup_hooks_and_rerun(graded, kind):
     g = graded(INFLECTION, plant_and_rerun(kind))
-    assert not g.resolved and g.f2p_passed == 0, g.as_dict()
+    assert not g.resolved and g.f2p_passed == 0 and g.p2p_passed == 0, g.as_dict()

@@ -172,11 +172,20 @@ def verified_outcomes(
     ``canaries`` (:func:`write_canaries`) must not pass, and the first must have run when anything
     did; they are left out of the outcomes.
     """
-    tests: Mapping[str, Any] = report.get("tests") or {}
+    tests = dict(report.get("tests") or {})
     returned: Mapping[str, list[str]] = report.get("returned") or {}
     names = set(report.get("names") or ())
     problems = [str(p) for p in report.get("problems") or ()]
     problems += [f"test-file code that is not the test file's own: {f}" for f in report.get("foreign") or ()]
+    ran_any = any(c not in canaries for c in tests)
+    for i, canary in enumerate(canaries):  # judged on pytest's own word, before the evidence check
+        rec = tests.pop(canary, None)
+        if rec is None and ran_any and i == 0:
+            problems.append("the grader's canary test (written to fail) was not run")
+        elif rec is not None and rec.get("outcome") == "passed":
+            problems.append("the grader's canary test (written to fail) passed")
+        elif canary.rsplit("::", 1)[-1] in (returned.get(canary) or ()):
+            problems.append("the grader's canary test (written to fail) returned normally")
     outcomes: dict[str, str] = {}
     messages: dict[str, str] = {}
     for nodeid, rec in tests.items():
@@ -189,11 +198,4 @@ def verified_outcomes(
             if func in names and func not in ran:
                 outcome, messages[nodeid] = "failed", NO_EVIDENCE
         outcomes[nodeid] = outcome
-    for i, canary in enumerate(canaries):
-        rec = outcomes.pop(canary, None)
-        messages.pop(canary, None)
-        if rec is None and outcomes and i == 0:
-            problems.append("the grader's canary test (written to fail) was not run")
-        elif rec == "passed" or canary.rsplit("::", 1)[-1] in (returned.get(canary) or ()):
-            problems.append("the grader's canary test (written to fail) passed")
     return outcomes, messages, problems
