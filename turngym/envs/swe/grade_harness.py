@@ -23,6 +23,11 @@ import os
 import sys
 
 
+def _qual(code):
+    """The code's qualified name (``co_qualname`` is Python 3.11+; older ones have ``co_name`` only)."""
+    return getattr(code, "co_qualname", code.co_name)
+
+
 def _fingerprint(code, memo):
     """A digest of a code object's bytecode, names and constants (nested code included)."""
     import hashlib
@@ -31,7 +36,7 @@ def _fingerprint(code, memo):
     if got is not None:
         return got
     parts = [code.co_code, repr(code.co_names), repr(code.co_varnames), repr(code.co_freevars)]
-    parts += [repr(code.co_cellvars), str(code.co_flags), str(code.co_argcount), code.co_qualname]
+    parts += [repr(code.co_cellvars), str(code.co_flags), str(code.co_argcount), _qual(code)]
     parts.append(str(code.co_firstlineno))
     for c in code.co_consts:
         if hasattr(c, "co_code"):
@@ -58,13 +63,13 @@ def _expected(paths):
                 code = compile(f.read(), path, "exec", dont_inherit=True)
         except (OSError, SyntaxError, ValueError):
             continue
-        out.setdefault((path, code.co_qualname, code.co_firstlineno), set()).add(_fingerprint(code, memo))
+        out.setdefault((path, _qual(code), code.co_firstlineno), set()).add(_fingerprint(code, memo))
         stack = [code]
         while stack:
             c = stack.pop()
             for k in c.co_consts:
                 if hasattr(k, "co_code"):
-                    out.setdefault((path, k.co_qualname, k.co_firstlineno), set()).add(_fingerprint(k, memo))
+                    out.setdefault((path, _qual(k), k.co_firstlineno), set()).add(_fingerprint(k, memo))
                     stack.append(k)
     return out
 
@@ -126,10 +131,10 @@ def main():
             return None
         ok = genuine.get(code)
         if ok is None:
-            key = (code.co_filename, code.co_qualname, code.co_firstlineno)
+            key = (code.co_filename, _qual(code), code.co_firstlineno)
             ok = genuine[code] = _fingerprint(code, fp_memo) in expected.get(key, ())
             if not ok:
-                foreign.add(f"{code.co_filename}:{code.co_qualname}")
+                foreign.add(f"{code.co_filename}:{_qual(code)}")
         if not ok or current[0] is None:
             return None
         return local_tracer(code)

@@ -42,7 +42,8 @@ MACHINERY = re.compile(
 )
 HARNESS = "grade_harness.py"
 #: the clean environment of the graded test process (everything else of the image's is dropped)
-CLEAN_ENV = "PATH=/usr/local/bin:/usr/bin:/bin HOME=/root LANG=C.UTF-8"
+#: (``PATH`` is the image's own, e.g. a conda env's ``bin`` first; the grading container is fresh)
+CLEAN_ENV = 'PATH="$PATH" HOME=/root LANG=C.UTF-8'
 NO_EVIDENCE = "the grader saw no run of this test's own code to its end (the test machinery was bypassed)"
 
 
