@@ -4,7 +4,8 @@ The repository never lives in the image: the host uploads the task's files into 
 tmpfs at reset and commits them as the base commit (fixed author and date, so the commit is the
 same every time). The image therefore never holds a fixed copy an agent could diff against, and
 grading starts a fresh container with pristine tests, so edits to tests, ``conftest.py`` or a
-broken sandbox cannot change the verdict.
+broken sandbox cannot change the verdict; the graded tests run through
+:mod:`turngym.envs.swe.grading`, so source code that tampers with the test run cannot either.
 """
 
 from __future__ import annotations
