@@ -99,10 +99,11 @@ class DistContext:
         return f"cuda:{self.local_rank}" if self.backend == "nccl" else "cpu"
 
 
-def init_distributed(backend: str = "auto") -> DistContext:
+def init_distributed(backend: str = "auto", timeout_s: float | None = None) -> DistContext:
     """Join the process group described by torchrun's environment (``RANK``, ``WORLD_SIZE``,
     ``LOCAL_RANK``, ``MASTER_ADDR``/``PORT``); a single process without them. ``auto`` picks NCCL when
-    CUDA is available, else gloo."""
+    CUDA is available, else gloo. ``timeout_s``: how long a collective waits for the other ranks
+    before it fails (a dead or stuck rank stops the run rather than hanging it)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return DistContext()
@@ -115,8 +116,27 @@ def init_distributed(backend: str = "auto") -> DistContext:
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
     if not dist.is_initialized():
-        dist.init_process_group(backend=backend)
+        import datetime
+
+        timeout = datetime.timedelta(seconds=timeout_s) if timeout_s else None
+        dist.init_process_group(backend=backend, timeout=timeout)
     return DistContext(rank=rank, world_size=world, local_rank=local_rank, backend=backend)
+
+
+class ConfigMismatchError(RuntimeError):
+    """The ranks of one job were started with different configs."""
+
+
+def check_same_config(ctx: DistContext, digest: str) -> None:
+    """Every rank's config hash must equal rank 0's: ranks started with different configs (another
+    file, another override) would train different things under one gradient; they refuse to start."""
+    hashes = ctx.all_gather(digest)
+    odd = [r for r, h in enumerate(hashes) if h != hashes[0]]
+    if odd:
+        raise ConfigMismatchError(
+            f"ranks {odd} were started with a different config than rank 0 (config hashes by rank: "
+            f"{hashes}); start every rank with the same config file and overrides"
+        )
 
 
 def shard(items: Sequence[T], ctx: DistContext) -> list[T]:

@@ -3,7 +3,9 @@ resume from the newest checkpoint, the SFT warm start (run once, loaded by the o
 and final exports, checkpoints and the per-step trajectory files.
 
 Rank 0 writes; the other ranks wait at a barrier and read what it wrote
-(:func:`turngym.trainer.distributed.main_first`).
+(:func:`turngym.trainer.distributed.main_first`). Under ``cluster.strategy: fsdp`` checkpoints are
+sharded (:mod:`turngym.trainer.sharded_checkpoint`, every rank writes its shards and any world size
+resumes them); the warm start and the exports use the policy's full-weight copy.
 """
 
 from __future__ import annotations
@@ -38,15 +40,25 @@ class RunState:
         """Load the newest checkpoint (weights, optimizer, schedule, RNG, step) when ``cfg.resume``;
         without one, a finished warm start's weights. True when a checkpoint was loaded."""
         from turngym.trainer.checkpoint import latest_checkpoint, load_checkpoint
+        from turngym.trainer.sharded_checkpoint import is_sharded, latest_sharded, load_sharded
 
         if not self.cfg.resume:
             return False
-        ckpt = latest_checkpoint(self.run_dir)
+        sharded = self.cfg.cluster.strategy == "fsdp"
+        ckpt = latest_sharded(self.run_dir) if sharded else latest_checkpoint(self.run_dir)
         p = self.policy
+        if ckpt is None and sharded and latest_checkpoint(self.run_dir) is not None:
+            raise ValueError(
+                f"{latest_checkpoint(self.run_dir)} is a full (strategy ddp) checkpoint; strategy fsdp "
+                "resumes sharded ones only: resume it with cluster.strategy=ddp, or use a new run_dir"
+            )
         if ckpt is None:
             self._load_warm_start()  # the warm start finished before any RL checkpoint
             return False
-        state = load_checkpoint(ckpt, p.model, p.optimizer, p.scheduler)
+        if is_sharded(ckpt):  # any strategy reads a sharded checkpoint, on any world size
+            state = load_sharded(ckpt, p.model, p.optimizer, p.scheduler)
+        else:
+            state = load_checkpoint(ckpt, p.model, p.optimizer, p.scheduler)
         self.step = int(state["step"])
         if self.dist.is_main:  # rows of steps after the checkpoint are redone: no duplicates, no gaps
             self.logger.rewind(self.step)
@@ -68,9 +80,12 @@ class RunState:
         marker = self.run_dir / "sft_done.json"
         if self.cfg.sft.steps <= 0 or marker.exists():
             return {}
-        info = sft_from_config(self.cfg, self.policy.model, self.policy.tokenizer)
-        torch.save(trainable_state(self.policy.model), self.run_dir / "sft_weights.pt")
+        model = self.policy.full_model  # under FSDP the full copy, loaded into the shards after
+        info = sft_from_config(self.cfg, model, self.policy.tokenizer)
+        torch.save(trainable_state(model), self.run_dir / "sft_weights.pt")
         marker.write_text(json.dumps(info))
+        if self.policy.sharded:
+            self._load_warm_start()
         return info
 
     def _load_warm_start(self) -> None:
@@ -106,14 +121,35 @@ class RunState:
             masked = scores.get("eval/reward/masked_frac")
             if masked is not None:
                 info["masked_frac"] = masked
-            export_policy(self.policy.model, self.policy.tokenizer, self.run_dir / "best", info)
+            export_policy(self.policy.full_model, self.policy.tokenizer, self.run_dir / "best", info)
         self.dist.barrier()
 
+    def checkpoint(self) -> None:
+        """A checkpoint of the current step, from every rank: sharded ones are written by all ranks,
+        full ones by rank 0 while the others wait."""
+        from turngym.trainer.distributed import main_first
+
+        if self.cfg.cluster.strategy == "fsdp":
+            self.save()
+            return
+        with main_first(self.dist) as first:
+            if first:
+                self.save()
+
     def save(self) -> Path:
-        """A checkpoint of the current step (rank 0; see :mod:`turngym.trainer.checkpoint`)."""
+        """A checkpoint of the current step (rank 0; see :mod:`turngym.trainer.checkpoint`), or under
+        strategy fsdp a sharded one (every rank; :mod:`turngym.trainer.sharded_checkpoint`)."""
         from turngym.trainer.checkpoint import save_checkpoint
 
         p = self.policy
+        if self.cfg.cluster.strategy == "fsdp":
+            from turngym.trainer.sharded_checkpoint import save_sharded
+
+            state = {"config_hash": config_hash(self.cfg)}
+            keep = self.cfg.keep_checkpoints
+            return save_sharded(
+                self.run_dir, self.step, p.model, p.optimizer, p.scheduler, self.dist, state, keep
+            )
         return save_checkpoint(
             self.run_dir,
             self.step,
@@ -129,7 +165,7 @@ class RunState:
         if self.dist.is_main:
             from turngym.trainer.checkpoint import export_policy
 
-            export_policy(self.policy.model, self.policy.tokenizer, self.run_dir / "final")
+            export_policy(self.policy.full_model, self.policy.tokenizer, self.run_dir / "final")
 
     def save_trajectories(self, step: int, trajs: list[Trajectory]) -> Path:
         """``run_dir/trajectories/step-NNNNNN[.rank-R].jsonl`` (``log.save_trajectories``)."""
