@@ -153,3 +153,109 @@ def test_a_killed_rank_ends_the_job(tmp_path):
     assert proc.returncode != 0
     said = tmp_path / "rank-0.txt"
     assert not said.exists() or said.read_text() != "no error"
+
+
+def test_benchmark_runs_the_tiny_shape_on_one_process(tmp_path):
+    out = tmp_path / "bench.json"
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    cmd = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "fsdp.py"),
+        "--tiny",
+        "--steps=1",
+        "--warmup=0",
+        f"--out={out}",
+    ]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "strategy" in proc.stdout and "MFU against a peak of 9.89e+14" in proc.stdout
+    result = json.loads(out.read_text())
+    assert result["card"] == "cpu" and result["peak_flops"] == 989e12
+    rows = {r["strategy"]: r for r in result["rows"]}
+    assert sorted(rows) == ["ddp", "fsdp"]
+    for r in rows.values():
+        assert r["world"] == 1 and r["shape"] == "tiny" and r["params"] > 0
+        assert r["update_s"] > 0 and r["tokens"] == 4 * 32
+        assert r["mfu"] == pytest.approx(6 * r["params"] * r["tokens"] / r["update_s"] / 989e12)
+    assert rows["fsdp"]["grad_norm"] == pytest.approx(
+        rows["ddp"]["grad_norm"], rel=1e-5
+    )  # one process: same update
+
+
+def test_train_builds_the_torchrun_rendezvous_of_several_nodes():
+    import typer
+
+    from turngym.trainer.commands import torchrun_command
+
+    one = torchrun_command(2, None, ["steps=1"])
+    assert one[1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    assert one[-3:] == ["-m", "turngym.trainer.torchrun_entry", "steps=1"]
+    two = torchrun_command(
+        4, Path("c.yaml"), [], nnodes=2, node_rank=1, master_addr="10.0.0.1", master_port=29600
+    )
+    assert "--standalone" not in two
+    for flag in (
+        "--nproc-per-node=4",
+        "--nnodes=2",
+        "--node-rank=1",
+        "--master-addr=10.0.0.1",
+        "--master-port=29600",
+    ):
+        assert flag in two
+    assert two[-1] == "c.yaml"
+    with pytest.raises(typer.BadParameter, match="--master-addr"):
+        torchrun_command(1, None, [], nnodes=2)
+    with pytest.raises(typer.BadParameter, match="--node-rank"):
+        torchrun_command(1, None, [], nnodes=2, node_rank=2, master_addr="127.0.0.1")
+
+
+@pytest.mark.slow
+def test_turngym_train_fsdp_on_two_nodes_over_loopback(tmp_path):
+    """``turngym train --nnodes 2`` twice on one host (one gloo process per "node"), strategy fsdp:
+    warm start, rollouts from the full copy, updates, sharded checkpoints, final export; then a
+    resumed run goes on from the checkpoint."""
+    import socket
+
+    from turngym.trainer.metrics import read_metrics
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run = tmp_path / "run"
+    overrides = [
+        f"run_dir={run}",
+        "cluster.strategy=fsdp",
+        "rollout.env=arith",
+        "rollout.env_kwargs={depth: 1, max_turns: 2}",
+        "rollout.tasks_per_step=2",
+        "rollout.group_size=2",
+        "rollout.max_tokens=8",
+        "sft.steps=2",
+        "sft.tasks=4",
+        "steps=2",
+        "log.progress=false",
+        "log.tensorboard=false",
+    ]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+
+    def node(rank: int, extra: list[str]) -> subprocess.Popen:
+        flags = ["--nnodes=2", f"--node-rank={rank}", "--master-addr=127.0.0.1", f"--master-port={port}"]
+        cmd = [sys.executable, "-m", "turngym.cli", "train", *flags, *overrides, *extra]
+        return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    procs = [node(0, []), node(1, [])]
+    outs = [p.communicate(timeout=400)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][-3000:] + outs[1][-3000:]
+    rows = read_metrics(run)
+    steps = [r for r in rows if r["step"] > 0]
+    assert [r["step"] for r in steps] == [1, 2]
+    assert all(r["time/refresh"] >= 0 and "update/loss" in r for r in steps)
+    assert (run / "sft_done.json").exists() and (run / "final" / "config.json").exists()
+    state = json.loads((run / "checkpoints" / "step-000002" / "state.json").read_text())
+    assert (state["format"], state["world_size"], state["step"]) == ("dcp", 2, 2)
+    procs = [node(0, ["steps=3"]), node(1, ["steps=3"])]  # resumed from step 2 on the same two nodes
+    outs = [p.communicate(timeout=400)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][-3000:] + outs[1][-3000:]
+    assert [r["step"] for r in read_metrics(run) if r["step"] > 0] == [1, 2, 3]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-000002", "step-000003"]

@@ -55,21 +55,26 @@ def cap_gpu_memory(fraction: float, device: str) -> int | None:
 class Policy:
     """The model being trained and everything that changes its weights or ships them."""
 
-    def __init__(self, cfg: TrainConfig, dist: DistContext):
+    def __init__(self, cfg: TrainConfig, dist: DistContext, model: Any = None, tokenizer: Any = None):
+        """Load ``cfg.model`` (or take ``model``/``tokenizer`` as given: a benchmark's random-init
+        model, already on this rank's device in its master dtype), then wrap or shard it."""
         import torch
 
         from turngym.agents.models import default_device, load_model, load_tokenizer
 
         self.cfg, self.dist = cfg, dist
-        self.tokenizer = load_tokenizer(cfg.model.path)
-        device = dist.device(cfg.model.device) or default_device()
-        if cfg.model.gpu_memory_fraction is not None:
-            cap_gpu_memory(cfg.model.gpu_memory_fraction, device)
         self.sharded = cfg.cluster.strategy == "fsdp" and dist.enabled
-        dtype = cfg.model.dtype
-        if self.sharded and dtype is None:  # fp32 master shards; the layers compute in bf16 on CUDA
-            dtype = "float32"
-        model = load_model(cfg.model.path, device=device, dtype=dtype)
+        if model is None:
+            self.tokenizer = load_tokenizer(cfg.model.path)
+            device = dist.device(cfg.model.device) or default_device()
+            if cfg.model.gpu_memory_fraction is not None:
+                cap_gpu_memory(cfg.model.gpu_memory_fraction, device)
+            dtype = cfg.model.dtype
+            if self.sharded and dtype is None:  # fp32 master shards; the layers compute in bf16 on CUDA
+                dtype = "float32"
+            model = load_model(cfg.model.path, device=device, dtype=dtype)
+        else:
+            self.tokenizer = tokenizer
         if cfg.model.gradient_checkpointing:  # per decoder layer; non-reentrant under FSDP
             kwargs = {"gradient_checkpointing_kwargs": {"use_reentrant": False}} if self.sharded else {}
             model.gradient_checkpointing_enable(**kwargs)
