@@ -44,7 +44,7 @@ def _assert_same_update(a: tuple[dict, dict], b: tuple[dict, dict]) -> None:
     for key in ("update/loss", "update/pg_loss", "update/grad_norm", "update/ratio_mean"):
         assert mb[key] == pytest.approx(ma[key], rel=1e-4, abs=1e-7), key
     assert ta["grads"].abs().sum() > 0
-    torch.testing.assert_close(tb["grads"], ta["grads"], rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(tb["grads"], ta["grads"], rtol=1e-4, atol=1e-5)  # |grads| up to ~0.04
     # Adam's steps are lr * m / (sqrt(v) + eps): where a gradient is ~eps, float noise moves them a little
     torch.testing.assert_close(tb["weights"], ta["weights"], rtol=0, atol=5e-5)  # lr is 1e-3, 2 steps
 
@@ -85,7 +85,7 @@ def test_fsdp_update_equals_ddp_and_one_process(tmp_path):
 
 @pytest.mark.slow
 def test_fsdp_lora_update_equals_one_process(tmp_path):
-    lora = ["model.lora={r: 4, alpha: 8}", "optim.lr=1e-2"]
+    lora = ["model.lora={r: 4, alpha: 8}"]
     one = _step(tmp_path / "one", 1, *lora)
     fsdp = _step(tmp_path / "fsdp", 2, "cluster.strategy=fsdp", *lora)
     assert fsdp[0]["sharded"]
