@@ -1,6 +1,6 @@
 """FSDP2 units of the tiny model in one gloo process (world 1): every decoder layer and the root are
-FSDP modules, the parameters DTensors; the full copy refreshed from them equals them, in the copy's
-own dtype; loading full weights into the shards (no collective) reaches both. Exits non-zero on a
+FSDP modules, the parameters DTensors; the full copy keeps tied weights tied and buffers in their
+dtype, and refreshed from the shards equals them in the copy's own dtype; loading full weights into the shards (no collective) reaches both. Exits non-zero on a
 failed check.
 
     python tests/scale/fsdp_units.py
@@ -26,6 +26,12 @@ def main() -> None:
     layers = decoder_layers(model)
     assert len(layers) == model.config.num_hidden_layers, layers
     copy = FullWeights(model, torch.bfloat16)
+    tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    head, embed = copy.module.get_output_embeddings(), copy.module.get_input_embeddings()
+    assert (head.weight is embed.weight) == tied  # ties survive the copy
+    buffers = dict(model.named_buffers())
+    for name, buf in copy.module.named_buffers():  # rotary frequencies keep their dtype
+        assert buf.dtype == buffers[name].dtype, name
     shard_model(model, init_device_mesh("cpu", (1,)), FSDPSettings(), "cpu")
     assert isinstance(model, FSDPModule) and all(isinstance(m, FSDPModule) for m in layers)
     assert all(isinstance(p, DTensor) for p in model.parameters())

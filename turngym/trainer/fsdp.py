@@ -103,13 +103,30 @@ def gradient_sync(model: Any, last: bool) -> contextlib.AbstractContextManager:
     return contextlib.nullcontext()
 
 
-def clip_grad_norm(params: list[Any], max_norm: float) -> float:
-    """``clip_grad_norm_`` over (possibly sharded DTensor) gradients; the global norm as a float."""
-    import torch
+def clip_grad_norm(params: list[Any], max_norm: float, comm_device: str = "cpu") -> float:
+    """Clip gradients to a global L2 norm of ``max_norm`` (as ``clip_grad_norm_``); returns the norm.
 
-    total = torch.nn.utils.clip_grad_norm_(params, max_norm)
-    full = getattr(total, "full_tensor", None)
-    return float(full() if callable(full) else total)
+    Sharded (DTensor) gradients: each rank sums the squares of its own shard, one all-reduce on
+    ``comm_device`` adds them up (so CPU-offloaded shards work under NCCL too), and every shard is
+    scaled by the same factor. Plain gradients go through ``torch.nn.utils.clip_grad_norm_``."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads or not all(isinstance(g, DTensor) for g in grads):
+        return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    local = [g.to_local() for g in grads]
+    squares = torch.zeros((), dtype=torch.float64, device=comm_device)
+    for g in local:
+        squares += g.detach().double().pow(2).sum().to(comm_device)
+    dist.all_reduce(squares)
+    norm = float(squares.sqrt())
+    coef = max_norm / (norm + 1e-6)
+    if coef < 1.0:
+        for g in local:
+            g.mul_(coef)
+    return norm
 
 
 def _local(param: Any) -> Any:
@@ -144,8 +161,15 @@ class FullWeights:
     model stays one), so rollouts and exports use it like the unsharded policy."""
 
     def __init__(self, model: Any, dtype: Any):
-        self.module = copy.deepcopy(model).to(dtype=dtype).eval()
-        self.names = [n for n, p in model.named_parameters() if p.requires_grad]
+        import torch
+
+        # each parameter is copied straight into ``dtype`` (no transient full copy in the master
+        # dtype; tied parameters stay tied); buffers (rotary frequencies) keep their own dtype
+        memo: dict[int, Any] = {
+            id(p): torch.nn.Parameter(p.detach().to(dtype=dtype, copy=True), requires_grad=p.requires_grad)
+            for p in model.parameters()
+        }
+        self.module = copy.deepcopy(model, memo).eval()
 
     def refresh(self, sharded: Any) -> None:
         """Gather each trainable parameter from the shards into the copy (a collective: every rank
@@ -157,6 +181,12 @@ class FullWeights:
             for name, param in sharded.named_parameters():
                 if name not in own or not param.requires_grad:
                     continue
-                full = param.full_tensor() if hasattr(param, "full_tensor") else param
-                own[name].copy_(full)
+                target = own[name]
+                if hasattr(param, "full_tensor"):
+                    if param.device != target.device:  # CPU-offloaded shards: gather on the copy's device
+                        param = param.to(target.device)
+                    full = param.full_tensor()
+                else:
+                    full = param
+                target.copy_(full)
                 del full

@@ -172,4 +172,5 @@ class Policy:
         """Clip the gradients to ``optim.max_grad_norm``; their global norm (over shards too)."""
         from turngym.trainer.fsdp import clip_grad_norm
 
-        return clip_grad_norm(self.params(), self.cfg.optim.max_grad_norm)
+        comm = f"cuda:{self.dist.local_rank}" if self.dist.backend == "nccl" else "cpu"
+        return clip_grad_norm(self.params(), self.cfg.optim.max_grad_norm, comm)
