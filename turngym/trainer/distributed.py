@@ -1,4 +1,5 @@
-"""Data-parallel learning with ``torch.distributed`` (DDP): one process per GPU (or CPU, gloo).
+"""Data-parallel learning with ``torch.distributed``: one process per GPU (or CPU, gloo); DDP here,
+FSDP2 sharding in :mod:`turngym.trainer.fsdp` (``cluster.strategy``).
 
 Launch with torchrun (or ``turngym train --nproc N``, which runs torchrun for you):
 
@@ -17,7 +18,9 @@ How a step is split (see ``Trainer.train_step`` / ``Trainer.update``):
   (``loss_scale = world``), so the update equals one process's on the whole batch;
 * a rank with nothing to train on still joins the all-reduce with a zero-weight backward;
 * rank 0 alone logs, saves checkpoints, runs the SFT warm start and pushes weights to the
-  inference servers; the others wait at a barrier and load what it wrote.
+  inference servers; the others wait at a barrier and load what it wrote;
+* at setup the ranks compare their config hashes (:func:`check_same_config`), and every collective
+  fails after ``cluster.timeout_s`` rather than waiting forever for a dead rank.
 """
 
 from __future__ import annotations
