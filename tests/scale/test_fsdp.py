@@ -84,6 +84,16 @@ def test_fsdp_update_equals_ddp_and_one_process(tmp_path):
 
 
 @pytest.mark.slow
+def test_fsdp_with_cpu_offload_and_activation_checkpointing_equals_one_process(tmp_path):
+    one = _step(tmp_path / "one", 1)
+    extra = ["cluster.fsdp.cpu_offload=true", "model.gradient_checkpointing=true"]
+    fsdp = _step(tmp_path / "fsdp", 2, "cluster.strategy=fsdp", *extra)
+    assert fsdp[0]["sharded"]
+    _assert_same_update(one, fsdp)
+    torch.testing.assert_close(fsdp[1]["full_copy"], fsdp[1]["weights"], rtol=0, atol=0)
+
+
+@pytest.mark.slow
 def test_fsdp_lora_update_equals_one_process(tmp_path):
     lora = ["model.lora={r: 4, alpha: 8}"]
     one = _step(tmp_path / "one", 1, *lora)

@@ -77,7 +77,7 @@ def shard_model(model: Any, mesh: Any, settings: Any, device_type: str) -> Any:
         param_dtype=compute_dtype(settings, model_dtype, device_type),
         reduce_dtype=_dtype(settings.reduce_dtype) or torch.float32,
     )
-    offload = CPUOffloadPolicy() if settings.cpu_offload else OffloadPolicy()
+    offload = CPUOffloadPolicy(pin_memory=device_type == "cuda") if settings.cpu_offload else OffloadPolicy()
     for layer in decoder_layers(model):
         fully_shard(
             layer,

@@ -101,7 +101,9 @@ class Policy:
             self.wrapped = self._shard(model)
         else:
             self.wrapped = wrap_ddp(self.model, dist)  # the update's forward; rollouts use self.model
-        self.device = next(model.parameters()).device
+        self.device = next(model.parameters()).device  # where the update's batches go
+        if self.sharded:  # the mesh's device, also when the shards are offloaded to the CPU
+            self.device = torch.device(dist.device(cfg.model.device) or default_device())
         self.refresh_seconds = 0.0  # the last full-copy refresh (FSDP)
         o = cfg.optim
         self.optimizer = torch.optim.AdamW(self.params(), lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
