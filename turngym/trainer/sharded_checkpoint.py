@@ -10,8 +10,8 @@ Layout, the same convention as :mod:`turngym.trainer.checkpoint`:
 All ranks write into ``.tmp-step-000005``; after a barrier rank 0 writes ``extra.pt`` (scheduler and
 its RNG states) and ``state.json`` (last: step, ``"format": "dcp"``, the world size that wrote it),
 renames the directory into place and removes all but the newest ``keep``. Every file of a finished
-checkpoint is a plain file under its directory (:func:`checkpoint_files`), so an integrity manifest
-over them can be written before the rename.
+checkpoint is a plain file under its directory (:func:`checkpoint_files`); ``save_sharded(seal=...)``
+runs on the finished directory before the rename, where an integrity manifest over them goes.
 
 Weights and optimizer state go through ``get_state_dict``/``set_state_dict``
 (``torch.distributed.checkpoint.state_dict``): keys are parameter names, frozen parameters (a LoRA
@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +66,11 @@ def save_sharded(
     dist: DistContext,
     state: dict,
     keep: int,
+    seal: Callable[[Path], None] | None = None,
 ) -> Path:
-    """Write this step's checkpoint (every rank calls it); returns its final directory."""
+    """Write this step's checkpoint (every rank calls it); returns its final directory. ``seal``
+    (rank 0) runs on the finished temporary directory just before the rename: where an integrity
+    manifest over :func:`checkpoint_files` is written."""
     import torch
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
@@ -86,6 +90,8 @@ def save_sharded(
         torch.save({"scheduler": scheduler.state_dict(), "rng": rng_state()}, tmp / "extra.pt")
         info = {"step": step, "format": FORMAT, "world_size": dist.world_size, **state}
         (tmp / "state.json").write_text(json.dumps(info, indent=1))
+        if seal is not None:
+            seal(tmp)
         shutil.rmtree(final, ignore_errors=True)
         os.rename(tmp, final)
         done = sorted(p for p in root.glob("step-*") if p.is_dir())
