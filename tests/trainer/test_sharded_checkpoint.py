@@ -83,7 +83,9 @@ def test_a_checkpoint_of_another_model_is_refused_with_the_names(tmp_path):
     bigger = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Linear(6, 2), torch.nn.Linear(2, 2))
     opt2 = torch.optim.AdamW(bigger.parameters())
     sched2 = torch.optim.lr_scheduler.LambdaLR(opt2, lambda s: 1.0)
-    with pytest.raises(ValueError, match=r"lacks weights this model trains: \['0.bias', '2.bias', '2.weight'\]"):
+    with pytest.raises(
+        ValueError, match=r"lacks weights this model trains: \['0.bias', '2.bias', '2.weight'\]"
+    ):
         load_sharded(path, bigger, opt2, sched2)
     with pytest.raises(ValueError, match="not a sharded"):
         load_sharded(tmp_path, model, opt, sched)
