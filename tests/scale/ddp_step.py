@@ -6,7 +6,8 @@
 Rank 0 writes ``OUT/world-N.json`` (loss, grad norm, backend, device, strategy) and ``OUT/world-N.pt``
 (the clipped gradient vector, the updated parameters and the rollouts' full copy of them after the
 weight sync); each rank updates on its shard of the batch. ``cluster.strategy=fsdp`` shards the
-model (FSDP2); ``optim.ppo_epochs=K`` makes K optimizer steps on the batch.
+model (FSDP2); ``optim.ppo_epochs=K`` makes K optimizer steps on the batch; ``--all-on-rank-0`` gives
+the whole batch to rank 0 (the other ranks have nothing to train on but must join every collective).
 
     python tests/scale/ddp_step.py compare ONE_OUT TWO_OUT    # prints the differences as JSON
 """
@@ -71,6 +72,8 @@ def main() -> None:
         print(json.dumps(compare(Path(sys.argv[2]), Path(sys.argv[3])), indent=1))
         return
     out, overrides = Path(sys.argv[1]), sys.argv[2:]
+    skewed = "--all-on-rank-0" in overrides  # the other ranks get no sequence: zero-work ranks
+    overrides = [o for o in overrides if o != "--all-on-rank-0"]
     cfg = load_config(
         None,
         [
@@ -88,7 +91,11 @@ def main() -> None:
     ctx = trainer.dist
     trajs, advs = global_batch(trainer.policy.model)
     updates = int(trainer.cfg.optim.ppo_epochs)
-    metrics = policy_update(trainer.policy, trainer.cfg, shard(trajs, ctx), shard(advs, ctx))
+    if skewed:
+        mine = trajs if ctx.is_main else []
+        metrics = policy_update(trainer.policy, trainer.cfg, mine, advs if ctx.is_main else [])
+    else:
+        metrics = policy_update(trainer.policy, trainer.cfg, shard(trajs, ctx), shard(advs, ctx))
     params = [p for p in trainer.policy.model.parameters() if p.requires_grad]
     grads = torch.cat([_full(p.grad).detach().float().flatten().cpu() for p in params])
     weights = torch.cat([_full(p).detach().float().flatten().cpu() for p in params])

@@ -84,6 +84,15 @@ def test_fsdp_update_equals_ddp_and_one_process(tmp_path):
 
 
 @pytest.mark.slow
+def test_fsdp_with_a_zero_work_rank_equals_one_process(tmp_path):
+    """Rank 1 has no sequence: it runs as many zero-weight passes as rank 0 has micro-batches."""
+    one = _step(tmp_path / "one", 1)
+    fsdp = _step(tmp_path / "fsdp", 2, "cluster.strategy=fsdp", "--all-on-rank-0")
+    assert fsdp[0]["sharded"] and one[0]["update/micro_batches"] >= 2
+    _assert_same_update(one, fsdp)
+
+
+@pytest.mark.slow
 def test_fsdp_with_cpu_offload_and_activation_checkpointing_equals_one_process(tmp_path):
     one = _step(tmp_path / "one", 1)
     extra = ["cluster.fsdp.cpu_offload=true", "model.gradient_checkpointing=true"]
