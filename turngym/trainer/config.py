@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from turngym.agents.factory import AgentSpec
 
 
+#: the learner's data-parallel strategies (``cluster.strategy``)
+STRATEGIES = ("ddp", "fsdp")
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -270,6 +274,18 @@ class BestSettings(_Strict):
         return self
 
 
+class FSDPSettings(_Strict):
+    """``cluster.fsdp``: how ``cluster.strategy: fsdp`` shards the policy (FSDP2, one unit per decoder
+    layer, then the root; :mod:`turngym.trainer.fsdp`)."""
+
+    # the dtype the layers compute in (all-gathered parameters); None: bfloat16 on CUDA, the model's
+    # own dtype elsewhere (CPU/gloo keeps fp32, so the CPU tests compare exactly)
+    param_dtype: Literal["bfloat16", "float32"] | None = None
+    reduce_dtype: Literal["float32", "bfloat16"] = "float32"  # gradient reduce-scatter
+    cpu_offload: bool = False  # sharded parameters, gradients and optimizer state live on the CPU
+    reshard_after_forward: bool = True  # free gathered layers after forward (ZeRO-3); False: ZeRO-2
+
+
 class ClusterSettings(_Strict):
     """Where the run executes; the rest of the config stays the same from one machine to a cluster."""
 
@@ -280,11 +296,22 @@ class ClusterSettings(_Strict):
     env_actor_resources: dict[str, float] = Field(default_factory=dict)  # e.g. {docker: 1}
     nproc: int = 1  # learner processes (torchrun / turngym train --nproc); one GPU each under NCCL
     ddp_backend: Literal["auto", "nccl", "gloo"] = "auto"
+    # how the learner's ranks split the model: ddp (a whole replica per rank) or fsdp (FSDP2 shards)
+    strategy: str = "ddp"
+    fsdp: FSDPSettings = Field(default_factory=FSDPSettings)
+    # seconds a collective may wait for the other ranks before this rank fails (a dead or stuck rank
+    # stops the run instead of hanging it)
+    timeout_s: float = Field(default=1800.0, gt=0.0)
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSettings:
         if self.env_actors < 0 or self.nproc < 1 or self.env_actor_cpus < 0:
             raise ValueError("cluster: env_actors >= 0, nproc >= 1 and env_actor_cpus >= 0 are needed")
+        if self.strategy not in STRATEGIES:
+            raise ValueError(
+                f"unknown cluster.strategy {self.strategy!r}; known: {', '.join(STRATEGIES)} "
+                "(ddp: a whole replica per rank; fsdp: FSDP2 shards parameters, gradients and optimizer state)"
+            )
         return self
 
 

@@ -58,14 +58,15 @@ class Trainer:
         """Join the process group, load the policy and build the orchestrator and the run state."""
         import torch
 
-        from turngym.trainer.distributed import NullLogger, init_distributed
+        from turngym.trainer.distributed import NullLogger, check_same_config, init_distributed
         from turngym.trainer.metrics import MetricLogger
         from turngym.trainer.orchestrator import Orchestrator
         from turngym.trainer.policy import Policy
-        from turngym.trainer.run_state import RunState
+        from turngym.trainer.run_state import RunState, config_hash
 
         cfg = self.cfg
-        self.dist = init_distributed(cfg.cluster.ddp_backend)
+        self.dist = init_distributed(cfg.cluster.ddp_backend, cfg.cluster.timeout_s)
+        check_same_config(self.dist, config_hash(cfg))  # before anything is loaded or written
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.dist.is_main:
             (self.run_dir / "config.json").write_text(cfg.model_dump_json(indent=1))
@@ -95,6 +96,8 @@ class Trainer:
         t3 = time.perf_counter()
         self.policy.sync_weights(step + 1)
         metrics["time/sync"] = time.perf_counter() - t3
+        if self.policy.sharded:  # gathering the shards into the rollouts' full copy (part of the sync)
+            metrics["time/refresh"] = self.policy.refresh_seconds
         self.run.step += 1
         metrics["time/step"] = time.perf_counter() - t0
         metrics = merge_metrics(self.dist, metrics, summed=SUMMED_OVER_RANKS)
@@ -139,9 +142,7 @@ class Trainer:
             if on_step is not None:
                 on_step(run.step, last)
             if (cfg.checkpoint_every and run.step % cfg.checkpoint_every == 0) or run.step == stop:
-                with main_first(self.dist) as first:
-                    if first:
-                        run.save()
+                run.checkpoint()
         if run.step >= cfg.steps:
             run.export_final()
         orch.close()

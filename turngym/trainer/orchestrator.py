@@ -74,7 +74,7 @@ class Orchestrator:
         self.cfg, self.policy, self.dist = cfg, policy, policy.dist
         self.run_dir = Path(cfg.run_dir)
         self.judge = judge
-        self.credit = build_credit(cfg, policy.model, policy.tokenizer, judge)
+        self.credit = build_credit(cfg, policy.full_model, policy.tokenizer, judge)
         self._eval_judge: Callable | None = None  # rollout.eval_judge's, built on first use
         self.env_pool: Any = None  # cluster.env_actors' Ray pool, made at the first rollout
         self.kept_backend: Any = None  # rollout.keep_backend's backend, made at the first rollout
@@ -113,7 +113,7 @@ class Orchestrator:
             return self.kept_backend
         # a long batching window keeps batch composition (and so sampling) reproducible
         p = self.policy
-        backend = make_token_backend(spec, model=p.model, tokenizer=p.tokenizer, max_wait_ms=50)
+        backend = make_token_backend(spec, model=p.full_model, tokenizer=p.tokenizer, max_wait_ms=50)
         if self.cfg.rollout.keep_backend:
             self.kept_backend = backend
         return backend

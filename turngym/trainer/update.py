@@ -4,7 +4,9 @@ optimizer and schedule steps, and the update's metrics.
 
 Under data parallelism each rank's loss is its share of the global-batch loss (the denominators are
 summed over ranks first) and gradients are all-reduced once per optimizer step, so the update equals
-one process's on the whole batch (:mod:`turngym.trainer.distributed`).
+one process's on the whole batch (:mod:`turngym.trainer.distributed`). Under FSDP every rank runs
+as many passes as the busiest one (each pass all-gathers every layer): the others add zero-weight
+passes, and gradients are reduce-scattered on the last pass only (:mod:`turngym.trainer.fsdp`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 from turngym.core.types import Trajectory
 from turngym.trainer.config import TrainConfig
 from turngym.trainer.distributed import merge_metrics, sync_context, zero_backward
+from turngym.trainer.fsdp import gradient_sync as fsdp_gradient_sync
 
 if TYPE_CHECKING:
     from turngym.trainer.policy import Policy
@@ -44,11 +47,12 @@ def policy_update(
     stats: dict[str, list[float]] = {}
     grad_norms = []
     dev = policy.device
+    # FSDP: the same number of passes on every rank; DDP: only the gradient all-reduce is collective
+    passes = int(max(dist.all_gather(len(groups)))) if policy.sharded else max(len(groups), 1)
+    sync = fsdp_gradient_sync if policy.sharded else sync_context
     with train_mode_without_dropout(policy.model):  # train mode, or gradient checkpointing is off
         for _ in range(cfg.optim.ppo_epochs):
             policy.optimizer.zero_grad(set_to_none=True)
-            if not groups:  # nothing here, but this rank must join the gradient all-reduce
-                zero_backward(policy.wrapped, dev)
             for g, group in enumerate(groups):
                 batch = [seqs[k] for k in group]
                 tensors = (
@@ -58,8 +62,8 @@ def policy_update(
                     pad_right([t.logprobs for t in batch], 0.0, torch.float32, dev),
                     pad_right([advs[k] for k in group], 0.0, torch.float32, dev),
                 )
-                # DDP all-reduces gradients only in the last micro-batch's backward
-                with sync_context(policy.wrapped, last=g == len(groups) - 1):
+                # gradients are all-reduced (DDP) or reduce-scattered (FSDP) in the last pass only
+                with sync(policy.wrapped, last=g == passes - 1):
                     loss, s = _micro_batch_loss(policy, cfg, loss_cfg, tensors, num_tokens, num_seqs)
                     (loss * dist.loss_scale).backward()
                 # pg_loss and loss are this micro-batch's share of the batch loss; the rest are token
@@ -68,7 +72,15 @@ def policy_update(
                 for k, v in s.items():
                     stats.setdefault(k, []).append(v if k == "pg_loss" else v * weight)
                 stats.setdefault("loss", []).append(float(loss.detach()))
-            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(policy.params(), cfg.optim.max_grad_norm)))
+            for g in range(len(groups), passes):  # nothing left here, but this rank joins the collectives
+                with sync(policy.wrapped, last=g == passes - 1):
+                    if policy.sharded:  # the same forwards as a real pass (the LoRA reference's too)
+                        empty = _empty_batch(dev)
+                        loss, _ = _micro_batch_loss(policy, cfg, loss_cfg, empty, num_tokens, num_seqs)
+                        (loss * 0.0).backward()
+                    else:
+                        zero_backward(policy.wrapped, dev)
+            grad_norms.append(policy.clip_grad_norm())
             policy.optimizer.step()
             policy.scheduler.step()
     out = {f"update/{k}": float(sum(v)) / cfg.optim.ppo_epochs for k, v in stats.items()}
@@ -78,6 +90,15 @@ def policy_update(
     out["update/lr"] = float(policy.scheduler.get_last_lr()[0])
     out["update/tokens"] = num_tokens
     return out
+
+
+def _empty_batch(dev):
+    """A two-token micro-batch with no token in the loss: its loss is exactly 0."""
+    import torch
+
+    ids = torch.zeros((1, 2), dtype=torch.long, device=dev)
+    zeros = torch.zeros((1, 2), dtype=torch.float32, device=dev)
+    return ids, torch.ones_like(ids), zeros, zeros, zeros
 
 
 def _micro_batch_loss(policy: Policy, cfg: TrainConfig, loss_cfg, tensors, num_tokens, num_seqs):
