@@ -39,9 +39,10 @@ def _options(**kw: Any) -> Any:
 
 
 def is_sharded(path: Path) -> bool:
-    """True for a checkpoint directory written by :func:`save_sharded`."""
-    state = Path(path) / "state.json"
-    return state.exists() and json.loads(state.read_text()).get("format") == FORMAT
+    """True for a checkpoint directory written by :func:`save_sharded` (it holds the DCP shards; a
+    ``step-N`` directory exists only once it was finished and renamed). Reads no file, so a damaged
+    ``state.json`` is the manifest's to report."""
+    return (Path(path) / "dcp").is_dir()
 
 
 def latest_sharded(run_dir: Path) -> Path | None:
