@@ -18,8 +18,9 @@ import subprocess
 import time
 
 from turngym.envs.swe.tasks import load_instances
-from turngym.sandboxes.docker import DockerSandbox, Limits, docker_client
+from turngym.sandboxes.docker import DockerSandbox, docker_client
 from turngym.sandboxes.images import BaseRecipe, build_base_image, build_layer
+from turngym.sandboxes.limits import Limits
 from turngym.sandboxes.pool import SandboxPool
 
 

@@ -40,28 +40,24 @@ KNOWN_CYCLES: set[tuple[str, ...]] = {
 MAX_MODULE_LINES, MAX_CLASS_LINES, MAX_DOC_LINES = 600, 400, 30
 #: today's offenders: (path relative to the package's parent, kind, name) -> size
 KNOWN_OVERSIZE: dict[tuple[str, str, str], int] = {
-    ("turngym/agents/hf.py", "module", ""): 958,
+    ("turngym/agents/chat.py", "doc", ""): 33,
     ("turngym/agents/hf.py", "class", "HFBackend"): 625,
     ("turngym/agents/hf.py", "doc", ""): 67,
-    ("turngym/agents/hf_slots.py", "module", ""): 1042,
+    ("turngym/agents/hf.py", "module", ""): 958,
+    ("turngym/agents/hf_fast.py", "doc", ""): 40,
     ("turngym/agents/hf_slots.py", "class", "HFSlotBackend"): 703,
     ("turngym/agents/hf_slots.py", "doc", ""): 89,
-    ("turngym/agents/hf_fast.py", "doc", ""): 40,
+    ("turngym/agents/hf_slots.py", "module", ""): 1042,
     ("turngym/agents/hf_triton.py", "doc", ""): 33,
-    ("turngym/agents/chat.py", "doc", ""): 33,
     ("turngym/core/env.py", "doc", ""): 32,
     ("turngym/envs/mcp/env.py", "doc", ""): 37,
-    ("turngym/envs/swe/env.py", "module", ""): 814,
-    ("turngym/envs/swe/env.py", "class", "SweDockerEnv"): 676,
-    ("turngym/envs/swe/tasks.py", "module", ""): 685,
+    ("turngym/envs/swe/env.py", "class", "SweDockerEnv"): 492,
     ("turngym/envs/travel/judge.py", "doc", ""): 38,
     ("turngym/interop/trl.py", "doc", ""): 37,
     ("turngym/rollout/engine.py", "doc", ""): 37,
     ("turngym/rollout/tree.py", "doc", ""): 56,
-    ("turngym/sandboxes/browser.py", "module", ""): 801,
     ("turngym/sandboxes/browser.py", "class", "BrowserPool"): 425,
-    ("turngym/sandboxes/docker.py", "module", ""): 751,
-    ("turngym/sandboxes/docker.py", "class", "DockerSandbox"): 477,
+    ("turngym/sandboxes/browser.py", "module", ""): 801,
 }
 
 
@@ -167,6 +163,8 @@ def test_size_budget_only_shrinks():
         k: (KNOWN_OVERSIZE[k], v) for k, v in found.items() if k in KNOWN_OVERSIZE and v > KNOWN_OVERSIZE[k]
     }
     assert not grew, f"known offenders that grew (was, now): {grew}"
+    fixed = sorted(set(KNOWN_OVERSIZE) - set(found))
+    assert not fixed, f"within the budget now, drop from KNOWN_OVERSIZE: {fixed}"
 
 
 @pytest.mark.parametrize("module", ["turngym.trainer.loop", "turngym.rollout.tree"])

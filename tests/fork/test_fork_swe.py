@@ -166,7 +166,7 @@ def test_crashed_closed_and_busy_parents_are_fork_errors(task, leak_check):
 
 def test_a_writable_root_is_not_forkable(task):
     from turngym.core.env import NotForkable
-    from turngym.sandboxes.docker import Limits
+    from turngym.sandboxes.limits import Limits
 
     env = make(task, limits=Limits(read_only=False))
     assert not env.forkable

@@ -132,7 +132,7 @@ def test_git_snapshot_without_base_commit_uses_the_working_tree(repo_past_base):
 
 
 def test_gold_patch_command_applies_the_patch_in_bash(repo_past_base, tmp_path):
-    from turngym.envs.swe.env import _apply_command
+    from turngym.envs.swe.tools import apply_command as _apply_command
 
     repo, a, _, path = repo_past_base
     work = tmp_path / "work"

@@ -16,13 +16,13 @@ from turngym.sandboxes.docker import (
     LABEL_PID,
     LABEL_RUN_ID,
     DockerSandbox,
-    Limits,
     SandboxDead,
     SandboxError,
     docker_client,
     managed_containers,
     reap_orphans,
 )
+from turngym.sandboxes.limits import Limits
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -182,7 +182,7 @@ def test_docker_exec_fallback_behaves_the_same(base_image, break_channel):
     with DockerSandbox.create(base_image, run_id="t-sandbox", fast_exec=break_channel) as box:
         if break_channel:
             assert box.exec("true").exit_code == 0 and box.fast_exec
-            box._attach._sock.shutdown(socket.SHUT_RDWR)  # the attach stream dies under its feet
+            box.channel._attach._sock.shutdown(socket.SHUT_RDWR)  # the attach stream dies under its feet
         assert box.exec("echo one; exit 4").exit_code == 4
         assert not box.fast_exec
         res = box.exec("sleep 30", timeout=1)

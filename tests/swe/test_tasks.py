@@ -108,7 +108,7 @@ def test_known_packages_ship_tests():
 @pytest.mark.docker
 @pytest.mark.slow
 def test_synthesis_validates_mutations():
-    from turngym.envs.swe.tasks import synthesize
+    from turngym.envs.swe.synthesis import synthesize
 
     tasks = synthesize(PACKAGES["inflection"], max_tasks=2, max_candidates=6, seed=7)
     assert tasks

@@ -30,11 +30,12 @@ import time
 import uuid
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
 from turngym.sandboxes import reaping
+from turngym.sandboxes.attach_channel import AttachChannel, FastPathLost
+from turngym.sandboxes.limits import CappedOutput, ExecResult, Limits
 from turngym.sandboxes.reaping import Owner, process_start_time  # noqa: F401 - re-exported (public name)
 
 T = TypeVar("T")
@@ -70,17 +71,6 @@ def _server_source() -> str:
     return _SERVER_SOURCE
 
 
-class _FastPathLost(Exception):
-    """The attach stream to PID 1 broke or stalled; fall back to ``docker exec``.
-
-    ``sent`` tells whether the request may have reached PID 1 (then it is not run a second time).
-    """
-
-    def __init__(self, message: str, sent: bool = False):
-        super().__init__(message)
-        self.sent = sent
-
-
 _EXECUTOR: ThreadPoolExecutor | None = None
 _EXECUTOR_LOCK = threading.Lock()
 
@@ -99,81 +89,6 @@ class SandboxDead(SandboxError):
     def __init__(self, message: str, cause: str = "external"):
         super().__init__(message)
         self.cause = cause
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Resource limits of a sandbox.
-
-    ``writable`` paths become tmpfs mounts (the rest of the root file system is read-only when
-    ``read_only`` is set) of :attr:`tmpfs_mb` each: ``disk_mb``, cut so that all of them together
-    stay below ``memory_mb`` minus a reserve for processes. tmpfs pages are charged to the container's
-    memory, so full mounts summing to more than the limit would let the agent OOM-kill its own
-    container.
-    """
-
-    cpus: float = 1.0
-    memory_mb: int = 1024
-    pids: int = 256
-    disk_mb: int = 512
-    writable: tuple[str, ...] = ("/tmp", "/root", "/testbed")
-    read_only: bool = True
-    network: str = "none"
-
-    @property
-    def tmpfs_mb(self) -> int:
-        """Size of each writable tmpfs: ``disk_mb``, at most ``(memory_mb - reserve) / len(writable)``
-        with a reserve of a quarter of ``memory_mb`` (at least 256 MB), never under 16 MB."""
-        if not self.writable:
-            return self.disk_mb
-        reserve = max(256, self.memory_mb // 4)
-        return max(16, min(self.disk_mb, (self.memory_mb - reserve) // len(self.writable)))
-
-
-@dataclass
-class ExecResult:
-    """What a command did: exit code, combined stdout+stderr (capped), and how it ended."""
-
-    exit_code: int
-    output: str
-    timed_out: bool = False
-    truncated: bool = False
-    output_bytes: int = 0
-    elapsed_s: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0 and not self.timed_out
-
-
-@dataclass
-class _Capped:
-    """Keeps the first and last ``limit // 2`` bytes of a stream, counting the rest."""
-
-    limit: int
-    head: bytearray = field(default_factory=bytearray)
-    tail: bytearray = field(default_factory=bytearray)
-    total: int = 0
-
-    def add(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        half = max(self.limit // 2, 1)
-        room = half - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        if chunk:
-            self.tail += chunk
-            if len(self.tail) > half:
-                del self.tail[: len(self.tail) - half]
-
-    def text(self) -> tuple[str, bool]:
-        head = self.head.decode("utf-8", errors="replace")
-        if self.total <= len(self.head) + len(self.tail):
-            return head + self.tail.decode("utf-8", errors="replace"), False
-        dropped = self.total - len(self.head) - len(self.tail)
-        marker = f"\n[... {dropped} bytes of output truncated ...]\n"
-        return head + marker + self.tail.decode("utf-8", errors="replace"), True
 
 
 def executor() -> ThreadPoolExecutor:
@@ -299,12 +214,9 @@ class DockerSandbox:
     def __init__(self, container: Any, client: Any, *, image: str, run_id: str = "", fast_exec: bool = True):
         self.container = container
         self.fast_exec = fast_exec
-        self._attach: Any = None
-        self._attach_buf = bytearray()
-        self._attach_out = bytearray()
-        self._attach_lock = threading.Lock()
-        self._request_id = 0
         self.client = client
+        #: requests to PID 1's command server over the attach stream (the fast path of ``exec``)
+        self.channel = AttachChannel(client, container.id, self.alive, self._kill_strays)
         self.image = image
         self.run_id = run_id
         self.id: str = container.id
@@ -379,7 +291,7 @@ class DockerSandbox:
             return
         self._closed = True
         reaping.disown(self)
-        self._drop_attach()
+        self.channel.close()
         try:
             self.client.api.remove_container(self.id, force=True)
         except docker.errors.NotFound:
@@ -435,9 +347,9 @@ class DockerSandbox:
         start = time.perf_counter()
         if self.fast_exec:
             try:
-                resp, out = self._fast_request(command, secs, workdir, environment, max_output_bytes, stdin)
+                resp, out = self.channel.request(command, secs, workdir, environment, max_output_bytes, stdin)
                 return self._fast_result(resp, out, start)
-            except _FastPathLost as e:
+            except FastPathLost as e:
                 self._leave_fast_path(e)
                 if e.sent:  # it may have run: never run a command twice
                     raise SandboxError(
@@ -484,50 +396,6 @@ class DockerSandbox:
             elapsed_s=time.perf_counter() - start,
         )
 
-    def _fast_request(
-        self,
-        command: str,
-        timeout: float,
-        workdir: str | None,
-        environment: Mapping[str, str] | None,
-        max_output_bytes: int,
-        stdin: bytes | None,
-    ) -> tuple[dict[str, Any], bytes]:
-        """One request to PID 1: its JSON answer and the command's raw output bytes."""
-        import base64
-        import json
-        import struct
-
-        with self._attach_lock:
-            raw = self._attached()
-            self._request_id += 1
-            rid = self._request_id
-            header = json.dumps(
-                {
-                    "id": rid,
-                    "cmd": command,
-                    "timeout": timeout,
-                    "cwd": workdir,
-                    "env": dict(environment or {}),
-                    "max_bytes": max_output_bytes,
-                    "stdin_len": len(stdin or b""),
-                }
-            ).encode()
-            try:
-                raw.sendall(struct.pack(">I", len(header)) + header + (stdin or b""))
-            except OSError as e:
-                raise _FastPathLost(str(e)) from e
-            deadline = time.monotonic() + timeout + 15.0
-            try:
-                while True:
-                    resp = self._next_response(raw, deadline)
-                    if resp.get("id") == rid:
-                        break
-            except _FastPathLost as e:
-                e.sent = True
-                raise
-        return resp, base64.b64decode(resp.get("out", ""))
-
     def _exec_bytes(
         self, command: str, timeout: float, *, stdin: bytes | None = None, max_bytes: int = 1 << 20
     ) -> tuple[int, bytes, int]:
@@ -537,75 +405,12 @@ class DockerSandbox:
         self._check_open()
         if self.fast_exec:
             try:
-                resp, out = self._fast_request(command, timeout, None, None, max_bytes, stdin)
+                resp, out = self.channel.request(command, timeout, None, None, max_bytes, stdin)
                 return int(resp.get("code", -1)), out, int(resp.get("total", len(out)))
-            except _FastPathLost as e:
+            except FastPathLost as e:
                 self._leave_fast_path(e)
         code, out = self._exec_raw(["bash", "-c", command], timeout, max_output_bytes=max_bytes, stdin=stdin)
         return code, bytes(out.head + out.tail), out.total
-
-    def _attached(self) -> Any:
-        import docker.errors
-
-        if self._attach is None:
-            if not self.alive():
-                raise _FastPathLost("the container is not running")
-            try:
-                sock = self.client.api.attach_socket(
-                    self.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-                )
-            except docker.errors.APIError as e:
-                raise _FastPathLost(str(e)) from e
-            self._attach = sock
-            self._attach_buf = bytearray()
-            self._attach_out = bytearray()
-        return getattr(self._attach, "_sock", self._attach)
-
-    def _drop_attach(self) -> None:
-        sock, self._attach = self._attach, None
-        if sock is not None:
-            try:
-                sock.close()
-            except OSError:
-                pass
-
-    def _next_response(self, raw: Any, deadline: float) -> dict[str, Any]:
-        """Read Docker's multiplexed frames until one whole response of PID 1 is buffered."""
-        import json
-        import struct
-
-        while True:
-            pending = self._attach_out
-            if len(pending) >= 4:
-                (n,) = struct.unpack(">I", pending[:4])
-                if len(pending) >= 4 + n:
-                    body = bytes(pending[4 : 4 + n])
-                    del pending[: 4 + n]
-                    return json.loads(body)
-            frames = self._attach_buf
-            if len(frames) >= 8:
-                size = struct.unpack(">I", frames[4:8])[0]
-                if len(frames) >= 8 + size:
-                    if frames[0] == 1:  # stdout; stderr (2) carries nothing the host needs
-                        pending += frames[8 : 8 + size]
-                    del frames[: 8 + size]
-                    continue
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self._kill_strays()
-                raise _FastPathLost("no answer from the sandbox's command server")
-            raw.settimeout(min(left, 1.0))
-            try:
-                chunk = raw.recv(1 << 16)
-            except TimeoutError:
-                if not self.alive():  # killed from outside: the stream may never close by itself
-                    raise _FastPathLost("the container stopped") from None
-                continue
-            except OSError as e:
-                raise _FastPathLost(str(e)) from e
-            if not chunk:
-                raise _FastPathLost("the attach stream closed")
-            frames += chunk
 
     def _exec_raw(
         self,
@@ -615,7 +420,7 @@ class DockerSandbox:
         environment: Mapping[str, str] | None = None,
         max_output_bytes: int = 1 << 20,
         stdin: bytes | None = None,
-    ) -> tuple[int, _Capped]:
+    ) -> tuple[int, CappedOutput]:
         import docker.errors
         from docker.utils.socket import frames_iter
 
@@ -639,7 +444,7 @@ class DockerSandbox:
         guard = threading.Timer(timeout + 5.0, self._kill_strays)
         guard.daemon = True
         guard.start()
-        out = _Capped(max_output_bytes)
+        out = CappedOutput(max_output_bytes)
         try:
             if stdin is not None:
                 raw = getattr(sock, "_sock", sock)
@@ -694,10 +499,10 @@ class DockerSandbox:
         )
         return SandboxDead(f"{message} ({why})", cause=cause)
 
-    def _leave_fast_path(self, e: _FastPathLost) -> None:
+    def _leave_fast_path(self, e: FastPathLost) -> None:
         """The fast path broke: ``docker exec`` from now on; SandboxDead if the container is gone."""
         self.fast_exec = False
-        self._drop_attach()
+        self.channel.close()
         if not self.alive():
             raise self._not_running() from e
 

@@ -26,13 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from turngym.sandboxes.docker import (
-    LABEL_MANAGED,
-    Limits,
-    SandboxError,
-    docker_client,
-    owner_labels,
-)
+from turngym.sandboxes.docker import LABEL_MANAGED, SandboxError, docker_client, owner_labels
+from turngym.sandboxes.limits import Limits
 
 LABEL_HASH = "turngym.content-hash"
 LABEL_RECIPE = "turngym.recipe"

@@ -23,7 +23,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from turngym.sandboxes.docker import DockerSandbox, Limits, SandboxError, executor, run_blocking
+from turngym.sandboxes.docker import DockerSandbox, SandboxError, executor, run_blocking
+from turngym.sandboxes.limits import Limits
 
 _SHARED: dict[tuple[Any, ...], SandboxPool] = {}
 _SHARED_LOCK = threading.Lock()

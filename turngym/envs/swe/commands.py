@@ -20,7 +20,8 @@ def swe_synth(
     """Synthesise validated bug-fix tasks from real PyPI packages (runs their test suites in Docker)."""
     from rich.console import Console
 
-    from turngym.envs.swe.tasks import DEFAULT_TASKS, synthesize_all
+    from turngym.envs.swe.synthesis import synthesize_all
+    from turngym.envs.swe.tasks import DEFAULT_TASKS
 
     console = Console()
     tasks = synthesize_all(

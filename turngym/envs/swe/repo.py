@@ -20,7 +20,8 @@ from typing import Any
 from turngym.envs.swe.diffs import split_patch
 from turngym.envs.swe.grading import TestRun, machinery_edits, run_graded_tests, watched_files
 from turngym.envs.swe.packages import PLUGIN_DIR, PLUGIN_NAME, REPO_DIR, plugin_source
-from turngym.sandboxes.docker import DockerSandbox, ExecResult, SandboxError, tar_of
+from turngym.sandboxes.docker import DockerSandbox, SandboxError, tar_of
+from turngym.sandboxes.limits import ExecResult
 
 _GIT_ENV = (
     "GIT_AUTHOR_NAME=turngym GIT_AUTHOR_EMAIL=turngym@localhost GIT_COMMITTER_NAME=turngym "
