@@ -54,8 +54,6 @@ KNOWN_OVERSIZE: dict[tuple[str, str, str], int] = {
     ("turngym/envs/swe/env.py", "class", "SweDockerEnv"): 492,
     ("turngym/envs/travel/judge.py", "doc", ""): 38,
     ("turngym/interop/trl.py", "doc", ""): 37,
-    ("turngym/rollout/engine.py", "doc", ""): 37,
-    ("turngym/rollout/tree.py", "doc", ""): 56,
     ("turngym/sandboxes/browser.py", "class", "BrowserPool"): 425,
     ("turngym/sandboxes/browser.py", "module", ""): 801,
 }

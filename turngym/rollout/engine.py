@@ -5,36 +5,22 @@
     # or, as they finish:
     async for traj in engine.stream(range(32)): ...
 
-* Each trajectory gets its own env (``make(env_id, **env_kwargs)`` or a factory), built in a
-  worker thread (a slow constructor does not stall the other trajectories) and driven only
-  through ``areset``/``astep``/``aclose`` (a sync ``_reset``/``_close`` runs in a worker thread
-  too, see ``Env.sync_hooks_in_thread``). Samples of one task share the seed (same task) and the
-  group id ``"<env_id>/<seed>"``; ``sample`` is 0..G-1.
-* ``max_turns`` caps episodes through the env's own limit: ``env.limit_turns(max_turns)`` before the
-  reset (``Env.limit_turns``; wrappers and ``RayEnv`` forward it), so the env truncates at
-  ``min(env.max_turns, max_turns)`` and pays its end-of-episode reward.
-* ``max_concurrency`` bounds live trajectories (and so live envs); backends batch the
-  concurrent generations.
-* Timeouts: ``turn_timeout`` covers reset and each turn (generation + env step);
-  ``trajectory_timeout`` covers the whole episode. Env closing has its own ``close_timeout``.
-* Faults never hang or crash the run: the trajectory is returned with ``masked=True`` and
-  ``mask_reason`` one of ``MASK_REASONS``; the error text is in ``metadata["error"]``. An env that
-  reports a fault of its own with ``info["masked"]`` (e.g. a crashed browser) masks the trajectory
-  as ``env_error``, with its ``info["mask_reason"]`` as the error text. An env
-  exception may name its own reason in a ``mask_reason`` attribute (e.g. ``"env_lost"`` when the
-  Ray actor hosting the env died, see ``turngym.rollout.ray_envs``). Running out
-  of context truncates the trajectory (not masked; ``metrics["context_full"] = 1``).
-* ``RolloutConfig(tree=TreeConfig(...))`` grows a tree per task instead of ``group_size`` samples:
-  K children continue from ``env.afork()`` at chosen turns, every root-to-leaf path is a trajectory
-  with ``node_id``/``parent_id`` per turn (``turngym.rollout.tree``).
-* ``engine.stats`` is updated live (for progress bars) and reconciles at the end:
-  ``requested == completed + masked``; ``stats.time_s`` sums the time ledger (env start, reset,
-  generate and the backend's queued/prefill/decode, env step, observe, close), which each turn
-  keeps in ``Turn.timing`` and each trajectory in ``metrics["time/<phase>"]``
-  (``turngym.rollout.ledger``).
-* The first run freezes the process's heap out of the cyclic garbage collector's full scans
-  (``freeze_heap``, ``turngym.core.heap``): with a model loaded, one such scan stalled every
-  trajectory for 0.2-0.3 s every few runs.
+* Each episode is played by the engine's :class:`~turngym.rollout.episode.EpisodeRunner` (its own
+  env, built in a worker thread unless its class says its constructor is cheap; reset, act, step,
+  observe, close; every fault a masked trajectory with a reason from ``MASK_REASONS``). Samples of
+  one task share the seed (same task) and the group id ``"<env_id>/<seed>"``; ``sample`` is 0..G-1.
+* ``max_turns`` caps episodes through the env's own limit (``env.limit_turns``), so the env
+  truncates at ``min(env.max_turns, max_turns)`` and pays its end-of-episode reward.
+* ``max_concurrency`` bounds live trajectories (and so live envs); backends batch the concurrent
+  generations. ``turn_timeout`` covers reset and each turn, ``trajectory_timeout`` the episode,
+  ``close_timeout`` the env's close.
+* ``RolloutConfig(tree=TreeConfig(...))`` grows a tree per task instead of ``group_size`` samples
+  (:mod:`turngym.rollout.tree`).
+* ``engine.stats`` is updated live and reconciles at the end (``requested == completed + masked``);
+  ``stats.time_s`` sums the time ledger (:mod:`turngym.rollout.ledger`) that each turn keeps in
+  ``Turn.timing`` and each trajectory in ``metrics["time/<phase>"]``.
+* The first run freezes the process's heap out of the cyclic collector's full scans
+  (``freeze_heap``, :mod:`turngym.core.heap`).
 """
 
 from __future__ import annotations

@@ -3,57 +3,23 @@
     engine = RolloutEngine("arith", agent, RolloutConfig(tree=TreeConfig(k=2, turns=(0, 2))))
     leaves = await engine.run(seeds=range(8))       # every root-to-leaf path of every tree
 
-How a tree grows. The root path resets the env and plays turns like a flat episode. Before turn t
-(or, for the ``entropy`` policy, after sampling it) the branch policy may say *branch*: then
-``await env.afork()`` is called K-1 times while the env is between steps, and each fork gets a
-fork of the agent session (``session.fork``: the same messages and tokens so far, its own sampling
-seed and route); the original path goes on as child 0 and each fork as child j = 1..K-1, all
-sampling turn t from the same state. Branches branch again at later chosen turns, while the budget
-lasts.
+The root path resets the env and plays turns like a flat episode. When the branch policy
+(``@branch_policy``: ``schedule``, ``tool_call``, ``entropy``) says *branch* at turn t, the env is
+forked K-1 times between steps (``await env.afork()``) and the agent session with it
+(``session.fork``: same messages and tokens so far, its own seed and route); the original path goes
+on as child 0 and each fork as child j, all sampling turn t from the same state, while the tree's
+budget (``max_nodes``, ``max_tokens``) lasts. An env with a ``max_live`` limit gets a reservation per
+tree so that trees side by side never fail each other's forks.
 
-Branch policies (a registry, ``@branch_policy``; ``TreeConfig.branch``):
+Each leaf turn has ``node_id``/``parent_id`` (``"root"``, ``"root.j"``, ...); every leaf of a tree
+shares the group ``"<env_id>/<seed>"``, so group credit sees a tree as one group. Token counts
+(``metadata["tree"]``, ``engine.stats.tree``) say what was sampled and what shared prefixes saved.
+A fork that fails gives a masked ``fork_error`` leaf and leaves its parent untouched; a non-forkable
+env is refused up front (``NotForkable``) or, with ``fallback_flat``, runs flat groups of K.
 
-* ``schedule``: before the turns listed in ``TreeConfig.turns`` (e.g. ``(0, 2)``);
-* ``tool_call``: before every turn that follows a tool call (the reaction to a tool result, where
-  ARPO-style methods branch);
-* ``entropy``: after sampling a turn whose sampled tokens have a mean negative log-probability
-  ``-mean(logprob) >= entropy_threshold`` nats. The backends report each sampled token's logprob
-  under the raw distribution (temperature 1), so when sampling at temperature 1 the mean NLL of the
-  sampled tokens is an unbiased Monte-Carlo estimate of the policy's per-token entropy on that turn
-  (at other temperatures, of the cross-entropy of the sampling distribution to the raw one). The sampled turn stays child
-  0; the K-1 siblings sample turn t afresh from the snapshot taken before it. Needs a token-level
-  agent (``LLMAgent``).
-
-Budgets (per tree): a branch happens only while the tree has fewer than ``max_nodes`` nodes (turns)
-and fewer than ``max_tokens`` sampled tokens; paths already running always finish (bounded by the
-env's turn limit), so a tree may end above its budget by what its live paths still sample.
-
-Envs with a limit on live instances. An env whose resources cap how many of its instances may be live
-at once (reset or forked, not yet closed) says so with an int attribute ``max_live`` (swe-docker: its
-container pool's ``max_active``). Without a plan, trees running side by side fill that limit and later
-forks fail (masked ``fork_error`` branches, however small the trees). So each tree first reserves its
-paths out of ``max_live``: the most paths its policy can make (``schedule``: ``k ** len(turns)``), or,
-for a policy without such a bound, all of ``max_live``, in which case the tree branches only while its
-live paths plus K-1 fit its reservation. A tree starts once its reservation is free, and gives it back
-when its last path's env is closed. ``max_live < k`` (no branch could ever fit) is a ``TreeError``.
-
-Ids. Each ``Turn`` of a leaf trajectory has ``node_id`` and ``parent_id``: the root (the reset state)
-is ``"root"``, the node of child j of node p is ``f"{p}.{j}"`` (j = 0 where the path did not
-branch). Siblings of one branch point share ``parent_id``: they acted in the same state. Every leaf
-of a tree has the group ``"<env_id>/<seed>"`` and ``sample`` = its rank in node-id order, so group
-credit (``grpo``, ``tree``, ``tree_gigpo``) sees a tree as one group.
-
-Token counts (``metadata["tree"]`` of each leaf, ``engine.stats.tree`` summed): ``generated_tokens``
-is what the tree sampled; ``reused_sampled_tokens`` the sampled tokens of the shared prefixes copied
-into branches instead of being sampled again (what flat rollouts of the same leaves would have
-sampled on top); ``reused_prefix_tokens`` every prefix token a branch starts with (prompt,
-observations and sampled ids: the prefill a shared KV prefix saves). Child 0 keeps its parent's
-``route``, so the HF backend resumes its parked KV row; vLLM's prefix cache serves every sibling.
-
-Faults. A non-forkable env is refused before the run (``NotForkable``), or runs flat groups of K
-with ``fallback_flat``. A fork that fails or times out gives a masked leaf (``mask_reason
-"fork_error"``, the prefix turns and the error) and the parent goes on untouched (a fork never
-changes its parent). A path that crashes later is masked like a flat episode (its env is its own).
+The runner plays its own turn loop over the engine's public episode runner
+(:class:`~turngym.rollout.episode.EpisodeRunner`: ``act``, ``apply``, ``finish``). Details and the
+measured costs: docs/api.md ("Tree rollouts").
 """
 
 from __future__ import annotations
