@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 
-class _FastPathLost(Exception):
+class FastPathLost(Exception):
     """The attach stream to PID 1 broke or stalled; fall back to ``docker exec``.
 
     ``sent`` tells whether the request may have reached PID 1 (then it is not run a second time).
@@ -71,14 +71,14 @@ class AttachChannel:
             try:
                 raw.sendall(struct.pack(">I", len(header)) + header + (stdin or b""))
             except OSError as e:
-                raise _FastPathLost(str(e)) from e
+                raise FastPathLost(str(e)) from e
             deadline = time.monotonic() + timeout + 15.0
             try:
                 while True:
                     resp = self._next_response(raw, deadline)
                     if resp.get("id") == rid:
                         break
-            except _FastPathLost as e:
+            except FastPathLost as e:
                 e.sent = True
                 raise
         return resp, base64.b64decode(resp.get("out", ""))
@@ -88,13 +88,13 @@ class AttachChannel:
 
         if self._attach is None:
             if not self._alive():
-                raise _FastPathLost("the container is not running")
+                raise FastPathLost("the container is not running")
             try:
                 sock = self.client.api.attach_socket(
                     self.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
                 )
             except docker.errors.APIError as e:
-                raise _FastPathLost(str(e)) from e
+                raise FastPathLost(str(e)) from e
             self._attach = sock
             self._attach_buf = bytearray()
             self._attach_out = bytearray()
@@ -133,16 +133,16 @@ class AttachChannel:
             left = deadline - time.monotonic()
             if left <= 0:
                 self._kill_strays()
-                raise _FastPathLost("no answer from the sandbox's command server")
+                raise FastPathLost("no answer from the sandbox's command server")
             raw.settimeout(min(left, 1.0))
             try:
                 chunk = raw.recv(1 << 16)
             except TimeoutError:
                 if not self._alive():  # killed from outside: the stream may never close by itself
-                    raise _FastPathLost("the container stopped") from None
+                    raise FastPathLost("the container stopped") from None
                 continue
             except OSError as e:
-                raise _FastPathLost(str(e)) from e
+                raise FastPathLost(str(e)) from e
             if not chunk:
-                raise _FastPathLost("the attach stream closed")
+                raise FastPathLost("the attach stream closed")
             frames += chunk
