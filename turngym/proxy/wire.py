@@ -182,7 +182,7 @@ def _stops(stop: Any) -> list[str]:
 
 
 def _common(data: dict[str, Any]) -> dict[str, Any]:
-    n = data.get("n") or 1
+    n = 1 if data.get("n") is None else data["n"]
     if not 1 <= n <= 16:
         raise invalid(f"n must be between 1 and 16, got {n}", "n")
     temperature = 1.0 if data.get("temperature") is None else float(data["temperature"])
@@ -224,7 +224,7 @@ def parse_chat_request(body: Any) -> ChatRequest:
     max_tokens = _max_tokens(data.get("max_completion_tokens"), "max_completion_tokens")
     if max_tokens is None:
         max_tokens = _max_tokens(data.get("max_tokens"), "max_tokens")
-    top_logprobs = data.get("top_logprobs") or 0
+    top_logprobs = data.get("top_logprobs") or 0  # accepted; only the sampled token's logprob comes back
     if not 0 <= top_logprobs <= 20:
         raise invalid("top_logprobs must be between 0 and 20", "top_logprobs")
     messages = to_messages(data["messages"])
