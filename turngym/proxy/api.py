@@ -87,6 +87,7 @@ class RunningProxy:
     proxy: Proxy
     server: ProxyServer
     token: str | None
+    envs: Any = None  # the EpisodeSessions serving env tools over MCP, if any
 
     @property
     def url(self) -> str:
@@ -95,6 +96,12 @@ class RunningProxy:
     def base_url(self, episode: str | None = None) -> str:
         """The OpenAI ``base_url`` for ``episode`` (its calls are grouped under it)."""
         return f"{self.url}/v1" if episode is None else f"{self.url}/v1/episodes/{episode}"
+
+    def mcp_url(self, episode: str) -> str:
+        """The MCP URL of ``episode``'s env tools (only when served with ``envs``)."""
+        if self.envs is None:
+            raise ValueError("this proxy serves no env: serve_proxy(..., envs=[...])")
+        return f"{self.url}/v1/episodes/{episode}/mcp"
 
     @property
     def api_key(self) -> str:
@@ -121,12 +128,22 @@ def serve_proxy(
     port: int = 0,
     token: str | None = None,
     insecure_no_token: bool = False,
+    envs: list[str] | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+    max_sessions: int = 256,
     **guard_options: Any,
 ) -> Iterator[RunningProxy]:
     """Serve ``proxy`` in a background thread until the block ends (then live episodes finish, masked
     if they have no reward, and the trajectory file is closed). ``token``: else ``$TURNGYM_PROXY_TOKEN``,
-    else a fresh one (``running.token``); ``guard_options``: ``ServeGuard.for_bind`` options."""
+    else a fresh one (``running.token``); ``envs``: env ids whose tools are served over MCP per episode
+    (``running.mcp_url(e)``, ``turngym.proxy.envs``); ``guard_options``: ``ServeGuard.for_bind`` options."""
     from turngym.remote.security import ServeGuard, resolve_token
+
+    sessions = None
+    if envs:
+        from turngym.proxy.envs import EpisodeSessions
+
+        sessions = EpisodeSessions(envs, proxy.store, max_sessions=max_sessions, env_kwargs=env_kwargs)
 
     token, _ = resolve_token(token, env_var=TOKEN_ENV, insecure_no_token=insecure_no_token, host=host)
     server = ProxyServer(host, port)
@@ -138,8 +155,8 @@ def serve_proxy(
         **guard_options,
     )
     try:
-        server.start(guarded_app(proxy, guard))
-        yield RunningProxy(proxy, server, token)
+        server.start(guarded_app(proxy, guard, envs=sessions, host=host))
+        yield RunningProxy(proxy, server, token, sessions)
     finally:
         server.stop()
         close_proxy(proxy)

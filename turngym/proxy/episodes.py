@@ -256,12 +256,15 @@ class EpisodeStore:
         )
         ep.reward = sum(s["reward"] for s in ep.env_steps)
 
-    async def end(self, key: str, reason: str = "ended") -> Episode:
-        """No more calls; finish now if the reward is known (or the reward function gives it)."""
+    async def end(self, key: str, reason: str = "ended", *, mask: str = "") -> Episode:
+        """No more calls; finish now if the reward is known (or the reward function gives it), or
+        masked with ``mask`` (the reason) if given."""
         ep = self._live(key)
         if ep.ended_at is None:
             ep.ended_at, ep.end_reason = time.monotonic(), reason
-        if ep.reward is not None or self.reward_fn is not None or not ep.calls:
+        if mask:
+            await self.finish(ep, mask)
+        elif ep.reward is not None or self.reward_fn is not None or not ep.calls:
             await self.finish(ep)
         return ep
 

@@ -4,8 +4,9 @@
   tokenizer, then its stop token (cut at ``max_tokens``); logprobs 0. A real ``TokenBackend``: the
   proxy cannot tell it from a model, so a harness can play an env to its end through it.
 * ``arith_policy``: a policy that solves ``arith`` through native tool calls (Hermes convention),
-  one ``calculate`` per operation, then ``answer``; it reads the expression and counts the tool
-  results already in the prompt.
+  one ``calculate`` per operation, then ``answer`` (then ``final_answer`` where the harness offers
+  one, else a sentence); it reads the expression and counts the assistant turns already in the
+  prompt (ChatML templates: ``<|im_start|>assistant``).
 * ``InstantBackend(tokenizer, n_tokens)``: ``n_tokens`` fixed ids at once (the benchmark's floor).
 """
 
@@ -102,12 +103,14 @@ def arith_policy(prompt: str) -> str:
     if m is None:
         return "I see no expression to evaluate."
     steps, value = _steps(m.group(1).strip())
-    done = prompt.count("<tool_response>")
+    done = prompt.count("<|im_start|>assistant") - 1  # the last one is the generation prompt
     if done < len(steps):
         a, op, b = steps[done]
-        call = {"name": "calculate", "arguments": {"a": a, "op": op, "b": b}}
+        call: dict[str, Any] = {"name": "calculate", "arguments": {"a": a, "op": op, "b": b}}
     elif done == len(steps):
         call = {"name": "answer", "arguments": {"value": value}}
+    elif '"final_answer"' in prompt:
+        call = {"name": "final_answer", "arguments": {"answer": str(value)}}
     else:
         return f"The value is {value}."
     return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"

@@ -6,7 +6,8 @@ Routes (``{e}``: an episode key, 1-128 characters of ``[A-Za-z0-9_.:@-]``):
   ``/v1/episodes/{e}/`` (give the harness ``base_url=http://HOST:PORT/v1/episodes/{e}``);
 * ``GET /v1/episodes`` (live and finished keys), ``GET /v1/episodes/{e}`` (the record so far, or the
   finished trajectory), ``POST /v1/episodes/{e}/reward`` (``{"reward": 1.0, "components": {...},
-  "end": true}``), ``POST /v1/episodes/{e}/end``; ``GET /health`` (no token).
+  "end": true}``), ``POST /v1/episodes/{e}`` (open it with ``task_id``/``group``/``sample``/``metadata``),
+  ``POST /v1/episodes/{e}/end`` (``{"mask": "reason"}`` to mask it); ``GET /health`` (no token).
 
 The episode of a call outside ``/v1/episodes/{e}/``: the ``X-Turngym-Episode`` header, else an API key
 of the form ``TOKEN@EPISODE`` (the guard sees only ``TOKEN``), else, without a token
@@ -80,9 +81,18 @@ def _summary(ep: Episode) -> dict[str, Any]:
     }
 
 
-def create_app(proxy: Proxy, *, sweep_every_s: float = 1.0) -> FastAPI:
-    """The FastAPI app (unguarded: :func:`guarded_app` puts it behind a ``ServeGuard``)."""
+def create_app(
+    proxy: Proxy, *, envs: Any = None, host: str = "127.0.0.1", sweep_every_s: float = 1.0
+) -> FastAPI:
+    """The FastAPI app (unguarded: :func:`guarded_app` puts it behind a ``ServeGuard``); ``envs``: an
+    ``EpisodeSessions`` whose env tools are served over MCP per episode (``turngym.proxy.envs``)."""
     tokenizer = proxy.model.tokenizer
+    env_lifespan = None
+    routes: list[Any] = []
+    if envs is not None:
+        from turngym.proxy.envs import env_routes
+
+        routes, env_lifespan = env_routes(envs, host=host)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
@@ -92,16 +102,22 @@ def create_app(proxy: Proxy, *, sweep_every_s: float = 1.0) -> FastAPI:
                 await proxy.store.sweep()
 
         task = asyncio.create_task(sweeper())
-        try:
-            yield
-        finally:
-            task.cancel()
-            for key in list(proxy.store.live):
-                ep = proxy.store.live[key]
-                await proxy.store.finish(ep, "" if ep.reward is not None else "proxy_stopped: no reward")
+        async with contextlib.AsyncExitStack() as stack:
+            if envs is not None:
+                envs.start()
+                stack.push_async_callback(envs.shutdown)
+                await stack.enter_async_context(env_lifespan())
+            try:
+                yield
+            finally:
+                task.cancel()
+                for key in list(proxy.store.live):
+                    ep = proxy.store.live[key]
+                    await proxy.store.finish(ep, "" if ep.reward is not None else "proxy_stopped: no reward")
 
     app = FastAPI(title="turngym proxy", lifespan=lifespan)
     app.state.proxy = proxy
+    app.router.routes.extend(routes)
 
     @app.exception_handler(ProxyError)
     async def _error(request: Request, e: ProxyError) -> JSONResponse:
@@ -167,9 +183,27 @@ def create_app(proxy: Proxy, *, sweep_every_s: float = 1.0) -> FastAPI:
         ep = await proxy.store.set_reward(episode, float(body["reward"]), comps, end=end)
         return _summary(ep) | {"status": "finished" if ep.finished else "live"}
 
+    @app.post("/v1/episodes/{episode}")
+    async def open_episode(request: Request, episode: str) -> Any:
+        body = await _body(request) if await request.body() else {}
+        fields = {k: body[k] for k in ("task_id", "group", "sample", "metadata") if k in body}
+        kinds = {"task_id": str, "group": str, "sample": int, "metadata": dict}
+        for k, v in fields.items():
+            if not isinstance(v, kinds[k]):
+                raise ProxyError(400, f"{k} must be a {kinds[k].__name__}", param=k)
+        if episode in proxy.store.live:
+            raise ProxyError(
+                409, f"episode {episode!r} is already open", param="episode", code="episode_exists"
+            )
+        return _summary(proxy.store.open(episode, **fields))
+
     @app.post("/v1/episodes/{episode}/end")
-    async def end(episode: str) -> Any:
-        ep = await proxy.store.end(episode, "harness")
+    async def end(request: Request, episode: str) -> Any:
+        body = await _body(request) if await request.body() else {}
+        mask = body.get("mask", "") if isinstance(body, dict) else None
+        if not isinstance(mask, str):
+            raise ProxyError(400, "mask must be a string (the reason)", param="mask")
+        ep = await proxy.store.end(episode, "harness", mask=mask)
         return _summary(ep) | {"status": "finished" if ep.finished else "ended"}
 
     return app
@@ -202,7 +236,8 @@ def episode_from_api_key(app: Any, *, token_required: bool) -> Any:
 
 
 def guarded_app(proxy: Proxy, guard: ServeGuard, **kwargs: Any) -> Any:
-    """The app behind ``guard`` (``/health`` open), with episode keys read from API keys."""
+    """The app behind ``guard`` (``/health`` open), with episode keys read from API keys; ``kwargs``
+    go to :func:`create_app`."""
     inner = guard_app(create_app(proxy, **kwargs), guard, open_paths=("/health",))
     return episode_from_api_key(inner, token_required=guard.token is not None)
 
