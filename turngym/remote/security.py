@@ -5,8 +5,9 @@ mount) and refuses, before the app sees it, any HTTP request or WebSocket handsh
 
 * names a ``Host`` the server does not answer to (DNS rebinding), or comes from a cross-site
   ``Origin`` (a web page in a browser on the same machine): 403;
-* lacks the bearer token (``Authorization: Bearer <token>``, compared in constant time): 401, with a
-  short message saying how to authenticate (paths in ``open_paths``, e.g. ``/health``, need none);
+* lacks the token (``Authorization: Bearer <token>``, or HTTP Basic with the token as password for
+  clients that only take a URL; compared in constant time): 401, with a short message saying how to
+  authenticate (paths in ``open_paths``, e.g. ``/health``, need none);
 * carries a body over ``max_body_bytes`` (by ``Content-Length`` or as it streams in): 413; a
   WebSocket frame over ``max_frame_bytes`` closes the socket (code 1009).
 
@@ -19,6 +20,7 @@ docs/interop.md ("Security") has the threat model.
 
 from __future__ import annotations
 
+import base64
 import contextvars
 import hmac
 import ipaddress
@@ -195,7 +197,7 @@ class ServeGuard:
                 f"cross-origin request from {_excerpt(origin, 80)!r} refused (a web page may not drive "
                 "this server); an operator may allow it with --allow-origin",
             )
-        given = _bearer(_first(headers, b"authorization"))
+        given = _credential(_first(headers, b"authorization"))
         if self.trainer_token is not None and given and _same(given, self.trainer_token):
             return "trainer"
         if self.token is None or (given and _same(given, self.token)) or not needs_token:
@@ -219,9 +221,19 @@ def _same(given: str, expected: str) -> bool:
     return hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode())
 
 
-def _bearer(value: str) -> str:
+def _credential(value: str) -> str:
+    """The token in an ``Authorization`` header: ``Bearer <token>``, or ``Basic`` with the token as
+    the password (what clients that only take a URL send for ``http://user:<token>@host``)."""
     scheme, _, credentials = value.strip().partition(" ")
-    return credentials.strip() if scheme.lower() == "bearer" else ""
+    if scheme.lower() == "bearer":
+        return credentials.strip()
+    if scheme.lower() == "basic":
+        try:
+            decoded = base64.b64decode(credentials.strip(), validate=True).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            return ""
+        return decoded.partition(":")[2]
+    return ""
 
 
 def _first(headers: dict[bytes, list[bytes]], name: bytes) -> str:
