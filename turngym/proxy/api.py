@@ -155,7 +155,7 @@ def serve_proxy(
         **guard_options,
     )
     try:
-        server.start(guarded_app(proxy, guard, envs=sessions, host=host))
+        server.start(guarded_app(proxy, guard, envs=sessions))
         yield RunningProxy(proxy, server, token, sessions)
     finally:
         server.stop()

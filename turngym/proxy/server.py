@@ -81,9 +81,7 @@ def _summary(ep: Episode) -> dict[str, Any]:
     }
 
 
-def create_app(
-    proxy: Proxy, *, envs: Any = None, host: str = "127.0.0.1", sweep_every_s: float = 1.0
-) -> FastAPI:
+def create_app(proxy: Proxy, *, envs: Any = None, sweep_every_s: float = 1.0) -> FastAPI:
     """The FastAPI app (unguarded: :func:`guarded_app` puts it behind a ``ServeGuard``); ``envs``: an
     ``EpisodeSessions`` whose env tools are served over MCP per episode (``turngym.proxy.envs``)."""
     tokenizer = proxy.model.tokenizer
@@ -92,7 +90,7 @@ def create_app(
     if envs is not None:
         from turngym.proxy.envs import env_routes
 
-        routes, env_lifespan = env_routes(envs, host=host)
+        routes, env_lifespan = env_routes(envs)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
