@@ -28,6 +28,7 @@ import contextlib
 import os
 import shlex
 import signal
+import string
 import time
 import uuid
 from collections.abc import Sequence
@@ -56,6 +57,7 @@ async def run_harness(
     """One trajectory per (task, sample), in task-major order (see the module docstring)."""
     if group_size < 1 or concurrency < 1 or timeout_s <= 0:
         raise ValueError("group_size and concurrency must be >= 1, timeout_s > 0")
+    check_template(command)
     prefix = prefix or f"h{uuid.uuid4().hex[:8]}"
     gate = asyncio.Semaphore(concurrency)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -146,6 +148,23 @@ async def _run_one(
         traj.masked, traj.mask_reason = True, mask
     traj.metadata["harness"] = {"exit_code": rc, "wall_s": time.monotonic() - t0, "stderr_tail": tail}
     return traj
+
+
+FIELDS = ("base_url", "api_key", "task", "mcp_url", "episode")
+
+
+def check_template(command: str) -> None:
+    """Refuse a command template with a field other than ``FIELDS`` (literal braces are ``{{``/``}}``)."""
+    try:
+        names = {name for _, name, _, _ in string.Formatter().parse(command) if name is not None}
+    except ValueError as e:
+        raise ValueError(f"the harness command is not a valid template: {e}") from None
+    unknown = names - set(FIELDS)
+    if unknown:
+        raise ValueError(
+            f"unknown field(s) {sorted(unknown)} in the harness command; fields: {', '.join(FIELDS)} "
+            "(write a literal brace as {{ or }})"
+        )
 
 
 def _kill(proc: Any) -> None:
