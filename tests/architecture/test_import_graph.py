@@ -212,6 +212,7 @@ LAYERS = {
     "remote": 2,  # serves envs (turngym serve, RemoteEnv): beside envs and rollout
     "trainer": 3,
     "viewer": 3,
+    "proxy": 3,  # the OpenAI-compatible proxy for outside agents: backends, rollout store, remote's MCP door
     "interop": 3,  # trainer adapters (TRL, verifiers): may import envs/rollout/agents; only the CLI imports them
 }
 
