@@ -335,3 +335,29 @@ def test_a_reward_function_scores_the_episode(tokenizer):
     assert (
         not traj.masked and traj.total_reward == 1.0 and traj.turns[-1].reward_components == {"answered": 1.0}
     )
+
+
+def test_a_rewritten_reply_is_a_located_drift_and_segments_split_into_trajectories(scripted):
+    from turngym.proxy import split_segments
+
+    c = client(scripted, "drifty")
+    r1 = c.chat.completions.create(model="arith-expert", messages=TASK, tools=TOOLS)
+    call = r1.choices[0].message.tool_calls[0]
+    rewritten = {"role": "assistant", "content": f"Calling tools: {call.function.name}"}
+    messages = [*TASK, rewritten, {"role": "user", "content": "Observation: 5"}]
+    c.chat.completions.create(model="arith-expert", messages=messages, tools=TOOLS)
+    scripted.post_reward("drifty", 0.0)
+    traj = scripted.proxy.store.finished["drifty"]
+    assert traj.metrics["segments"] == 2 and traj.metrics["drift"] == 1
+    (drift,) = traj.metadata["drifts"]
+    assert drift["reason"] == "reply_changed" and drift["message"] == 2 and drift["call"] == 1
+    assert traj.metrics["reprefill_tokens"] == traj.turns[1].info["prompt_tokens"] > 0
+    parts = split_segments(traj)
+    assert len(parts) == 2 and [len(p.turns) for p in parts] == [1, 1]
+    for part, (start, end) in zip(parts, traj.metadata["segments"], strict=True):
+        assert part.token_ids == traj.token_ids[start:end]
+        s, e = part.turns[0].gen_span
+        assert part.loss_mask[s:e] == [1] * (e - s) and sum(part.loss_mask) == e - s
+        assert part.prompt_len == s
+    # the second segment's prompt is a fresh rendering of the rewritten conversation
+    assert "Calling tools" in scripted.proxy.model.text_format.decode(parts[1].token_ids)
