@@ -149,6 +149,10 @@ def test_prompts_extend_the_previous_prompt_and_sample_and_logprobs_are_the_back
     )
     lines = (tiny.out / "trajectories.jsonl").read_text().splitlines()
     assert any(json.loads(line)["metadata"]["episode"] == "exact-1" for line in lines)
+    from turngym.viewer.report import write_report  # turngym view renders the episodes
+
+    html = write_report(tiny.out, tiny.out / "report.html").read_text()
+    assert "exact-1" in html or r1.choices[0].message.content[:20] in html
 
 
 def test_streaming_gives_the_same_reply_as_a_plain_call(tiny):

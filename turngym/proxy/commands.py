@@ -61,6 +61,10 @@ def proxy_command(
 
     from turngym.cli_args import parse_key_values
     from turngym.proxy.api import make_proxy, serve_proxy
+    from turngym.remote.security import resolve_token
+
+    # refuse an unsafe bind before loading the model
+    resolve_token(token, env_var=TOKEN_ENV, insecure_no_token=insecure_no_token, host=host)
 
     spec = {"kind": kind, "urls": list(url or [])} if kind != "hf" else {}
     proxy = make_proxy(
