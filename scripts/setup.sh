@@ -47,4 +47,12 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
   "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
   echo "$want" > "$stamp"
 fi
+# openai-agents (the proxy's framework tests, examples/harness/) pins other openai/mcp versions than
+# turngym's environment: it gets a virtual environment of its own
+HARNESS_VENV=${HARNESS_VENV:-.venv-harness/openai-agents}
+if ! "$HARNESS_VENV/bin/python" -c "import agents" >/dev/null 2>&1; then
+  log "openai-agents in its own environment ($HARNESS_VENV)"
+  "$PY" -m venv "$HARNESS_VENV"
+  "$HARNESS_VENV/bin/pip" install -q "openai-agents==0.24.0"
+fi
 log "ready: $("$VENV/bin/python" -c 'import turngym, torch; print("turngym", turngym.__version__, "torch", torch.__version__)')"

@@ -37,6 +37,7 @@ EXTERNAL_COMMANDS: list[tuple[str, str, str]] = [
     ("sft", "turngym.trainer.commands", "sft"),
     ("models", "turngym.agents.commands", "models_command"),
     ("serve", "turngym.remote.commands", "serve_command"),
+    ("proxy", "turngym.proxy.commands", "proxy_command"),
 ]
 #: group -> (help, [(command name, module, function)])
 EXTERNAL_GROUPS: dict[str, tuple[str, list[tuple[str, str, str]]]] = {

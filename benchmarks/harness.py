@@ -1,0 +1,218 @@
+"""Proxy overhead: a call through ``turngym proxy`` against the same call to the backend directly.
+
+    python benchmarks/harness.py [--backends instant,sim,tiny] [--episodes 64] [--turns 4] [--calls 60]
+
+For each backend (``instant``: fixed ids at once, the proxy's cost alone; ``sim``: a latency model of
+a GPU server, ``SIM_STEP_S`` per decode step whatever the batch, so 64 episodes decode together;
+``tiny``: the tiny HF model on CPU with continuous batching) the proxy runs in a child process (its own GIL, as in use) and is
+called over loopback with ``httpx`` (one episode per client coroutine, a growing conversation: each
+call sends the previous reply and a new user turn). The baseline calls ``backend.generate`` in this
+process with the same prompts (rendered once with the chat template) and the same ``max_tokens``.
+
+* latency: one episode, ``--calls`` sequential calls; p50 of each, and the difference (the proxy's
+  overhead per call: HTTP, validation, rendering, bookkeeping, response);
+* throughput: ``--episodes`` concurrent episodes of ``--turns`` calls each; calls/s of each and the
+  ratio proxy / direct.
+
+Runs alternate proxy and direct (twice each) so load drift hits both; the load average is printed.
+On a loaded machine wall-clock numbers mostly measure the load, so the proxy process's own CPU time
+per call (``/proc/<pid>/stat``: user + system, its whole work: HTTP, proxy and, for ``tiny``, the
+model) is printed too.
+Targets (issue 39): overhead p50 <= 5 ms, throughput ratio >= 0.9 at 64 concurrent episodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+TOKEN = "benchmark-token-0123456789abcdef"
+MAX_TOKENS = 16
+SYSTEM = "You are a careful calculator agent. Evaluate the expression one step at a time."
+
+
+SIM_STEP_S = 0.02
+
+
+def _backend(kind: str):
+    from turngym.agents.models import load_tokenizer
+    from turngym.proxy.scripted import InstantBackend
+
+    tok = load_tokenizer("tiny")
+    if kind == "instant":
+        return InstantBackend(tok, n_tokens=MAX_TOKENS), tok
+    if kind == "sim":
+
+        class SimBackend(InstantBackend):
+            async def _generate(self, prompt_ids, sampling, route, adapter):
+                gen = await super()._generate(prompt_ids, sampling, route, adapter)
+                await asyncio.sleep(SIM_STEP_S * len(gen.token_ids))
+                return gen
+
+        return SimBackend(tok, n_tokens=MAX_TOKENS), tok
+    from turngym.agents.hf import HFBackend
+    from turngym.agents.tiny import tiny_model_path
+
+    return HFBackend(tiny_model_path(), tok, max_batch_size=64, max_wait_ms=2), tok
+
+
+def _serve(kind: str, port: int) -> None:
+    from turngym.proxy import make_proxy, serve_proxy
+
+    backend, tok = _backend(kind)
+    proxy = make_proxy(backend=backend, tokenizer=tok, name="m", max_context=4096, max_tokens=MAX_TOKENS)
+    with serve_proxy(proxy, token=TOKEN, port=port):
+        while True:
+            time.sleep(3600)
+
+
+def _conversation(turn: int, episode: int) -> list[dict]:
+    msgs = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": f"Evaluate: ({episode} + 7) * 3"},
+    ]
+    for k in range(turn):
+        msgs += [
+            {"role": "assistant", "content": f"Step {k}: the next value"},
+            {"role": "user", "content": "go on"},
+        ]
+    return msgs
+
+
+async def _proxy_episode(http, key: str, turns: int, episode: int, lat: list[float]) -> None:
+    msgs = _conversation(0, episode)
+    for _ in range(turns):
+        t0 = time.perf_counter()
+        r = await http.post(
+            f"/v1/episodes/{key}/chat/completions",
+            json={"model": "m", "messages": msgs, "max_tokens": MAX_TOKENS, "temperature": 0},
+        )
+        lat.append(time.perf_counter() - t0)
+        r.raise_for_status()
+        msgs += [r.json()["choices"][0]["message"], {"role": "user", "content": "go on"}]
+
+
+async def _direct_episode(backend, fmt, turns: int, episode: int, lat: list[float], route: str) -> None:
+    from turngym.agents.backend import SamplingParams
+    from turngym.agents.chat import ChatTokens
+    from turngym.core.types import Message
+
+    sampling = SamplingParams(max_tokens=MAX_TOKENS, temperature=0, stop_token_ids=tuple(fmt.stop_token_ids))
+    msgs = [Message(**m) for m in _conversation(0, episode)]
+    tokens = ChatTokens(fmt, msgs)  # the prompts are rendered here, outside the timed calls
+    for _ in range(turns):
+        prompt = tokens.token_ids.tolist()
+        t0 = time.perf_counter()
+        gen = await backend.generate(prompt, sampling, route=route)
+        lat.append(time.perf_counter() - t0)
+        tokens.add_generation(gen.token_ids, gen.logprobs)
+        reply = Message(role="assistant", content=fmt.decode(gen.token_ids))
+        tokens.add_observation(reply, [Message(role="user", content="go on")])
+
+
+async def _run_proxy(url: str, episodes: int, turns: int, tag: str) -> tuple[list[float], float]:
+    import httpx
+
+    lat: list[float] = []
+    limits = httpx.Limits(max_connections=episodes, max_keepalive_connections=episodes)
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with httpx.AsyncClient(base_url=url, headers=headers, limits=limits, timeout=300) as http:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(_proxy_episode(http, f"{tag}-{i}", turns, i, lat) for i in range(episodes)))
+        return lat, time.perf_counter() - t0
+
+
+async def _run_direct(backend, fmt, episodes: int, turns: int, tag: str) -> tuple[list[float], float]:
+    lat: list[float] = []
+    t0 = time.perf_counter()
+    await asyncio.gather(
+        *(_direct_episode(backend, fmt, turns, i, lat, f"{tag}-{i}") for i in range(episodes))
+    )
+    return lat, time.perf_counter() - t0
+
+
+def _wait_up(url: str, proc) -> None:
+    import httpx
+
+    for _ in range(600):
+        if not proc.is_alive():
+            raise RuntimeError("the proxy process died")
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("the proxy did not come up")
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def bench(kind: str, episodes: int, turns: int, calls: int) -> dict:
+    import socket
+
+    from turngym.agents.chat import ChatFormat
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = mp.get_context("spawn").Process(target=_serve, args=(kind, port), daemon=True)
+    proc.start()
+    url = f"http://127.0.0.1:{port}"
+    backend, tok = _backend(kind)
+    fmt = ChatFormat(tok)
+    try:
+        _wait_up(url, proc)
+        out: dict = {"proxy_p50": [], "direct_p50": [], "proxy_cps": [], "direct_cps": [], "proxy_cpu": []}
+        asyncio.run(_run_proxy(url, 2, 2, f"warm-{kind}"))  # warm both paths
+        asyncio.run(_run_direct(backend, fmt, 2, 2, f"warm-{kind}"))
+        for rep in range(2):
+            lat, _ = asyncio.run(_run_proxy(url, 1, calls, f"lat{rep}"))
+            out["proxy_p50"].append(statistics.median(lat))
+            lat, _ = asyncio.run(_run_direct(backend, fmt, 1, calls, f"lat{rep}"))
+            out["direct_p50"].append(statistics.median(lat))
+            cpu0 = _cpu_s(proc.pid)
+            lat, wall = asyncio.run(_run_proxy(url, episodes, turns, f"tp{rep}"))
+            out["proxy_cpu"].append((_cpu_s(proc.pid) - cpu0) / len(lat))
+            out["proxy_cps"].append(len(lat) / wall)
+            lat, wall = asyncio.run(_run_direct(backend, fmt, episodes, turns, f"tp{rep}"))
+            out["direct_cps"].append(len(lat) / wall)
+        return {k: statistics.median(v) for k, v in out.items()}
+    finally:
+        proc.kill()
+        proc.join(10)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backends", default="instant,sim,tiny")
+    ap.add_argument("--episodes", type=int, default=64)
+    ap.add_argument("--turns", type=int, default=4)
+    ap.add_argument("--calls", type=int, default=60)
+    args = ap.parse_args()
+    print(f"load average before: {os.getloadavg()[0]:.2f}; {os.cpu_count()} CPUs; max_tokens {MAX_TOKENS}")
+    print(f"{'backend':8} {'p50 direct':>11} {'p50 proxy':>10} {'overhead':>9} "
+          f"{'calls/s direct':>15} {'calls/s proxy':>14} {'ratio':>6} {'proxy CPU/call':>15}")  # fmt: skip
+    for kind in args.backends.split(","):
+        r = bench(kind, args.episodes, args.turns, args.calls)
+        print(
+            f"{kind:8} {r['direct_p50'] * 1e3:9.2f}ms {r['proxy_p50'] * 1e3:8.2f}ms "
+            f"{(r['proxy_p50'] - r['direct_p50']) * 1e3:7.2f}ms {r['direct_cps']:15.1f} {r['proxy_cps']:14.1f} "
+            f"{r['proxy_cps'] / r['direct_cps']:6.2f} {r['proxy_cpu'] * 1e3:13.2f}ms"
+        )
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
