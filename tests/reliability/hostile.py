@@ -272,9 +272,7 @@ def fuzz_calls(
     tried = ran = 0
     wrap = structured if parser == "openai" else hermes
 
-    @settings(
-        max_examples=max_examples, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
-    )
+    @settings(max_examples=max_examples, derandomize=True, suppress_health_check=list(HealthCheck))
     @given(call=call_strategy(tools, skip))
     def run(call: tuple[str, Any]) -> None:
         nonlocal tried, ran
@@ -298,9 +296,7 @@ def fuzz_text(env: Any, family: str, max_examples: int) -> int:
     (an error observation when it holds no valid call), none crashes. Returns the number tried."""
     tried = 0
 
-    @settings(
-        max_examples=max_examples, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
-    )
+    @settings(max_examples=max_examples, derandomize=True, suppress_health_check=list(HealthCheck))
     @given(text=text_strategy())
     def run(text: str) -> None:
         nonlocal tried
