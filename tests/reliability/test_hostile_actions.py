@@ -40,7 +40,14 @@ def test_fixed_and_schema_cases(env):
     family = FAST[env_id]
     cases = fixed_cases() + schema_cases(e.tools, e.parser.name)
     for case in cases:
-        info = check_answer(e, case.action, malformed=case.malformed, family=family, category=case.category)
+        info = check_answer(
+            e,
+            case.action,
+            malformed=case.malformed,
+            garbage=case.garbage,
+            family=family,
+            category=case.category,
+        )
         if not case.malformed:  # hostile content in a well-formed call pays nothing
             assert (
                 info["reward_components"].get("em", 0.0) == 0.0
@@ -56,7 +63,12 @@ def test_openai_structured_calls():
         e.reset(seed=0)
         for case in schema_cases(e.tools, "openai"):
             check_answer(
-                e, case.action, malformed=case.malformed, family="search-qa (openai)", category=case.category
+                e,
+                case.action,
+                malformed=case.malformed,
+                garbage=case.garbage,
+                family="search-qa (openai)",
+                category=case.category,
             )
     finally:
         e.close()

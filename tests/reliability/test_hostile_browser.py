@@ -45,7 +45,12 @@ def test_hostile_sample(env_id):
         env.reset(seed=0)
         for case in sample(env.tools, env.parser.name):
             info = check_answer(
-                env, case.action, malformed=case.malformed, family=env_id, category=case.category
+                env,
+                case.action,
+                malformed=case.malformed,
+                garbage=case.garbage,
+                family=env_id,
+                category=case.category,
             )
             assert not info.get("masked"), info.get("mask_reason")  # bad input is not a browser fault
     finally:
