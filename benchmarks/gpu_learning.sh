@@ -16,7 +16,7 @@
 # goes on between calls; every call packs the curves so far into $OUT/curves.tgz.
 # TRAIN_ARGS overrides the benchmark's arguments; METHODS, SEEDS, LR, STEPS, EVAL_EVERY, MAX_BATCH, GPU_FRACTION, GPUS,
 # DEADLINE override single ones; HF_ENGINE picks the rollout engine (auto, continuous, slots), HF_COMPILE
-# its torch.compile setting (rollout.hf_compile; also the engines benchmark's slots_compile column);
+# its torch.compile setting (rollout.backend.hf_compile; also the engines benchmark's slots_compile column);
 # EXTRA adds arguments (e.g. EXTRA="--set loss.kl_coef=0.05 --set optim.warmup_steps=5"); BENCH_ARGS adds
 # rollout.py's (e.g. PARTS=engines,process,async BENCH_ARGS="--hf-engine slots --hf-model smollm2-135m").
 # More runs beside the first (another env or comparison on other cards of the same lease):
@@ -106,8 +106,8 @@ launch() {  # the learning runs (setsid: they outlive the call); WHEN=late: only
     --methods ${METHODS:-grpo igpo} --seeds ${SEEDS:-0 1 2} --tasks 16 --group 8 --lr ${LR:-5e-6} --steps ${STEPS:-80} \
     --eval-tasks 128 --eval-every ${EVAL_EVERY:-3} --max-tokens 64 --micro-batch-tokens 8192 --max-batch ${MAX_BATCH:-64} --grad-ckpt \
     --gpu-fraction ${GPU_FRACTION:-0.155} --gpus ${GPUS:-1} --deadline-s ${DEADLINE:-1560} ${EXTRA:-}"}
-  [[ -n ${HF_ENGINE:-} ]] && ARGS="$ARGS --set rollout.hf_engine=$HF_ENGINE"
-  [[ -n ${HF_COMPILE:-} ]] && ARGS="$ARGS --set rollout.hf_compile=$HF_COMPILE"
+  [[ -n ${HF_ENGINE:-} ]] && ARGS="$ARGS --set rollout.backend.hf_engine=$HF_ENGINE"
+  [[ -n ${HF_COMPILE:-} ]] && ARGS="$ARGS --set rollout.backend.hf_compile=$HF_COMPILE"
   local n args cards late
   for n in 1 2 3; do
     case $n in

@@ -283,7 +283,7 @@ def child(args: argparse.Namespace) -> None:
         f"rollout.group_size={args.group}",
         f"rollout.max_tokens={args.max_tokens}",
         f"rollout.max_context={args.max_context}",
-        f"rollout.max_batch_size={args.max_batch}",
+        f"rollout.backend.max_batch_size={args.max_batch}",
         f"model.gradient_checkpointing={str(args.grad_ckpt).lower()}",
         f"model.gpu_memory_fraction={args.gpu_fraction or 'null'}",
         f"rollout.eval_tasks={args.eval_tasks}",

@@ -124,7 +124,7 @@ def test_compile_settings_and_their_path_to_the_backend(model, tokenizer, caplog
     with pytest.raises(ValueError, match="unknown compile setting 'fast'"):
         HFSlotBackend(model, tokenizer, compile="fast")
     assert AgentSpec(kind="hf", model="tiny", hf_compile=True).hf_compile == "default"
-    spec = load_config(None, ["rollout.hf_compile=max-autotune-no-cudagraphs"]).backend_spec()
+    spec = load_config(None, ["rollout.backend.hf_compile=max-autotune-no-cudagraphs"]).backend_spec()
     assert spec.hf_compile == "max-autotune-no-cudagraphs"
     assert load_config(None, []).backend_spec().hf_compile is None
     slots_spec = AgentSpec(kind="hf", model="tiny", hf_engine="slots", hf_compile="default", max_context=64)

@@ -201,58 +201,6 @@ def test_the_checker_finds_cycles_and_skips_what_never_runs_on_import(toy):
     assert cycles(import_graph(toy, lazy=True)) == {("toy.a", "toy.b"), ("toy.c", "toy.sub.d")}
 
 
-#: The layers, lowest first (DESIGN.md): a module may import its own layer and the ones below.
-LAYERS = {
-    "core": 0,
-    "tools": 1,
-    "agents": 1,
-    "sandboxes": 1,
-    "envs": 2,
-    "rollout": 2,
-    "remote": 2,  # serves envs (turngym serve, RemoteEnv): beside envs and rollout
-    "trainer": 3,
-    "viewer": 3,
-    "interop": 3,  # trainer adapters (TRL, verifiers): may import envs/rollout/agents; only the CLI imports them
-}
-
-#: Imports that run up a layer today, each with its reason; a new one fails.
-KNOWN_UPWARD: set[tuple[str, str]] = {
-    # the Env base class builds its Toolbox and default parser; both move into core with issue 20's
-    # env protocol
-    ("turngym.core.env", "turngym.tools.parsers"),
-    ("turngym.core.env", "turngym.tools.toolbox"),
-}
-
-
-def layer_of(module: str) -> int | None:
-    parts = module.split(".")
-    return LAYERS.get(parts[1]) if len(parts) > 1 else None
-
-
-def upward_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
-    """``(a, b)`` where ``a`` imports ``b`` of a higher layer (top-level modules such as the CLI sit
-    above every layer)."""
-    found = set()
-    for a, deps in graph.items():
-        la = layer_of(a)
-        for b in deps:
-            lb = layer_of(b)
-            if la is not None and lb is not None and lb > la:
-                found.add((a, b))
-    return found
-
-
-def test_no_import_runs_up_a_layer():
-    found = upward_imports(import_graph(PACKAGE, lazy=True))
-    assert found - KNOWN_UPWARD == set(), "imports that run up a layer (DESIGN.md's layer order)"
-    assert KNOWN_UPWARD - found == set(), "fixed: drop it from KNOWN_UPWARD"
-
-
-def test_the_layer_check_sees_an_upward_import():
-    graph = {"turngym.sandboxes.commands": {"turngym.envs.swe.packages", "turngym.core.env"}}
-    assert upward_imports(graph) == {("turngym.sandboxes.commands", "turngym.envs.swe.packages")}
-
-
 #: The browser families and what each may import besides turngym.envs.browser (issue 20): gui-miniwob
 #: is MiniWoB++ through pixels, so it builds on the MiniWoB task layer (task pages, expert) in web.
 BROWSER_LEAVES = {"web": set(), "gui": {"web"}, "webarena": set(), "webshop": set()}

@@ -135,3 +135,15 @@ def test_spec_through_wrappers_and_gymnasium_make():
     gym_env = gymnasium.make("turngym/arith-v0", depth=2)
     assert gym_env.spec.id == "turngym/arith-v0" and gym_env.spec.kwargs["depth"] == 2
     assert gym_env.unwrapped.depth == 2
+
+
+def test_spec_metadata_answers_without_making_an_env():
+    """The trainer and the engine read an env's parser, open-endedness and thread construction from
+    its spec (its class's declarations), never from a probe env."""
+    from turngym.core.registry import spec
+
+    s = spec("search-qa")
+    assert s.parser() == s.kwargs.get("parser", "hermes")
+    assert s.parser({"parser": "tags"}) == "tags"  # the caller's choice wins
+    assert spec("travel-open").open_ended() and not spec("travel-planner").open_ended()
+    assert spec("arith").builds_in_thread() is False and spec("search-qa").builds_in_thread() is True

@@ -5,14 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import threading
-import time
-from pathlib import Path
 
 import httpx
 import numpy as np
@@ -32,13 +24,25 @@ from turngym.agents.scripted import ScriptedAgent  # noqa: E402
 from turngym.core.env import Env, NotForkable, Task  # noqa: E402
 from turngym.core.types import Message  # noqa: E402
 from turngym.remote import RemoteEnv, RemoteEnvError, RemoteEnvLost  # noqa: E402
-from turngym.remote.server import SessionManager, create_app  # noqa: E402
+from turngym.remote.server import SessionManager  # noqa: E402
 from turngym.rollout import RolloutConfig, RolloutEngine  # noqa: E402
 from turngym.tools import tool  # noqa: E402
 
+from .serving import (  # noqa: E402
+    AUTH,
+    TOKEN,
+    TRAINER,
+    ServerThread,
+    free_port,
+    mcp_client,
+    start_cli_server,
+    stop,
+    wait_for,
+    with_token,
+)
+
 pytestmark = pytest.mark.timeout(300)
 
-ROOT = Path(__file__).resolve().parents[2]
 SEARCH = {"n_passages": 600, "n_tasks": 40}
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR-not-really-an-image\xff\x00"
 
@@ -85,39 +89,11 @@ class PictureEnv(Env):
         return self.format_call("look", {"at": "the sky"})
 
 
-class ServerThread:
-    """A uvicorn server in a thread, on a free port of 127.0.0.1."""
-
-    def __init__(self, manager: SessionManager, **app_kwargs):
-        import uvicorn
-
-        self.manager = manager
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        config = uvicorn.Config(create_app(manager, **app_kwargs), log_level="warning")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    def __enter__(self) -> ServerThread:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
-        assert not self.thread.is_alive()
-
-
-def wait_for(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)
+@pytest.fixture(autouse=True)
+def _tokens(monkeypatch):
+    """RemoteEnv (and the rollout engine's) read the tokens from the environment."""
+    monkeypatch.setenv("TURNGYM_SERVE_TOKEN", TOKEN)
+    monkeypatch.setenv("TURNGYM_SERVE_TRAINER_TOKEN", TRAINER)
 
 
 @pytest.fixture(scope="module")
@@ -126,10 +102,15 @@ def cache_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def served():
+def served(cache_dir):
     turngym.register("serve-picture-v0", PictureEnv, family="test")
     try:
-        manager = SessionManager(["arith", "search-qa", "serve-picture"], max_sessions=16, idle_timeout=60)
+        manager = SessionManager(
+            ["arith", "search-qa", "serve-picture"],
+            max_sessions=16,
+            idle_timeout=60,
+            env_kwargs_for={"search-qa": {**SEARCH, "cache_dir": cache_dir}},  # the operator's --env-arg
+        )
         with ServerThread(manager, mcp=True) as server:
             yield server
         assert manager.sessions == {} and manager.stats.close_errors == 0
@@ -162,7 +143,7 @@ async def test_engine_remote_trajectories_equal_local_ones(served, cache_dir, en
         "remote",
         ScriptedAgent(),
         cfg,
-        env_kwargs={"url": served.url, "env_id": env_id, **kwargs},
+        env_kwargs={"url": served.url, "env_id": env_id},  # the server sets search-qa's arguments
         env_id=env_id,
     ).run(range(3))
     local = await RolloutEngine(env_id, ScriptedAgent(), cfg, env_kwargs=kwargs).run(range(3))
@@ -244,7 +225,7 @@ def test_fork_over_the_wire_matches_a_local_fork(served):
 
 
 def test_http_protocol_answers_bad_input_with_clear_4xx(served):
-    with httpx.Client(base_url=served.url, timeout=30) as http:
+    with httpx.Client(base_url=served.url, timeout=30, headers=AUTH) as http:
         assert http.get("/health").json()["envs"] == ["arith-v0", "search-qa-v0", "serve-picture-v0"]
         r = http.post("/sessions", json={"env_id": "arithh"})
         assert r.status_code == 404 and r.json()["detail"]["kind"] == "unknown_env"
@@ -252,7 +233,7 @@ def test_http_protocol_answers_bad_input_with_clear_4xx(served):
         r = http.post("/sessions", json={"env_id": "search-r1"})
         assert r.status_code == 403 and "not served here" in r.json()["detail"]["error"]
         r = http.post("/sessions", json={"env_id": "arith", "kwargs": {"no_such_arg": 1}})
-        assert r.status_code == 400 and "no_such_arg" in r.json()["detail"]["error"]
+        assert r.status_code == 403 and "no_such_arg" in r.json()["detail"]["error"]  # not allow-listed
         r = http.post("/sessions", json={"env_id": "arith", "max_turns": 0})
         assert r.status_code == 422 and r.json()["detail"]["kind"] == "malformed"
         r = http.post("/sessions", content=b"{not json", headers={"content-type": "application/json"})
@@ -289,7 +270,7 @@ def test_server_full_is_a_clear_error():
 
 async def test_websocket_malformed_frames_get_error_replies_and_the_connection_lives_on(served):
     ws_url = served.url.replace("http", "ws") + "/ws"
-    async with connect(ws_url) as ws:
+    async with connect(ws_url, additional_headers=AUTH) as ws:
         for frame, kind, text in [
             ("not json", "malformed", "malformed websocket message"),
             (json.dumps({"id": 1, "op": "explode"}), "malformed", "op"),
@@ -319,7 +300,7 @@ async def test_client_disconnecting_mid_episode_closes_its_env(served):
     manager = served.manager
     ws_url = served.url.replace("http", "ws") + "/ws"
     before = manager.stats.closed_disconnect
-    ws = await connect(ws_url)
+    ws = await connect(ws_url, additional_headers=AUTH)
     await ws.send(json.dumps({"id": 0, "op": "create", "data": {"env_id": "arith"}}))
     sid = json.loads(await ws.recv())["data"]["session_id"]
     await ws.send(json.dumps({"id": 1, "op": "reset", "session_id": sid, "data": {"seed": 0}}))
@@ -345,48 +326,6 @@ async def test_idle_sessions_are_closed_and_their_clients_see_a_lost_env():
 
 
 # ------------------------------------------------------------------ a served process, restarted
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start_cli_server(port: int) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "turngym.cli",
-            "serve",
-            "arith",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        assert proc.poll() is None, proc.stdout.read().decode()
-        assert time.monotonic() < deadline, "turngym serve did not come up"
-        time.sleep(0.1)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
-
-
 class _RestartingAgent(ScriptedAgent):
     """The expert, except that after its second turn of seed ``victim`` the server is killed and restarted."""
 
@@ -411,12 +350,12 @@ class _RestartingAgent(ScriptedAgent):
 
 
 async def test_server_restarted_under_a_rollout_masks_that_episode_and_the_run_continues():
-    port = _free_port()
-    procs = [_start_cli_server(port)]
+    port = free_port()
+    procs = [start_cli_server(port, "arith", "--token", TOKEN)]
 
     def restart() -> None:
-        _stop(procs[-1])
-        procs.append(_start_cli_server(port))
+        stop(procs[-1])
+        procs.append(start_cli_server(port, "arith", "--token", TOKEN))
 
     try:
         agent = _RestartingAgent(victim=1, restart=restart)
@@ -433,12 +372,12 @@ async def test_server_restarted_under_a_rollout_masks_that_episode_and_the_run_c
         assert [t.seed for t in trajs if not t.masked] == [0, 2, 3]
         assert all(t.total_reward == 1.0 for t in trajs if not t.masked)
         assert engine.stats.reconciles() and engine.stats.mask_reasons == {"env_lost": 1}
-        health = httpx.get(f"http://127.0.0.1:{port}/health").json()
+        health = httpx.get(f"http://127.0.0.1:{port}/health").json()  # /health needs no token
         assert health["sessions"] == 0  # the new server closed the envs of seeds 2 and 3
         assert health["stats"]["opened"] == health["stats"]["closed"] == 2
     finally:
         for proc in procs:
-            _stop(proc)
+            stop(proc)
     # no server left: a new RemoteEnv says the server is unreachable, as a lost env
     with pytest.raises(RemoteEnvLost, match="unreachable"):
         RemoteEnv(f"http://127.0.0.1:{port}")
@@ -460,7 +399,7 @@ async def test_openenv_core_client_plays_an_episode(served_openenv):
     local = turngym.make("arith")
     obs, _ = local.reset(seed=2)
     before = served.manager.stats.opened
-    async with GenericEnvClient(base_url=served.url + "/openenv") as client:
+    async with GenericEnvClient(base_url=with_token(served.url) + "/openenv") as client:
         result = await client.reset(seed=2)
         assert result.done is False and result.reward is None
         assert result.observation["messages"] == [m.model_dump(mode="json") for m in obs]
@@ -478,7 +417,7 @@ async def test_openenv_core_client_plays_an_episode(served_openenv):
         assert served.manager.stats.opened == before + 1  # one OpenEnv websocket, one session
     await asyncio.to_thread(wait_for, lambda: served.manager.sessions == {})
     # a malformed OpenEnv action is refused with the validation error, the connection stays usable
-    async with GenericEnvClient(base_url=served.url + "/openenv") as client:
+    async with GenericEnvClient(base_url=with_token(served.url) + "/openenv") as client:
         await client.reset(seed=0)
         with pytest.raises(RuntimeError, match="Invalid message|validation|extra"):
             await client.step({"content": "x", "bogus": 1})
@@ -486,11 +425,10 @@ async def test_openenv_core_client_plays_an_episode(served_openenv):
 
 
 async def test_mcp_client_plays_an_episode_in_its_session(served):
-    from mcp.client.client import Client
 
     local = turngym.make("arith")
     local.reset(seed=3)
-    async with Client(served.url + "/mcp", mode="legacy") as client:
+    async with mcp_client(served.url, mode="legacy") as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
         assert set(tools) == {"reset", "calculate", "answer"}
         assert tools["calculate"].input_schema["properties"]["op"]["enum"] == ["+", "-", "*"]
@@ -516,9 +454,8 @@ async def test_mcp_client_plays_an_episode_in_its_session(served):
 
 
 async def test_sessionless_mcp_clients_name_their_episode(served):
-    from mcp.client.client import Client
 
-    async with Client(served.url + "/mcp") as client:  # protocol 2026-07-28: no MCP session
+    async with mcp_client(served.url) as client:  # protocol 2026-07-28: no MCP session
         reply = await client.call_tool("reset", {"seed": 0})
         episode = reply.structured_content["episode_id"]
         lost = await client.call_tool("calculate", {"a": 3, "op": "+", "b": 5})
@@ -527,7 +464,7 @@ async def test_sessionless_mcp_clients_name_their_episode(served):
         assert not step.is_error and step.content[0].text.endswith("8")
         bad = await client.call_tool("calculate", {"a": 3, "op": "+", "b": "five", "episode_id": episode})
         assert bad.is_error and bad.structured_content["turn"] == 2
-    async with httpx.AsyncClient(base_url=served.url) as http:
+    async with httpx.AsyncClient(base_url=served.url, headers=AUTH) as http:
         assert (await http.delete(f"/sessions/{episode}")).json() == {"closed": True}
 
 
@@ -583,7 +520,7 @@ def test_any_websocket_frame_gets_a_reply_never_an_exception(frame):
 
 
 def test_non_finite_floats_survive_the_http_routes_too(served):
-    with httpx.Client(base_url=served.url, timeout=30) as http:
+    with httpx.Client(base_url=served.url, timeout=30, headers=AUTH) as http:
         sid = http.post("/sessions", json={"env_id": "serve-picture"}).json()["session_id"]
         http.post(f"/sessions/{sid}/reset", json={"seed": 0})
         r = http.post(f"/sessions/{sid}/step", json={"action": "no call"})

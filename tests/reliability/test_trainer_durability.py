@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from turngym.trainer.checkpoint import latest_checkpoint
+from turngym.trainer.manifest import verify_manifest
 from turngym.trainer.metrics import read_metrics
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
@@ -71,7 +72,13 @@ def test_sigkill_resumes_from_the_last_complete_checkpoint(killed_run):
     assert latest_checkpoint(run).name == "step-000004" and (run / "final" / "config.json").exists()
     assert not list((run / "checkpoints").glob(".tmp-*"))  # the partial one was cleaned up
     for ckpt in (run / "checkpoints").glob("step-*"):
-        assert {p.name for p in ckpt.iterdir()} == {"trainable.pt", "optimizer.pt", "state.json"}
+        assert {p.name for p in ckpt.iterdir()} == {
+            "trainable.pt",
+            "optimizer.pt",
+            "state.json",
+            "manifest.json",
+        }
+        assert verify_manifest(ckpt, int(ckpt.name.split("-")[1])) is None
 
 
 def test_metrics_have_each_step_exactly_once(killed_run):

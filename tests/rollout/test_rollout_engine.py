@@ -342,10 +342,10 @@ async def test_construct_in_thread_picks_where_the_engine_builds_envs(in_thread)
     from turngym.envs.arith.env import ArithEnv
 
     assert ArithEnv.construct_in_thread is False
-    assert RolloutEngine("arith", ScriptedAgent())._builds_in_thread() is False
-    assert RolloutEngine("search-qa", ScriptedAgent())._builds_in_thread() is True
+    assert RolloutEngine("arith", ScriptedAgent()).episodes.builds_in_thread() is False
+    assert RolloutEngine("search-qa", ScriptedAgent()).episodes.builds_in_thread() is True
     # an unknown id is not this check's to report: it fails where the env is made, as a masked trajectory
-    assert RolloutEngine("no-such-env", ScriptedAgent())._builds_in_thread() is True
+    assert RolloutEngine("no-such-env", ScriptedAgent()).episodes.builds_in_thread() is True
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,8 @@ pytestmark = pytest.mark.timeout(600)
 
 def _run(out: Path, nproc: int) -> dict:
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    # the script imports turngym from this checkout, not from wherever the package is installed
+    env["PYTHONPATH"] = os.pathsep.join([str(SCRIPT.parents[2]), env.get("PYTHONPATH", "")])
     if nproc == 1:
         cmd = [sys.executable, str(SCRIPT), str(out)]
     else:

@@ -169,10 +169,10 @@ def test_trainer_rolls_out_in_env_actors_from_the_cluster_section(cluster, tmp_p
     )
     trainer = Trainer(cfg)
     trainer.setup()
-    trajs, stats = trainer.rollout([0, 1], 2, 1.0)
-    pool = trainer._env_pool
+    trajs, stats = trainer.orchestrator.rollout([0, 1], 2, 1.0)
+    pool = trainer.orchestrator.env_pool
     assert pool is not None and pool.stats.opened == 4 and len(pool.actors) == 1
     assert stats["requested"] == 4 and stats["masked"] == 0 and all(t.env_id == "arith" for t in trajs)
     trainer.train()
     assert [r["step"] for r in read_metrics(tmp_path / "run")] == [1]
-    assert trainer._env_pool is None  # the actors went with the run
+    assert trainer.orchestrator.env_pool is None  # the actors went with the run

@@ -57,8 +57,8 @@ def test_example_configs_load(path):
 
 
 def test_the_rollout_backend_is_one_agent_spec_and_weight_sync_only_moves_weights():
-    # the default: the policy served in process, with the rollout's batch and context settings
-    spec = load_config(None, ["rollout.max_batch_size=8", "rollout.hf_engine=continuous"]).backend_spec()
+    # the default: the policy served in process, with the rollout's context settings
+    spec = load_config(None, ["rollout.backend={max_batch_size: 8, hf_engine: continuous}"]).backend_spec()
     assert (spec.kind, spec.model, spec.max_batch_size, spec.hf_engine) == ("hf", "tiny", 8, "continuous")
     # rollout.backend overrides the defaults in AgentSpec's own keys
     spec = load_config(
@@ -85,7 +85,24 @@ def test_the_rollout_backend_is_one_agent_spec_and_weight_sync_only_moves_weight
             [
                 "weight_sync=vllm_lora",
                 "model.lora={r: 4}",
-                "vllm_urls=[http://a:8000]",
+                "vllm_urls=[http://a:8000]",  # a deprecated alias of rollout.backend.urls
                 "rollout.backend={kind: vllm, urls: [http://b:8000]}",
             ],
         )
+
+
+def test_flat_backend_keys_and_url_keys_are_deprecated_aliases_of_rollout_backend():
+    """rollout.backend is the one home of backend settings; the keys of earlier releases still load,
+    moved in there with a FutureWarning that names the new key, and a disagreement is an error."""
+    with pytest.warns(FutureWarning, match="rollout.hf_engine is deprecated: set rollout.backend.hf_engine"):
+        cfg = load_config(None, ["rollout.max_batch_size=8", "rollout.hf_engine=continuous"])
+    assert cfg.rollout.backend == {"max_batch_size": 8, "hf_engine": "continuous"}
+    assert (cfg.backend_spec().max_batch_size, cfg.backend_spec().hf_engine) == (8, "continuous")
+    with pytest.warns(FutureWarning, match="cluster.vllm_urls is deprecated"):
+        cfg = load_config(
+            None, ["weight_sync=vllm_lora", "model.lora={r: 4}", "cluster.vllm_urls=[http://a:8000]"]
+        )
+    assert cfg.backend_spec().urls == ["http://a:8000"] == cfg.vllm_urls
+    with pytest.raises(ValidationError, match="rollout.hf_engine and rollout.backend.hf_engine disagree"):
+        load_config(None, ["rollout.hf_engine=slots", "rollout.backend={hf_engine: continuous}"])
+    assert "hf_engine" not in type(cfg.rollout).model_fields  # one home: no flat field left

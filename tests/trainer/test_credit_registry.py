@@ -20,7 +20,8 @@ from turngym.trainer.credit.registry import (
     unregister_credit_method,
 )
 from turngym.trainer.judges import ProgrammaticJudge
-from turngym.trainer.loop import _derive, build_credit
+from turngym.trainer.orchestrator import build_credit
+from turngym.trainer.orchestrator import step_seed as _derive
 
 from .helpers import make_traj
 

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from tests.trainer.helpers import make_traj
 from turngym.trainer.commands import heldout_summary
 from turngym.trainer.config import load_config
-from turngym.trainer.loop import Trainer, sampled_metrics
+from turngym.trainer.loop import Trainer
+from turngym.trainer.metrics import sampled_metrics
 from turngym.viewer.report import eval_summaries, eval_summary, write_report
 
 BASE = [
@@ -24,14 +25,14 @@ BASE = [
 ]
 
 
-def trainer(tmp_path, name, *extra):
+def orchestrator(tmp_path, name, *extra):
     t = Trainer(load_config(None, [f"run_dir={tmp_path / name}", *BASE, *extra]))
     t.setup()
-    return t
+    return t.orchestrator
 
 
 def test_sampled_eval_counts_names_and_determinism(tmp_path):
-    a = trainer(tmp_path, "a", "seed=3")
+    a = orchestrator(tmp_path, "a", "seed=3")
     rng = torch.get_rng_state()
     first = a.evaluate()
     assert torch.equal(torch.get_rng_state(), rng)  # the training RNG is left as it was
@@ -42,20 +43,20 @@ def test_sampled_eval_counts_names_and_determinism(tmp_path):
         assert 0.0 <= first["eval/sampled/pass_at_k"] <= 1.0
     # the same eval every time it runs, and in another trainer with the same seed
     assert a.evaluate() == first
-    assert trainer(tmp_path, "b", "seed=3").evaluate() == first
+    assert orchestrator(tmp_path, "b", "seed=3").evaluate() == first
     # the samples really are sampled (T=1): the random tiny model's episodes differ from the greedy ones
     trajs, _ = a.rollout([1_000_000], 4, 1.0)
     assert len({tuple(t.token_ids) for t in trajs}) > 1
 
 
 def test_no_sampled_eval_unless_asked(tmp_path):
-    m = trainer(tmp_path, "off", "rollout.eval_samples=0").evaluate()
+    m = orchestrator(tmp_path, "off", "rollout.eval_samples=0").evaluate()
     assert "eval/reward/success" in m and not any(k.startswith("eval/sampled/") for k in m)
 
 
 def test_masked_sampled_episodes_count_as_failures(tmp_path):
     # every episode times out at its reset (a real engine fault): all masked, none a success
-    m = trainer(tmp_path, "masked", "rollout.turn_timeout=1e-9").evaluate()
+    m = orchestrator(tmp_path, "masked", "rollout.turn_timeout=1e-9").evaluate()
     assert m["eval/sampled/episodes"] == 12.0
     assert m["eval/sampled/reward/masked_frac"] == 1.0
     assert m["eval/sampled/reward/success"] == 0.0 and m["eval/sampled/reward/outcome"] == 0.0

@@ -317,7 +317,7 @@ def test_the_answer_frame_comes_from_the_parser_and_the_chat_template(tiny):
 def test_igpo_scores_the_answer_in_the_envs_own_protocol(tiny):
     from turngym.tools import TagParser
     from turngym.trainer.config import load_config
-    from turngym.trainer.loop import build_credit
+    from turngym.trainer.orchestrator import build_credit
 
     model, tok = tiny
     cfg = load_config(
@@ -340,7 +340,7 @@ def test_igpo_scores_the_answer_in_the_envs_own_protocol(tiny):
 
 def test_hop_targets_are_a_config_key(tiny):
     from turngym.trainer.config import load_config
-    from turngym.trainer.loop import build_credit
+    from turngym.trainer.orchestrator import build_credit
 
     model, tok = tiny
     scorer = build_credit(

@@ -10,7 +10,8 @@ import torch
 
 from turngym.rollout.commands import summarize
 from turngym.trainer.batching import token_logprobs, train_mode_without_dropout
-from turngym.trainer.loop import breakdown_metrics, cap_gpu_memory, reward_metrics
+from turngym.trainer.metrics import breakdown_metrics, reward_metrics
+from turngym.trainer.policy import cap_gpu_memory
 
 from .helpers import make_traj
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from turngym.trainer.config import load_config
 from turngym.trainer.credit import Pointwise, grpo
-from turngym.trainer.loop import build_credit
+from turngym.trainer.orchestrator import build_credit
 
 from .helpers import make_traj
 
@@ -104,9 +104,10 @@ def test_open_ended_envs_give_warm_start_demonstrations():
     """travel-open has no outcome (always 0): its expert's finished episodes are the SFT data, so a
     pointwise/arena run can start from a warm start as the other families do; travel-planner keeps
     only passing plans."""
-    from turngym.trainer.sft import expert_trajectories, open_ended
+    from turngym.core.registry import spec
+    from turngym.trainer.sft import expert_trajectories
 
-    assert open_ended("travel-open") and not open_ended("travel-planner")
+    assert spec("travel-open").open_ended() and not spec("travel-planner").open_ended()
     demos = expert_trajectories("travel-open", range(2))
     assert len(demos) == 2 and all(t.terminated and t.outcome == 0 for t in demos)
     cut = expert_trajectories("travel-open", range(2), {"max_turns": 3})  # unfinished: not demonstrations

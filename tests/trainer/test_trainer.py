@@ -86,7 +86,7 @@ def test_lora_with_kl_to_the_base_model(tmp_path):
     )
     trainer = Trainer(cfg)
     trainer.setup()
-    trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+    trainable = [n for n, p in trainer.policy.model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
     trainer.train()
     row = read_metrics(tmp_path / "lora")[-1]
@@ -165,14 +165,14 @@ def test_bf16_autocast_runs_sft_and_the_update_in_bf16_and_keeps_fp32_weights(tm
     trainer = Trainer(cfg)
     trainer.train()
     assert seen and set(seen) == {torch.bfloat16}
-    assert {p.dtype for p in trainer.model.parameters()} == {torch.float32}
+    assert {p.dtype for p in trainer.policy.model.parameters()} == {torch.float32}
     info = json.loads((tmp_path / "bf16" / "sft_done.json").read_text())
     assert info["sft/loss_last"] < 0.7 * info["sft/loss_first"]
     assert [r["step"] for r in read_metrics(tmp_path / "bf16") if "update/grad_norm" in r] == [1, 2]
     with pytest.raises(ValueError, match="autocast"):
         config(tmp_path, "fp16", "model.autocast=float16")
     with pytest.raises(ValueError, match="bfloat16"):
-        batching.mixed_precision(trainer.model, "float16")
+        batching.mixed_precision(trainer.policy.model, "float16")
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
@@ -184,7 +184,14 @@ def test_the_slots_engine_serves_the_rollouts_and_frees_its_slots_for_the_update
     monkeypatch.setattr(HFSlotBackend, "free_buffers", lambda self: (freed.append(self), free(self)))
     extra = ["model.lora={r: 4, alpha: 8}"] if lora else []
     Trainer(
-        config(tmp_path, "slots", "steps=2", "rollout.hf_engine=slots", "rollout.max_context=2048", *extra)
+        config(
+            tmp_path,
+            "slots",
+            "steps=2",
+            "rollout.backend.hf_engine=slots",
+            "rollout.max_context=2048",
+            *extra,
+        )
     ).train()
     rows = read_metrics(tmp_path / "slots")
     assert [r["step"] for r in rows] == [1, 2]
@@ -228,7 +235,7 @@ def test_keep_best_exports_the_policy_of_the_best_eval(tmp_path, mode):
     )
     trainer = Trainer(cfg, judge=ProgrammaticJudge(shorter_is_better))
     trainer.setup()
-    snapshot = lambda: {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}  # noqa: E731
+    snapshot = lambda: {k: v.detach().clone() for k, v in trainer.policy.model.state_dict().items()}  # noqa: E731
     weights = {0: snapshot()}
     trainer.train(on_step=lambda step, _: weights.__setitem__(step, snapshot()))
     rows = read_metrics(tmp_path / mode)
@@ -295,7 +302,7 @@ def test_a_kept_backend_trains_like_one_made_per_rollout(tmp_path):
         "steps=3",
         "rollout.eval_every=1",
         "rollout.eval_tasks=2",
-        "rollout.hf_engine=slots",
+        "rollout.backend.hf_engine=slots",
         "credit.method=arena",
         "credit.arena.workers=1",
     ]
@@ -303,9 +310,9 @@ def test_a_kept_backend_trains_like_one_made_per_rollout(tmp_path):
     Trainer(config(tmp_path, "fresh", *steps), judge=judge).train()
     kept = Trainer(config(tmp_path, "kept", *steps, "rollout.keep_backend=true"), judge=judge)
     seen = []
-    kept.train(on_step=lambda step, row: seen.append(kept._kept_backend))
+    kept.train(on_step=lambda step, row: seen.append(kept.orchestrator.kept_backend))
     assert seen[0] is not None and all(b is seen[0] for b in seen)
-    assert kept._kept_backend is None  # released at the end
+    assert kept.orchestrator.kept_backend is None  # released at the end
     rows = {name: read_metrics(tmp_path / name) for name in ("fresh", "kept")}
     evals = {
         name: [r["eval/reward/outcome"] for r in v if "eval/reward/outcome" in r] for name, v in rows.items()
@@ -328,13 +335,13 @@ def test_prefix_reuse_is_logged_and_evictions_warned_once(tmp_path, caplog):
     import logging
 
     roomy = Trainer(
-        config(tmp_path, "roomy", "steps=1", "rollout.max_concurrency=4", "rollout.max_batch_size=4")
+        config(tmp_path, "roomy", "steps=1", "rollout.max_concurrency=4", "rollout.backend.max_batch_size=4")
     )
     with caplog.at_level(logging.WARNING, logger="turngym.trainer"):
         roomy.train()
     assert "parked rows were evicted" not in caplog.text
     tight = Trainer(
-        config(tmp_path, "tight", "steps=2", "rollout.max_concurrency=4", "rollout.max_batch_size=1")
+        config(tmp_path, "tight", "steps=2", "rollout.max_concurrency=4", "rollout.backend.max_batch_size=1")
     )
     with caplog.at_level(logging.WARNING, logger="turngym.trainer"):
         tight.train()

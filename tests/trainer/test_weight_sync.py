@@ -166,7 +166,7 @@ def test_trainer_with_full_weight_sync_rolls_out_the_updated_policy_through_vllm
             "steps=2",
             f"model.path={untied}",
             "weight_sync=vllm_full",
-            f"vllm_urls=[{server.url}]",
+            f"rollout.backend.urls=[{server.url}]",
             "rollout.env=arith",
             "rollout.env_kwargs={depth: 1, max_turns: 2}",
             "rollout.tasks_per_step=2",

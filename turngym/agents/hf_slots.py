@@ -79,7 +79,7 @@ replayed.
   the live parameters, so ``update_weights`` needs no recompile. A compile that fails (no C++
   compiler, an op inductor cannot lower, a crash) turns compiling off for this backend with a
   warning, ``stats["compile_fallbacks"]`` counts it, and steps run the plain body. Off by default;
-  the trainer's ``rollout.hf_compile``, ``AgentSpec.hf_compile``, the CLI's ``--hf-compile``.
+  the trainer's ``rollout.backend.hf_compile``, ``AgentSpec.hf_compile``, the CLI's ``--hf-compile``.
   Experimental: on an idle H200 (SmolLM2, benchmarks/gpu_results.md session 11) the compiled step
   was captured and replayed (no fallback, no eager decode) yet ran at 0.75-0.89x the plain graphs'
   tokens/s at batch 1-64, and its greedy ids differed from eager's.

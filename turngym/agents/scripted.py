@@ -19,7 +19,7 @@ from typing import Any
 
 from turngym.agents.base import AgentStep, TextSession
 from turngym.core.types import Message, ToolCall, ToolSpec
-from turngym.tools.parsers import HermesParser
+from turngym.tools.parsers import get_parser
 
 
 class AgentError(RuntimeError):
@@ -90,12 +90,13 @@ class _RandomSession(TextSession):
 
 
 def _format_call(parser: Any, call: ToolCall) -> Message:
-    """The call in the env's convention (``parser.format_call``); a parser without it gets Hermes text."""
+    """The call in the env's convention (``parser.format_call``); a parser without it, or one that
+    cannot write this call, gets the default convention's."""
     fmt = getattr(parser, "format_call", None)
     try:
-        action = fmt(call) if fmt is not None else HermesParser().format_call(call)
+        action = fmt(call) if fmt is not None else get_parser().format_call(call)
     except ValueError:  # not writable in this protocol (a tag parser with no tag for the tool)
-        action = HermesParser().format_call(call)
+        action = get_parser().format_call(call)
     return action if isinstance(action, Message) else Message(role="assistant", content=action)
 
 

@@ -120,7 +120,7 @@ class Env(gymnasium.Env[list[Message], str]):
         self,
         *,
         max_turns: int | None = None,
-        parser: str | ToolCallParser | None = "hermes",
+        parser: str | ToolCallParser | None = None,
         tool_timeout: float | None = 30.0,
         max_output_chars: int = 16_000,
         max_calls_per_turn: int = 8,
@@ -450,10 +450,9 @@ class Env(gymnasium.Env[list[Message], str]):
             raise RuntimeError(f"{type(self).__name__} is closed")
 
     def _call_hint(self) -> str:
-        names = ", ".join(self.toolbox.names)
-        if self.parser.name == "tags":
-            return self.parser.instructions(self.tools)
-        return f'Call a tool as <tool_call>{{"name": ..., "arguments": {{...}}}}</tool_call>. Tools: {names}'
+        """How to write a call, as this env's parser says it (an action with no call gets it back)."""
+        hint = getattr(self.parser, "call_hint", None)  # a third-party parser may not have one
+        return hint(self.tools) if hint is not None else self.parser.instructions(self.tools)
 
     def _run(self, coro: Awaitable[T]) -> T:
         """Run a coroutine to completion from sync code, on this env's own event loop.

@@ -104,6 +104,21 @@ class EnvSpec(GymEnvSpec):
             obj = getattr(obj, part)
         return obj
 
+    # --- what callers may know about an env without constructing one (its class's declarations)
+    def parser(self, overrides: dict[str, Any] | None = None) -> Any:
+        """The tool-call parser (a registered name or a parser object) episodes of this env use with
+        ``overrides``: the caller's ``parser``, else the registered default, else Hermes."""
+        return {**self.kwargs, **(overrides or {})}.get("parser", "hermes")
+
+    def open_ended(self) -> bool:
+        """Whether the env declares no checkable outcome (its class's ``open_ended``, e.g. travel-open:
+        judged pairwise, outcome always 0)."""
+        return bool(getattr(self.load(), "open_ended", False))
+
+    def builds_in_thread(self) -> bool:
+        """False where the env's class says its constructor is cheap (``Env.construct_in_thread``)."""
+        return getattr(self.load(), "construct_in_thread", True) is not False
+
     def make(self, **overrides: Any) -> Any:
         """Construct the env with the defaults merged with ``overrides``; sets ``env.spec``."""
         kwargs = {**self.kwargs, **overrides}

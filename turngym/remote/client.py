@@ -11,6 +11,10 @@
   ``limit_turns()`` (applied at the next ``areset``), and ``afork()``/``fork()`` (the server forks the
   env; the child is a new ``RemoteEnv`` on a session of its own). The sync ``reset``/``step``/``close``
   of :class:`~turngym.core.env.Env` run these on the env's own loop.
+* Every request carries the server's token (``token=``, else ``$TURNGYM_SERVE_TRAINER_TOKEN``, else
+  ``$TURNGYM_SERVE_TOKEN``) as ``Authorization: Bearer``; a trainer token also brings the privileged
+  info (``info["reference"]``) and the expert's action. A refused token is a :class:`RemoteEnvError`
+  of kind ``unauthorized`` saying so.
 * A server that is unreachable, restarted or that dropped the session raises :class:`RemoteEnvLost`
   (``mask_reason = "env_lost"``): the rollout engine masks that trajectory and carries on. Any other
   refusal is a :class:`RemoteEnvError` naming the server's error kind.
@@ -22,6 +26,7 @@ import asyncio
 import copy
 import itertools
 import json
+import os
 from typing import Any
 
 import gymnasium
@@ -64,6 +69,17 @@ class RemoteEnvLost(RemoteEnvError):
         super().__init__(message, kind)
 
 
+#: where a client finds the token when none is given (the trainer token first)
+TOKEN_ENV_VARS = ("TURNGYM_SERVE_TRAINER_TOKEN", "TURNGYM_SERVE_TOKEN")
+
+
+def client_token(token: str | None = None) -> str | None:
+    """``token``, else the first of :data:`TOKEN_ENV_VARS` that is set, else None."""
+    if token:
+        return token
+    return next((os.environ[v] for v in TOKEN_ENV_VARS if os.environ.get(v)), None)
+
+
 def _http_base(url: str) -> str:
     url = url.rstrip("/")
     if url.startswith("ws://") or url.startswith("wss://"):
@@ -88,14 +104,17 @@ class RemoteEnv(Env):
         max_turns: int | None = None,
         timeout: float | None = 300.0,
         connect_timeout: float = 10.0,
+        token: str | None = None,
         _session: SessionInfo | None = None,
         **env_kwargs: Any,
     ):
         """``url``: the server (``http://host:port``); ``env_id``: which of its envs (default: its first);
         ``env_kwargs``: passed to ``make`` on the server; ``max_turns``: tightens the remote env's limit;
-        ``timeout``: seconds a call may take before it fails."""
+        ``timeout``: seconds a call may take before it fails; ``token``: the server's (default: from the
+        environment, :data:`TOKEN_ENV_VARS`)."""
         super().__init__(parser=None)
         self.url = _http_base(url)
+        self._token = client_token(token)
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self._ws: Any = None
@@ -194,7 +213,13 @@ class RemoteEnv(Env):
             if e.kind == "env_error":
                 raise ForkError(str(e)) from e
             raise
-        child = RemoteEnv(self.url, timeout=self.timeout, connect_timeout=self.connect_timeout, _session=info)
+        child = RemoteEnv(
+            self.url,
+            timeout=self.timeout,
+            connect_timeout=self.connect_timeout,
+            token=self._token,
+            _session=info,
+        )
         child.task = self.task
         child._np_random = copy.deepcopy(self._np_random)  # the local RNG forks too (Env.fork semantics)
         return child
@@ -234,6 +259,7 @@ class RemoteEnv(Env):
                 method,
                 self.url + path,
                 json=body.model_dump(mode="json") if body is not None else None,
+                headers=self._headers(),
                 timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout),
             )
         except httpx.HTTPError as e:
@@ -242,11 +268,23 @@ class RemoteEnv(Env):
             raise _error_from(response.text, response.status_code, self.url)
         return response.json()
 
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._token}"} if self._token else {}
+
     async def _connect(self) -> None:
         from websockets.asyncio.client import connect
+        from websockets.exceptions import InvalidStatus
 
         try:
-            self._ws = await connect(_ws_url(self.url), open_timeout=self.connect_timeout, max_size=None)
+            self._ws = await connect(
+                _ws_url(self.url),
+                open_timeout=self.connect_timeout,
+                max_size=None,
+                additional_headers=self._headers(),
+            )
+        except InvalidStatus as e:  # the server answered, and refused the handshake (token, Host, Origin)
+            body = bytes(e.response.body or b"").decode("utf-8", "replace")
+            raise _error_from(body, e.response.status_code, self.url) from e
         except (OSError, TimeoutError, Exception) as e:  # noqa: BLE001 - any failure to connect is a lost env
             raise RemoteEnvLost(f"cannot reach env server {self.url}: {type(e).__name__}: {e}") from e
         await self._send("attach", {"session_id": self.session.session_id}, None)

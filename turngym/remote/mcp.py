@@ -11,7 +11,12 @@ schemas. Each MCP session owns one env episode (a session of the turngym server'
   episode; the reply is the tool's observation, with ``structured_content`` = ``{reward,
   terminated, truncated, reward_components, turn, ...}``; a failed call is ``is_error``.
 
-A call before ``reset`` or after the episode ended is an ``is_error`` result saying so.
+A call before ``reset`` or after the episode ended is an ``is_error`` result saying so. Sessionless
+clients (protocol 2026-07-28) name their episode with ``episode_id``; passing it to ``reset`` starts
+the next episode in the same env, and every finished sessionless episode is closed at the next
+sessionless ``reset`` (so a client that never names its episode leaks nothing but one open episode,
+closed after the idle timeout). The gold ``reference`` and other privileged info reach only MCP
+clients holding the trainer token. ``/mcp`` sits behind the server's guard (token, Host, Origin).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from starlette.routing import Route
 
 from turngym.core.types import Message
 from turngym.remote.protocol import CreateSession, ResetRequest, ServeError, StepRequest
+from turngym.remote.security import caller_is_trainer
 
 if TYPE_CHECKING:
     from turngym.remote.server import SessionManager
@@ -73,6 +79,7 @@ class McpFrontDoor:
     def __init__(self, manager: SessionManager):
         self.manager = manager
         self.episodes: dict[str, str] = {}  # MCP session id -> turngym session id
+        self.sessionless: dict[str, None] = {}  # episodes of sessionless clients, oldest first
         self._tools: list[types.Tool] | None = None
 
     async def _session(self, ctx: Any, args: dict[str, Any], *, create: bool) -> Any:
@@ -87,15 +94,30 @@ class McpFrontDoor:
                 sid = (await self.manager.create(CreateSession())).session_id
                 self.episodes[mcp_session] = sid
             return self.manager.get(sid)
+        if create:  # a sessionless reset: the finished episodes go; the named one is reused
+            await self._close_finished(keep=str(episode) if episode is not None else None)
+            if episode is not None and str(episode) in self.manager.sessions:
+                return self.manager.get(str(episode))
+            sid = (await self.manager.create(CreateSession())).session_id
+            self.sessionless[sid] = None
+            return self.manager.get(sid)
         if episode is not None:
             return self.manager.get(str(episode))
-        if create:
-            return self.manager.get((await self.manager.create(CreateSession())).session_id)
         raise ServeError(
             "unknown_session",
             "this MCP client has no session (protocol 2026-07-28 is sessionless): pass the episode_id "
             "that reset returned",
         )
+
+    async def _close_finished(self, keep: str | None) -> None:
+        """Close the sessionless episodes that are over (or gone), but ``keep``."""
+        for sid in list(self.sessionless):
+            session = self.manager.sessions.get(sid)
+            if session is None:
+                self.sessionless.pop(sid, None)
+            elif sid != keep and session.base._done and not session.lock.locked():
+                self.sessionless.pop(sid, None)
+                await self.manager.close(sid)
 
     async def list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         if self._tools is None:  # every episode of the served env has the same tools
@@ -113,10 +135,15 @@ class McpFrontDoor:
 
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         args = dict(params.arguments or {})
+        request = getattr(ctx, "request", None)
+        trainer = caller_is_trainer(request.scope) if request is not None else False
         try:
             session = await self._session(ctx, args, create=params.name == "reset")
             if params.name == "reset":
-                reply = await self.manager.reset(session.id, ResetRequest(seed=args.get("seed")))
+                seed = args.get("seed")
+                if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+                    return _error(f"seed must be an integer, got {type(seed).__name__}")
+                reply = await self.manager.reset(session.id, ResetRequest(seed=seed), trainer=trainer)
                 return types.CallToolResult(
                     content=[
                         *_content(reply.observation),
@@ -136,7 +163,7 @@ class McpFrontDoor:
                     "no episode is running: call reset first (an episode ends at a terminal tool or the turn limit)"
                 )
             action = session.base.format_call(params.name, args)
-            step = await self.manager.step(session.id, StepRequest(action=action))
+            step = await self.manager.step(session.id, StepRequest(action=action), trainer=trainer)
         except ServeError as e:
             return _error(f"{e.kind}: {e}")
         failed = [r for r in step.tool_results if not r.ok]
@@ -156,8 +183,10 @@ def _error(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
 
 
-def mcp_routes(manager: SessionManager, *, host: str = "127.0.0.1") -> tuple[list[Any], Any]:
-    """The ``/mcp`` route and the lifespan that runs the MCP session manager."""
+def mcp_routes(manager: SessionManager) -> tuple[list[Any], Any]:
+    """The ``/mcp`` route and the lifespan that runs the MCP session manager. The route trusts the
+    server's guard (:func:`~turngym.remote.security.guard_app`) for the Host and Origin checks: the
+    SDK's own DNS-rebinding check is off, so one list of allowed hosts governs every route."""
     door = McpFrontDoor(manager)
     server = Server(
         f"turngym-{manager.envs[0]}",
@@ -165,10 +194,8 @@ def mcp_routes(manager: SessionManager, *, host: str = "127.0.0.1") -> tuple[lis
         on_list_tools=door.list_tools,
         on_call_tool=door.call_tool,
     )
-    security = None
-    if host not in ("127.0.0.1", "localhost", "::1"):  # served beyond localhost: any Host header
-        security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    app = server.streamable_http_app(streamable_http_path="/mcp", host=host, transport_security=security)
+    security = TransportSecuritySettings(enable_dns_rebinding_protection=False)  # the guard checks them
+    app = server.streamable_http_app(streamable_http_path="/mcp", transport_security=security)
     (route,) = [r for r in app.routes if getattr(r, "path", None) == "/mcp"]
 
     @contextlib.asynccontextmanager

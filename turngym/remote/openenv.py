@@ -19,7 +19,9 @@ protocol, this module serves it with openenv-core's own server (``HTTPEnvServer`
         result = await env.step({"content": '<tool_call>{"name": ...}</tool_call>'})
 
 Each OpenEnv websocket is one session (one env), closed when it closes. OpenEnv's stateless HTTP
-``/reset`` and ``/step`` make a fresh env per request, as openenv-core does for every environment.
+``/reset`` and ``/step`` make a fresh env per request, as openenv-core does for every environment;
+their errors are JSON (``{"detail": {"error", "kind"}}``) with the protocol's status. The routes sit
+behind the server's guard; privileged info reaches only callers holding the trainer token.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from pydantic import Field
 
 from turngym.core.types import Message, ToolCall
 from turngym.remote.protocol import CreateSession, ResetRequest, StepRequest
+from turngym.remote.security import caller_is_trainer
 
 
 class TurngymAction(Action):
@@ -98,7 +101,9 @@ def _environment_class(manager: Any) -> type[Environment]:
             self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any
         ) -> Observation:
             reply = await manager.reset(
-                await self._session(), ResetRequest(seed=seed, options=kwargs.get("options"))
+                await self._session(),
+                ResetRequest(seed=seed, options=kwargs.get("options")),
+                trainer=caller_is_trainer(),
             )
             self._state = TurngymState(
                 episode_id=self.session_id,
@@ -113,7 +118,9 @@ def _environment_class(manager: Any) -> type[Environment]:
             turn: str | Message = action.content
             if action.tool_calls:
                 turn = Message(role="assistant", content=action.content, tool_calls=action.tool_calls)
-            reply = await manager.step(await self._session(), StepRequest(action=turn))
+            reply = await manager.step(
+                await self._session(), StepRequest(action=turn), trainer=caller_is_trainer()
+            )
             self._state.step_count += 1
             info = {**reply.info, "tool_results": [r.model_dump(mode="json") for r in reply.tool_results]}
             return TurngymObservation(
@@ -153,7 +160,10 @@ def openenv_app(manager: Any) -> Any:
     """A FastAPI app speaking OpenEnv's protocol over ``manager``'s sessions (mount it at ``/openenv``)."""
     from fastapi import FastAPI
 
+    from turngym.remote.errors import add_error_handlers
+
     app = FastAPI(title="turngym env server: OpenEnv protocol")
+    add_error_handlers(app)
     server = HTTPEnvServer(
         _environment_class(manager),
         TurngymAction,

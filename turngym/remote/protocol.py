@@ -10,7 +10,8 @@ One set of models serves both transports:
   creates (or ``attach``-es) belong to it and are closed when it closes.
 
 Observations and infos travel faithfully: :class:`~turngym.core.types.Message` (images as base64),
-``reward_components``, ``state_key``, ``reference`` and ``tool_results`` (as
+``reward_components``, ``state_key``, ``reference`` (to trainers only: :data:`PRIVILEGED_INFO_KEYS`) and
+``tool_results`` (as
 :class:`~turngym.core.types.ToolResult`); any other info value is sent as JSON (bytes as base64,
 anything else JSON cannot hold as its ``repr``).
 """
@@ -28,10 +29,16 @@ PROTOCOL_VERSION = 1
 
 #: error kinds a reply may carry, with their HTTP status
 ERROR_STATUS: dict[str, int] = {
-    "bad_request": 400,  # make kwargs the env rejects
+    "bad_request": 400,  # make kwargs the env rejects, or of the wrong type
     "malformed": 422,  # a message that is not the protocol's (bad JSON, missing or mistyped fields)
     "env_error": 400,  # the env refused the call (e.g. step before reset)
     "not_served": 403,  # a registered env this server does not serve
+    "forbidden_arg": 403,  # a make() argument the client may not set (env_args)
+    "trainer_only": 403,  # privileged (the expert's action) and the caller is no trainer
+    "unauthorized": 401,  # no or wrong token (security.guard_app)
+    "forbidden_host": 403,
+    "forbidden_origin": 403,
+    "too_large": 413,
     "unknown_session": 404,
     "unknown_env": 404,
     "not_forkable": 409,
@@ -40,11 +47,42 @@ ERROR_STATUS: dict[str, int] = {
 }
 
 
+#: info keys only trainers get (``--trainer-token``): the gold answer and what derives from it or
+#: names the server's host (see docs/interop.md, "Security"); an env may add its own with a
+#: ``privileged_info`` attribute
+PRIVILEGED_INFO_KEYS: frozenset[str] = frozenset(
+    {
+        "reference",
+        "graded_commit",
+        "container",
+        "grade",
+        "plan_evaluation",
+        "judge_features",
+        "verdict",
+        "grounding",
+    }
+)
+#: the most characters of an error message a reply carries
+MAX_ERROR_CHARS = 500
+
+
+def excerpt(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, saying how long it was."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
+
+
+def public_info(info: dict[str, Any], extra: frozenset[str] | set[str] = frozenset()) -> dict[str, Any]:
+    """``info`` without the privileged keys (:data:`PRIVILEGED_INFO_KEYS` and ``extra``)."""
+    hidden = PRIVILEGED_INFO_KEYS | set(extra)
+    return {k: v for k, v in info.items() if k not in hidden}
+
+
 class ServeError(Exception):
-    """A request the server refuses; ``kind`` is one of ``ERROR_STATUS``."""
+    """A request the server refuses; ``kind`` is one of ``ERROR_STATUS``; the message is cut to
+    :data:`MAX_ERROR_CHARS` (a reply never echoes a large input back)."""
 
     def __init__(self, kind: str, message: str):
-        super().__init__(message)
+        super().__init__(excerpt(message))
         self.kind = kind
 
     @property

@@ -217,8 +217,19 @@ def rollout(
     **run: Any,
 ) -> None:
     """Generate trajectories and save them as JSONL and parquet (--tree: a tree per task)."""
-    args = {k: v for k, v in locals().items() if k != "run"}
-    stats, _ = _run(**args, **run)
+    stats, _ = _run(
+        env=env,
+        out=out,
+        tree=tree,
+        tree_k=tree_k,
+        tree_branch=tree_branch,
+        tree_turns=tree_turns,
+        tree_entropy=tree_entropy,
+        tree_max_nodes=tree_max_nodes,
+        tree_max_tokens=tree_max_tokens,
+        tree_fallback_flat=tree_fallback_flat,
+        **run,
+    )
     typer.echo(json.dumps(stats, indent=2))
 
 

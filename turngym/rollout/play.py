@@ -12,7 +12,7 @@ from rich.panel import Panel
 
 from turngym.cli_args import CLIError, KwOption, console, make_env, parse_key_values
 from turngym.core.types import Message, ToolCall
-from turngym.tools.parsers import HermesParser
+from turngym.tools.parsers import get_parser
 
 
 def parse_typed_call(line: str, tools: list[Any], parser: Any = None) -> str | Message:
@@ -23,7 +23,7 @@ def parse_typed_call(line: str, tools: list[Any], parser: Any = None) -> str | M
     single-argument tool, a bare ``name``, a JSON object ``{"name": ..., "arguments": {...}}``, or
     raw text starting with ``<`` (sent as is).
     """
-    render = (parser or HermesParser()).format_call
+    render = (parser or get_parser()).format_call
     line = line.strip()
     if not line or line.startswith("<"):
         return line

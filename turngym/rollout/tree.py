@@ -69,7 +69,7 @@ from typing import Any, Protocol
 from turngym.core.env import NotForkable
 from turngym.core.tree import TREE_ROOT as ROOT
 from turngym.core.types import Trajectory
-from turngym.rollout.engine import RolloutConfig, RolloutEngine, _Fault, _mask, _turn_timeout
+from turngym.rollout.episode import EpisodeFault, EpisodeRunner, mask_trajectory, turn_timeout
 
 log = logging.getLogger("turngym.rollout.tree")
 
@@ -185,9 +185,9 @@ class TreeConfig:
     def policy(self) -> BranchPolicy:
         return _POLICIES[self.branch](self)
 
-    def runner(self, engine: RolloutEngine) -> TreeRunner:
-        """What ``engine`` grows its trees with."""
-        return TreeRunner(engine, self)
+    def runner(self, episodes: EpisodeRunner) -> TreeRunner:
+        """What an engine grows its trees with, over its episode runner."""
+        return TreeRunner(episodes, self)
 
 
 # ------------------------------------------------------------------ growing
@@ -231,25 +231,25 @@ class _Tree:
 
 
 class TreeRunner:
-    """Grows trees with a ``RolloutEngine``'s env factory, agent, timeouts and stats."""
+    """Grows trees with an engine's episode runner: its env factory, agent, timeouts and stats."""
 
-    def __init__(self, engine: RolloutEngine, cfg: TreeConfig):
-        self.engine = engine
+    def __init__(self, episodes: EpisodeRunner, cfg: TreeConfig):
+        self.engine = episodes
         self.cfg = cfg
         self.policy = cfg.policy()
         self.slots: _Slots | None = None  # the env's ``max_live``, shared by the trees (preflight)
 
-    async def preflight(self) -> RolloutConfig | None:
+    async def preflight(self) -> Any:
         """Build one env and check that it can fork, before any episode. Returns None (grow trees),
         or the flat config to run instead (``fallback_flat``); raises ``NotForkable`` otherwise."""
-        env = await self.engine._build_env()
+        env = await self.engine.build_env()
         try:
             forkable = bool(getattr(env, "forkable", False))
             base = getattr(env, "unwrapped", env)
             why = getattr(base, "_not_forkable_reason", "it has no fork()")
             max_live = getattr(base, "max_live", None)
         finally:
-            await self.engine._close_env(env)
+            await self.engine.close_env(env)
         if forkable:
             if max_live is not None:
                 if int(max_live) < self.cfg.k:
@@ -312,7 +312,7 @@ class TreeRunner:
 
         eng.stats.live += 1
         try:
-            traj = await eng._one(tree.seed, 0, turns)
+            traj = await eng.run_episode(tree.seed, 0, turns)
         finally:
             eng.stats.live -= 1
         self._leaf(tree, traj)
@@ -327,20 +327,22 @@ class TreeRunner:
         try:
             async with asyncio.timeout(eng.config.trajectory_timeout):
                 await self._turns(env, session, traj, tree, parent, j)
-        except _Fault as f:
-            _mask(traj, f.reason, f.error)
+        except EpisodeFault as f:
+            mask_trajectory(traj, f.reason, f.error)
         except TimeoutError as e:
-            _mask(traj, "trajectory_timeout", f"the branch exceeded {eng.config.trajectory_timeout}s: {e}")
+            mask_trajectory(
+                traj, "trajectory_timeout", f"the branch exceeded {eng.config.trajectory_timeout}s: {e}"
+            )
         finally:
             eng.stats.live -= 1
-            await eng._finish(env, traj, [session], t0)
+            await eng.finish(env, traj, [session], t0)
         self._leaf(tree, traj)
 
     def _leaf(self, tree: _Tree, traj: Trajectory) -> None:
         """A path ended (its env closed, or never forked)."""
         tree.live -= 1
         tree.leaves.append(traj)
-        self.engine._count(traj)
+        self.engine.count(traj)
 
     async def _turns(
         self, env: Any, session: Any, traj: Trajectory, tree: _Tree, parent: str, first: int | None
@@ -362,8 +364,8 @@ class TreeRunner:
                 snapshot = _fork_session(
                     session, env, seed=_seed(tree.seed, f"{parent}~", cfg.sampling_seed), route=route
                 )
-            async with _turn_timeout(cfg.turn_timeout, f"turn {t}"):
-                acted = await eng._act(session, traj)
+            async with turn_timeout(cfg.turn_timeout, f"turn {t}"):
+                acted = await eng.act(session, traj)
             if acted is None:
                 return
             step, t_act = acted
@@ -376,8 +378,8 @@ class TreeRunner:
                 if self.policy.after(t, traj, session.sampled_logprobs(step.gen_span)):
                     await self._spawn(env, snapshot, traj, tree, parent)
             try:
-                async with _turn_timeout(cfg.turn_timeout, f"turn {t}"):
-                    done = await eng._apply(env, session, traj, step, t_act)
+                async with turn_timeout(cfg.turn_timeout, f"turn {t}"):
+                    done = await eng.apply(env, session, traj, step, t_act)
             finally:
                 if len(traj.turns) > t:  # recorded (even when the step then faulted)
                     turn = traj.turns[t]
@@ -406,7 +408,7 @@ class TreeRunner:
             except Exception as e:  # noqa: BLE001 - the branch is masked, the parent goes on
                 tree.fork_errors += 1
                 msg = "the fork timed out" if isinstance(e, TimeoutError) else e
-                _mask(branch, "fork_error", msg)
+                mask_trajectory(branch, "fork_error", msg)
                 branch.metadata["tree_node"] = node  # the node this branch would have started
                 _fork_session(session, env, seed=None, route=getattr(session, "route", "")).export(branch)
                 self._leaf(tree, branch)

@@ -50,10 +50,11 @@ LABEL_IMAGE = "turngym.image"
 TIMEOUT_EXIT_CODE = 124
 
 # Runs a command under GNU timeout (its own process group); when it ends, whatever it left behind in
-# that group (background jobs, fork bombs) is killed too.
+# that group (background jobs, fork bombs) is killed too, and then every other process but PID 1
+# (``setsid`` children leave the group).
 _RUNNER = (
     'exec 3<&0; timeout -s KILL "$1" bash -c "$2" <&3 3<&- & t=$!; exec 3<&-; '
-    "exec 4>&2 2>/dev/null; wait $t; rc=$?; exec 2>&4 4>&-; kill -KILL -- -$t 2>/dev/null; exit $rc"
+    "exec 4>&2 2>/dev/null; wait $t; rc=$?; kill -KILL -- -$t; kill -KILL -1; exec 2>&4 4>&-; exit $rc"
 )
 
 _SERVER_SOURCE: str | None = None
@@ -89,15 +90,26 @@ class SandboxError(RuntimeError):
 
 
 class SandboxDead(SandboxError):
-    """The container is gone or stopped (killed from outside, removed, daemon restarted)."""
+    """The container is gone or stopped (killed from outside, removed, daemon restarted).
+
+    ``cause`` says who ended it as far as Docker knows: ``"oom"`` when the kernel's OOM killer ended
+    the container (its own processes ran it out of memory: the agent's doing), else ``"external"``.
+    """
+
+    def __init__(self, message: str, cause: str = "external"):
+        super().__init__(message)
+        self.cause = cause
 
 
 @dataclass(frozen=True)
 class Limits:
     """Resource limits of a sandbox.
 
-    ``writable`` paths become tmpfs mounts of ``disk_mb`` each (the rest of the root file system is
-    read-only when ``read_only`` is set); tmpfs pages count against ``memory_mb`` as well.
+    ``writable`` paths become tmpfs mounts (the rest of the root file system is read-only when
+    ``read_only`` is set) of :attr:`tmpfs_mb` each: ``disk_mb``, cut so that all of them together
+    stay below ``memory_mb`` minus a reserve for processes. tmpfs pages are charged to the container's
+    memory, so full mounts summing to more than the limit would let the agent OOM-kill its own
+    container.
     """
 
     cpus: float = 1.0
@@ -107,6 +119,15 @@ class Limits:
     writable: tuple[str, ...] = ("/tmp", "/root", "/testbed")
     read_only: bool = True
     network: str = "none"
+
+    @property
+    def tmpfs_mb(self) -> int:
+        """Size of each writable tmpfs: ``disk_mb``, at most ``(memory_mb - reserve) / len(writable)``
+        with a reserve of a quarter of ``memory_mb`` (at least 256 MB), never under 16 MB."""
+        if not self.writable:
+            return self.disk_mb
+        reserve = max(256, self.memory_mb // 4)
+        return max(16, min(self.disk_mb, (self.memory_mb - reserve) // len(self.writable)))
 
 
 @dataclass
@@ -317,7 +338,7 @@ class DockerSandbox:
         _start_reaper_once(client)
         limits = limits or Limits()
         all_labels = {**owner_labels(run_id), LABEL_IMAGE: image, **dict(labels or {})}
-        tmpfs = {p: f"rw,exec,size={limits.disk_mb}m" for p in limits.writable}
+        tmpfs = {p: f"rw,exec,size={limits.tmpfs_mb}m" for p in limits.writable}
         name = f"turngym-{uuid.uuid4().hex[:12]}"
         try:
             container = client.containers.create(  # create + start: never pulls from a registry
@@ -428,7 +449,7 @@ class DockerSandbox:
         text, truncated = out.text()
         timed_out = code in (137, TIMEOUT_EXIT_CODE, -1) and elapsed >= secs * 0.98
         if code == 137 and not timed_out and not self.alive():
-            raise SandboxDead(f"container {self.name} died while running a command")
+            raise self._died(f"container {self.name} died while running a command")
         return ExecResult(
             exit_code=TIMEOUT_EXIT_CODE if timed_out else int(code),
             output=text,
@@ -628,7 +649,7 @@ class DockerSandbox:
                 out.add(chunk)
         except Exception as e:  # noqa: BLE001 - a broken stream: the container probably died
             if not self.alive():
-                raise SandboxDead(f"container {self.name} died while running a command") from e
+                raise self._died(f"container {self.name} died while running a command") from e
             raise SandboxError(f"lost the output stream of a command: {e}") from e
         finally:
             guard.cancel()
@@ -652,7 +673,26 @@ class DockerSandbox:
             raise SandboxDead(f"sandbox {self.name} is closed")
 
     def _not_running(self) -> SandboxDead:
-        return SandboxDead(f"container {self.name} is not running (killed or removed from outside)")
+        return self._died(f"container {self.name} is not running")
+
+    def death_cause(self) -> str:
+        """``"oom"`` if Docker saw the kernel's OOM killer in this (stopped) container, else ``"external"``."""
+        import docker.errors
+
+        try:
+            state = self.client.api.inspect_container(self.id)["State"]
+        except docker.errors.APIError:
+            return "external"
+        return "oom" if state.get("OOMKilled") else "external"
+
+    def _died(self, message: str) -> SandboxDead:
+        cause = self.death_cause()
+        why = (
+            "its processes ran it out of memory (OOM-killed)"
+            if cause == "oom"
+            else "killed or removed from outside"
+        )
+        return SandboxDead(f"{message} ({why})", cause=cause)
 
     def _leave_fast_path(self, e: _FastPathLost) -> None:
         """The fast path broke: ``docker exec`` from now on; SandboxDead if the container is gone."""
@@ -716,7 +756,7 @@ class DockerSandbox:
             raise SandboxError(f"the snapshot of {', '.join(paths)} is over {max_bytes} bytes")
         if code != 0:
             if not self.alive():
-                raise SandboxDead(f"container {self.name} died while its files were archived")
+                raise self._died(f"container {self.name} died while its files were archived")
             raise SandboxError(f"archiving {', '.join(paths)} in {self.name} failed (tar exit code {code})")
         return data
 
@@ -730,7 +770,7 @@ class DockerSandbox:
         code, out, _ = self._exec_bytes(script, timeout, stdin=archive, max_bytes=8192)
         if code != 0:
             if not self.alive():
-                raise SandboxDead(f"container {self.name} died while a snapshot was unpacked")
+                raise self._died(f"container {self.name} died while a snapshot was unpacked")
             text = out.decode(errors="replace").strip()[:2000]
             raise SandboxError(f"unpacking a snapshot into {self.name} failed ({code}): {text}")
 

@@ -5,8 +5,10 @@ signals a process inside may send it, so ``kill 1`` does not end the container. 
 stdin (attached by the host through the Docker API, so no ``docker exec`` and no runc start per
 command); each is ``<4-byte big-endian length><JSON header><stdin bytes>`` and is answered on stdout
 with ``<4-byte length><JSON>``. A command runs with bash in a new session; at its deadline, or when it
-ends, the whole session gets SIGKILL (fork bombs and background jobs die with it). Output keeps its
-head and tail within ``max_bytes``.
+ends, the whole session gets SIGKILL, and then every process but PID 1 does (fork bombs, background
+jobs and ``setsid`` children that left the session die too): between commands nothing else runs.
+Commands get the highest OOM score, so the kernel's OOM killer picks them, never PID 1. Output keeps
+its head and tail within ``max_bytes``.
 """
 
 import base64
@@ -28,6 +30,31 @@ def _ignore_signals():
 def _default_signals():
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGPIPE):
         signal.signal(s, signal.SIG_DFL)
+    try:  # raising one's own OOM score needs no privilege
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
+
+
+def _others():
+    """Pids of the processes other than this one (PID 1), zombies included."""
+    me = os.getpid()
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != me]
+
+
+def _kill_all_but_me(rounds=200):
+    """SIGKILL every other process until none is left (a forking process may add some during a
+    sweep: sweep again), reaping the zombies; bounded, so PID 1 always answers."""
+    for _ in range(rounds):
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+        _reap()
+        if not _others():
+            return
+        time.sleep(0.005)
 
 
 def _write_all(fd, data):
@@ -131,6 +158,7 @@ def run(req, stdin_data):
     _kill_session(proc.pid)
     proc.stdout.close()
     code = proc.wait()
+    _kill_all_but_me()
     if timed_out:
         code = 124
     elif code < 0:

@@ -56,6 +56,8 @@ class ToolCallParser(Protocol):
 
     def instructions(self, tools: list[Any]) -> str: ...
 
+    def call_hint(self, tools: list[Any]) -> str: ...
+
 
 def _as_call(obj: Any, raw: str) -> ParsedCall:
     """Validate a decoded ``{"name":..., "arguments":{...}}`` object."""
@@ -188,6 +190,10 @@ class HermesParser:
             '<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
         )
 
+    def call_hint(self, tools: list[Any]) -> str:
+        """One line saying how to write a call here (an action with no call gets it back)."""
+        return f'Call a tool as <tool_call>{{"name": ..., "arguments": {{...}}}}</tool_call>. Tools: {_names(tools)}'
+
 
 class OpenAIParser:
     """Structured ``tool_calls`` on an assistant ``Message`` (OpenAI function calling)."""
@@ -212,6 +218,9 @@ class OpenAIParser:
 
     def instructions(self, tools: list[Any]) -> str:
         return ""  # the API passes tools natively
+
+    def call_hint(self, tools: list[Any]) -> str:
+        return f"Call a tool through the message's structured tool_calls. Tools: {_names(tools)}"
 
 
 class TagParser:
@@ -298,6 +307,23 @@ class TagParser:
             "Use tags to act: " + "; ".join(parts) + f". Results come back inside <{self.result_tag}> tags."
         )
 
+    def call_hint(self, tools: list[Any]) -> str:
+        return self.instructions(tools)
+
+
+def render_calls(parser: ToolCallParser, calls: list[ToolCall]) -> str | Message:
+    """One turn's calls as one action in ``parser``'s convention: text calls joined by newlines,
+    structured ones in one assistant message. ``ValueError`` when the convention cannot carry a call."""
+    rendered = [parser.format_call(c) for c in calls]
+    if all(isinstance(r, str) for r in rendered):
+        return "\n".join(rendered)  # type: ignore[arg-type]
+    structured = [c for r in rendered if isinstance(r, Message) for c in r.tool_calls or []]
+    return Message(role="assistant", tool_calls=structured)
+
+
+def _names(tools: list[Any]) -> str:
+    return ", ".join(getattr(t, "name", str(t)) for t in tools)
+
 
 def _result_text(result: ToolResult) -> str:
     if result.ok:
@@ -308,10 +334,14 @@ def _result_text(result: ToolResult) -> str:
 PARSERS: dict[str, type] = {"hermes": HermesParser, "openai": OpenAIParser, "tags": TagParser}
 
 
-def get_parser(spec: str | ToolCallParser | None) -> ToolCallParser:
-    """A parser by name (``hermes``, ``openai``, ``tags``) or the instance given."""
+#: the convention an env or agent uses when nothing names one
+DEFAULT_PARSER = "hermes"
+
+
+def get_parser(spec: str | ToolCallParser | None = None) -> ToolCallParser:
+    """A parser by name (``hermes``, ``openai``, ``tags``) or the instance given; None: the default."""
     if spec is None:
-        return HermesParser()
+        spec = DEFAULT_PARSER
     if isinstance(spec, str):
         try:
             return PARSERS[spec]()

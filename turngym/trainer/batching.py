@@ -108,12 +108,14 @@ def token_logprobs(
     ``chunk_tokens``: apply the output head to at most this many positions at a time, each chunk
     recomputed in the backward pass, so the full ``[B, L, vocab]`` fp32 logits (and their
     log-softmax) never exist at once — for a 49k vocabulary and 16k tokens that is 3 GB a copy. The
-    values equal the unchunked ones up to float rounding. Models wrapped in DDP, or without
+    values equal the unchunked ones up to float rounding. Models wrapped in DDP or sharded by FSDP, or without
     ``logits_to_keep``/hidden states, take the unchunked path.
     """
     import torch
+    from torch.distributed.fsdp import FSDPModule
 
-    if chunk_tokens and not isinstance(model, torch.nn.parallel.DistributedDataParallel):
+    # DDP hides the head; under FSDP the number of head calls (collectives) would differ across ranks
+    if chunk_tokens and not isinstance(model, (torch.nn.parallel.DistributedDataParallel, FSDPModule)):
         head = _output_head(model)
         if head is not None:
             return _chunked_logprobs(model, head, input_ids, attention_mask, with_entropy, chunk_tokens)

@@ -10,14 +10,38 @@ from typing import Annotated
 import typer
 
 
-def _torchrun(nproc: int, config: Path | None, overrides: list[str]) -> int:
-    """Run the data-parallel learner in ``nproc`` local processes under torchrun; its exit code."""
-    import subprocess
+def torchrun_command(
+    nproc: int,
+    config: Path | None,
+    overrides: list[str],
+    nnodes: int = 1,
+    node_rank: int = 0,
+    master_addr: str | None = None,
+    master_port: int = 29500,
+) -> list[str]:
+    """The torchrun command line of the learner: ``nproc`` processes on this node; with ``nnodes > 1``
+    this node is ``node_rank`` of a job whose rendezvous is rank 0's node at ``master_addr:master_port``
+    (every node runs the same command with its own ``node_rank``)."""
     import sys
 
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
-    cmd += ["-m", "turngym.trainer.torchrun_entry", *([str(config)] if config else []), *overrides]
-    return subprocess.call(cmd)
+    if nnodes < 1 or not 0 <= node_rank < nnodes:
+        raise typer.BadParameter(f"--node-rank must be in [0, --nnodes) (got {node_rank} of {nnodes})")
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}"]
+    if nnodes == 1:
+        cmd.insert(3, "--standalone")
+    else:
+        if not master_addr:
+            raise typer.BadParameter("--nnodes > 1 needs --master-addr (the address of node 0)")
+        cmd += [f"--nnodes={nnodes}", f"--node-rank={node_rank}"]
+        cmd += [f"--master-addr={master_addr}", f"--master-port={master_port}"]
+    return cmd + ["-m", "turngym.trainer.torchrun_entry", *([str(config)] if config else []), *overrides]
+
+
+def _torchrun(nproc: int, config: Path | None, overrides: list[str], **nodes: object) -> int:
+    """Run the data-parallel learner under torchrun (:func:`torchrun_command`); its exit code."""
+    import subprocess
+
+    return subprocess.call(torchrun_command(nproc, config, overrides, **nodes))  # type: ignore[arg-type]
 
 
 #: the config arguments of every trainer command (``_split_args`` reads them): a YAML file, then dotted overrides
@@ -54,11 +78,18 @@ def train(
         int | None,
         typer.Option(help="learner processes (data parallel, torchrun); default: the config's cluster.nproc"),
     ] = None,
+    nnodes: Annotated[int, typer.Option(help="nodes of the job (torchrun rendezvous; --nproc per node)")] = 1,
+    node_rank: Annotated[int, typer.Option(help="this node's rank, 0 .. nnodes-1")] = 0,
+    master_addr: Annotated[
+        str | None, typer.Option(help="address of node 0 (needed with --nnodes > 1)")
+    ] = None,
+    master_port: Annotated[int, typer.Option(help="rendezvous port on node 0")] = 29500,
 ) -> None:
     """Train a policy with RL (SFT warm start first when sft.steps > 0) and print where the results are."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from turngym.trainer.checkpoint import CheckpointError
     from turngym.trainer.config import load_config
     from turngym.trainer.loop import Trainer
 
@@ -66,8 +97,14 @@ def train(
     config, overrides = _split_args(config, overrides)
     cfg = load_config(config, overrides)
     procs = nproc if nproc is not None else cfg.cluster.nproc
-    if procs > 1 and "WORLD_SIZE" not in os.environ:
-        raise typer.Exit(_torchrun(procs, config, [*overrides, f"cluster.nproc={procs}"]))
+    if (procs > 1 or nnodes > 1) and "WORLD_SIZE" not in os.environ:
+        nodes = {
+            "nnodes": nnodes,
+            "node_rank": node_rank,
+            "master_addr": master_addr,
+            "master_port": master_port,
+        }
+        raise typer.Exit(_torchrun(procs, config, [*overrides, f"cluster.nproc={procs}"], **nodes))
     trainer = Trainer(cfg)
     console.print(
         f"[bold]turngym train[/] env={cfg.rollout.env} method={cfg.credit.method} model={cfg.model.path} run_dir={cfg.run_dir}"
@@ -96,7 +133,11 @@ def train(
             progress.update(task, completed=step, info=info)
             progress.console.print(f"step {step}: {info}")
 
-        summary = trainer.train(on_step=on_step)
+        try:
+            summary = trainer.train(on_step=on_step)
+        except CheckpointError as e:  # a full disk, or no intact checkpoint: the message says what to do
+            console.print(f"[red]checkpoint error[/]: {e}", highlight=False, soft_wrap=True)
+            raise typer.Exit(1) from e
     run = Path(summary["run_dir"])
     console.print(
         f"[green]done[/] at step {summary['step']}: metrics {run / 'metrics.jsonl'}, tensorboard {run / 'tb'}, "
@@ -119,26 +160,20 @@ def sft(config: ConfigArg = None, overrides: OverridesArg = None) -> None:
 
     from turngym.agents.models import load_model, load_tokenizer
     from turngym.trainer.config import load_config
-    from turngym.trainer.sft import expert_sequences, sft_train
+    from turngym.trainer.sft import sft_from_config
 
     console = Console()
     cfg = load_config(*_split_args(config, overrides))
-    s, r = cfg.sft, cfg.rollout
+    s = cfg.sft
     if s.steps <= 0:
         raise typer.BadParameter("sft.steps must be > 0")
     tok = load_tokenizer(cfg.model.path)
     model = load_model(cfg.model.path, device=cfg.model.device, dtype=cfg.model.dtype)
-    seeds = range(s.task_seed_offset, s.task_seed_offset + s.tasks)
-    seqs = expert_sequences(r.env, tok, seeds, cfg.sft_env_kwargs())
-    console.print(f"{len(seqs)} expert trajectories from {r.env}")
-    losses = sft_train(
+    console.print(f"expert trajectories from {cfg.rollout.env}, then {s.steps} SFT steps")
+    info = sft_from_config(
+        cfg,
         model,
-        seqs,
-        steps=s.steps,
-        batch_size=s.batch_size,
-        lr=s.lr,
-        seed=cfg.seed,
-        autocast=cfg.model.autocast,
+        tok,
         log=lambda k, loss: (
             console.print(f"sft step {k + 1}/{s.steps} loss {loss:.4f}")
             if (k + 1) % 10 == 0 or k == 0
@@ -148,4 +183,7 @@ def sft(config: ConfigArg = None, overrides: OverridesArg = None) -> None:
     out = Path(cfg.run_dir) / "sft"
     model.save_pretrained(out)
     tok.save_pretrained(out)
-    console.print(f"[green]done[/]: loss {losses[0]:.3f} -> {losses[-1]:.3f}; model saved to {out}")
+    console.print(
+        f"[green]done[/]: {info['sft/sequences']:.0f} expert sequences, loss {info['sft/loss_first']:.3f} "
+        f"-> {info['sft/loss_last']:.3f}; model saved to {out}"
+    )

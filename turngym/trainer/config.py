@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from turngym.agents.factory import AgentSpec
 
 
+#: the learner's data-parallel strategies (``cluster.strategy``)
+STRATEGIES = ("ddp", "fsdp")
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -75,6 +79,11 @@ class TreeRolloutSettings(_Strict):
 
 
 class RolloutSettings(_Strict):
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_backend_keys(cls, data: Any) -> Any:
+        return _move_to_backend(data, {k: k for k in FLAT_BACKEND_KEYS}, "rollout.")
+
     env: str = "arith"
     env_kwargs: dict[str, Any] = Field(default_factory=dict)
     tasks_per_step: int = 4
@@ -85,13 +94,6 @@ class RolloutSettings(_Strict):
     max_context: int = 1536
     max_turns: int | None = None
     max_concurrency: int = 64
-    max_batch_size: int = 64  # the HF backend's generation batch
-    # the in-process HF backend's engine (turngym.agents.hf_engines): auto = slots (CUDA graphs) on
-    # CUDA, continuous elsewhere
-    hf_engine: Literal["auto", "continuous", "slots"] = "auto"
-    # the slots engine's decode step through torch.compile (turngym.agents.hf_engines.COMPILE_SETTINGS:
-    # default, max-autotune-no-cudagraphs, dynamic; true = default); unset: off
-    hf_compile: bool | str | None = None
     # keep the in-process HF backend (its KV slots and captured CUDA graphs) from one rollout to the
     # next instead of making one per rollout: no graph is captured twice, but the slots' memory stays
     # taken during the SFT and RL updates. Parked rows are dropped and the slots engine's fused
@@ -103,9 +105,12 @@ class RolloutSettings(_Strict):
     # learning run's rollouts ran 6x faster, the update's ratio to the rollout's logprobs 0.99999,
     # benchmarks/gpu_results.md session 14); "highest" = full fp32; "medium" = bf16; None: torch's own
     matmul_precision: Literal["highest", "high", "medium"] | None = "high"
-    # the rollout's token backend, in the keys of turngym.agents.factory.AgentSpec (kind, urls,
-    # hf_engine, max_batch_size, dtype, ...; its model is model.path). Unset: kind hf (the policy served
-    # in process) with weight_sync in_process, kind vllm at vllm_urls with weight_sync vllm_*.
+    # the rollout's token backend: the one home of its settings, in the keys of
+    # turngym.agents.factory.AgentSpec (kind, urls, hf_engine, hf_compile, max_batch_size, dtype, ...;
+    # its model is model.path, its max_context and max_tokens this section's). Unset: kind hf (the policy
+    # served in process) with weight_sync in_process, kind vllm with weight_sync vllm_*. The flat keys
+    # rollout.hf_engine / hf_compile / max_batch_size and the URL keys vllm_urls / cluster.vllm_urls
+    # are deprecated aliases moved in here (with a FutureWarning).
     backend: dict[str, Any] | None = None
     turn_timeout: float = 600.0
     task_seed_offset: int = 0  # training tasks are seeds offset + k; eval uses eval_seed_offset + k
@@ -269,6 +274,18 @@ class BestSettings(_Strict):
         return self
 
 
+class FSDPSettings(_Strict):
+    """``cluster.fsdp``: how ``cluster.strategy: fsdp`` shards the policy (FSDP2, one unit per decoder
+    layer, then the root; :mod:`turngym.trainer.fsdp`)."""
+
+    # the dtype the layers compute in (all-gathered parameters); None: bfloat16 on CUDA, the model's
+    # own dtype elsewhere (CPU/gloo keeps fp32, so the CPU tests compare exactly)
+    param_dtype: Literal["bfloat16", "float32"] | None = None
+    reduce_dtype: Literal["float32", "bfloat16"] = "float32"  # gradient reduce-scatter
+    cpu_offload: bool = False  # sharded parameters, gradients and optimizer state live on the CPU
+    reshard_after_forward: bool = True  # free gathered layers after forward (ZeRO-3); False: ZeRO-2
+
+
 class ClusterSettings(_Strict):
     """Where the run executes; the rest of the config stays the same from one machine to a cluster."""
 
@@ -277,14 +294,24 @@ class ClusterSettings(_Strict):
     env_actor_cpus: float = 1.0
     env_actor_memory_mb: int | None = None
     env_actor_resources: dict[str, float] = Field(default_factory=dict)  # e.g. {docker: 1}
-    vllm_urls: list[str] = Field(default_factory=list)  # inference servers (same as top-level vllm_urls)
     nproc: int = 1  # learner processes (torchrun / turngym train --nproc); one GPU each under NCCL
     ddp_backend: Literal["auto", "nccl", "gloo"] = "auto"
+    # how the learner's ranks split the model: ddp (a whole replica per rank) or fsdp (FSDP2 shards)
+    strategy: str = "ddp"
+    fsdp: FSDPSettings = Field(default_factory=FSDPSettings)
+    # seconds a collective may wait for the other ranks before this rank fails (a dead or stuck rank
+    # stops the run instead of hanging it)
+    timeout_s: float = Field(default=1800.0, gt=0.0)
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSettings:
         if self.env_actors < 0 or self.nproc < 1 or self.env_actor_cpus < 0:
             raise ValueError("cluster: env_actors >= 0, nproc >= 1 and env_actor_cpus >= 0 are needed")
+        if self.strategy not in STRATEGIES:
+            raise ValueError(
+                f"unknown cluster.strategy {self.strategy!r}; known: {', '.join(STRATEGIES)} "
+                "(ddp: a whole replica per rank; fsdp: FSDP2 shards parameters, gradients and optimizer state)"
+            )
         return self
 
 
@@ -299,7 +326,6 @@ class TrainConfig(_Strict):
     keep_checkpoints: int = 2
     resume: bool = True  # continue from the latest checkpoint in run_dir if there is one
     weight_sync: Literal["in_process", "vllm_lora", "vllm_full"] = "in_process"
-    vllm_urls: list[str] = Field(default_factory=list)  # vLLM servers for weight_sync=vllm_lora|vllm_full
     model: ModelSettings = Field(default_factory=ModelSettings)
     rollout: RolloutSettings = Field(default_factory=RolloutSettings)
     credit: CreditSettings = Field(default_factory=CreditSettings)
@@ -315,21 +341,38 @@ class TrainConfig(_Strict):
         """The env kwargs of the warm start's expert episodes: ``sft.env_kwargs`` over ``rollout.env_kwargs``."""
         return {**self.rollout.env_kwargs, **self.sft.env_kwargs}
 
+    @model_validator(mode="before")
+    @classmethod
+    def _url_aliases(cls, data: Any) -> Any:
+        """``vllm_urls`` and ``cluster.vllm_urls`` (deprecated) into ``rollout.backend.urls``."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        cluster = dict(data.get("cluster") or {})
+        found = {}
+        if "vllm_urls" in data:
+            found["vllm_urls"] = data.pop("vllm_urls")
+        if "vllm_urls" in cluster:
+            found["cluster.vllm_urls"] = cluster.pop("vllm_urls")
+            data["cluster"] = cluster
+        if found:
+            rollout = dict(data.get("rollout") or {})
+            for key, urls in found.items():
+                moved = _move_to_backend({**rollout, key: urls}, {key: "urls"}, "")
+                rollout = moved
+            data["rollout"] = rollout
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
-        for urls, where in (
-            (self.cluster.vllm_urls, "cluster.vllm_urls"),
-            (self._backend_urls(), "rollout.backend.urls"),
-        ):
-            if urls and not self.vllm_urls:
-                self.vllm_urls = list(urls)
-            elif urls and urls != self.vllm_urls:
-                raise ValueError(f"vllm_urls and {where} disagree: set one of them")
         self.backend_spec()  # a clear error now, not at the first rollout
-        if self.weight_sync == "vllm_lora" and (self.model.lora is None or not self.vllm_urls):
-            raise ValueError("weight_sync=vllm_lora needs model.lora and vllm_urls")
-        if self.weight_sync == "vllm_full" and (self.model.lora is not None or not self.vllm_urls):
-            raise ValueError("weight_sync=vllm_full needs vllm_urls and a full model (no model.lora)")
+        urls = self.backend_spec().urls
+        if self.weight_sync == "vllm_lora" and (self.model.lora is None or not urls):
+            raise ValueError("weight_sync=vllm_lora needs model.lora and rollout.backend.urls")
+        if self.weight_sync == "vllm_full" and (self.model.lora is not None or not urls):
+            raise ValueError(
+                "weight_sync=vllm_full needs rollout.backend.urls and a full model (no model.lora)"
+            )
         from turngym.trainer.credit.registry import get_credit_method
 
         settings = get_credit_method(self.credit.method).settings
@@ -341,7 +384,9 @@ class TrainConfig(_Strict):
             )
         return self
 
-    def _backend_urls(self) -> list[str]:
+    @property
+    def vllm_urls(self) -> list[str]:
+        """The vLLM servers weights sync to (``rollout.backend.urls``)."""
         return list((self.rollout.backend or {}).get("urls") or [])
 
     def backend_spec(self) -> AgentSpec:
@@ -355,12 +400,8 @@ class TrainConfig(_Strict):
         defaults: dict[str, Any] = {
             "kind": kind,
             "model": self.model.path,
-            "hf_engine": r.hf_engine,
-            "hf_compile": r.hf_compile,
-            "max_batch_size": r.max_batch_size,
             "max_context": r.max_context,  # the slots engine's KV slots
             "max_tokens": r.max_tokens,
-            "urls": self.vllm_urls,
         }
         spec = AgentSpec(**{**defaults, **(r.backend or {})})
         if spec.kind != kind:
@@ -374,6 +415,33 @@ class TrainConfig(_Strict):
                 "rollout.backend.model must be model.path (the policy being trained); leave it unset"
             )
         return spec
+
+
+#: flat rollout keys of earlier releases that are backend settings (``rollout.backend``'s AgentSpec keys)
+FLAT_BACKEND_KEYS = ("hf_engine", "hf_compile", "max_batch_size")
+
+
+def _move_to_backend(data: Any, keys: dict[str, str], prefix: str) -> Any:
+    """Move deprecated ``keys`` of a rollout section (``{old: AgentSpec key}``) into its ``backend``
+    with a FutureWarning; a value that disagrees with one already in ``backend`` is an error."""
+    if not isinstance(data, dict) or not any(k in data for k in keys):
+        return data
+    data = dict(data)
+    backend = dict(data.get("backend") or {})
+    for old, new in keys.items():
+        if old not in data:
+            continue
+        value = data.pop(old)
+        if new in backend and backend[new] != value:
+            raise ValueError(f"{prefix}{old} and rollout.backend.{new} disagree: set one of them")
+        backend[new] = value
+        warnings.warn(
+            f"{prefix}{old} is deprecated: set rollout.backend.{new} (the one home of backend settings)",
+            FutureWarning,
+            stacklevel=2,
+        )
+    data["backend"] = backend
+    return data
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

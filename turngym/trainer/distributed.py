@@ -1,4 +1,5 @@
-"""Data-parallel learning with ``torch.distributed`` (DDP): one process per GPU (or CPU, gloo).
+"""Data-parallel learning with ``torch.distributed``: one process per GPU (or CPU, gloo); DDP here,
+FSDP2 sharding in :mod:`turngym.trainer.fsdp` (``cluster.strategy``).
 
 Launch with torchrun (or ``turngym train --nproc N``, which runs torchrun for you):
 
@@ -17,7 +18,9 @@ How a step is split (see ``Trainer.train_step`` / ``Trainer.update``):
   (``loss_scale = world``), so the update equals one process's on the whole batch;
 * a rank with nothing to train on still joins the all-reduce with a zero-weight backward;
 * rank 0 alone logs, saves checkpoints, runs the SFT warm start and pushes weights to the
-  inference servers; the others wait at a barrier and load what it wrote.
+  inference servers; the others wait at a barrier and load what it wrote;
+* at setup the ranks compare their config hashes (:func:`check_same_config`), and every collective
+  fails after ``cluster.timeout_s`` rather than waiting forever for a dead rank.
 """
 
 from __future__ import annotations
@@ -99,10 +102,11 @@ class DistContext:
         return f"cuda:{self.local_rank}" if self.backend == "nccl" else "cpu"
 
 
-def init_distributed(backend: str = "auto") -> DistContext:
+def init_distributed(backend: str = "auto", timeout_s: float | None = None) -> DistContext:
     """Join the process group described by torchrun's environment (``RANK``, ``WORLD_SIZE``,
     ``LOCAL_RANK``, ``MASTER_ADDR``/``PORT``); a single process without them. ``auto`` picks NCCL when
-    CUDA is available, else gloo."""
+    CUDA is available, else gloo. ``timeout_s``: how long a collective waits for the other ranks
+    before it fails (a dead or stuck rank stops the run rather than hanging it)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return DistContext()
@@ -115,8 +119,27 @@ def init_distributed(backend: str = "auto") -> DistContext:
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
     if not dist.is_initialized():
-        dist.init_process_group(backend=backend)
+        import datetime
+
+        timeout = datetime.timedelta(seconds=timeout_s) if timeout_s else None
+        dist.init_process_group(backend=backend, timeout=timeout)
     return DistContext(rank=rank, world_size=world, local_rank=local_rank, backend=backend)
+
+
+class ConfigMismatchError(RuntimeError):
+    """The ranks of one job were started with different configs."""
+
+
+def check_same_config(ctx: DistContext, digest: str) -> None:
+    """Every rank's config hash must equal rank 0's: ranks started with different configs (another
+    file, another override) would train different things under one gradient; they refuse to start."""
+    hashes = ctx.all_gather(digest)
+    odd = [r for r, h in enumerate(hashes) if h != hashes[0]]
+    if odd:
+        raise ConfigMismatchError(
+            f"ranks {odd} were started with a different config than rank 0 (config hashes by rank: "
+            f"{hashes}); start every rank with the same config file and overrides"
+        )
 
 
 def shard(items: Sequence[T], ctx: DistContext) -> list[T]:

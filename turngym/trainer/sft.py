@@ -46,25 +46,15 @@ def expert_trajectories(env: str, seeds: Iterable[int], env_kwargs: dict | None 
     """Play the env's scripted expert on each seed; only successful (for an open-ended env: finished),
     unmasked episodes are kept."""
     from turngym.agents.scripted import ScriptedAgent
+    from turngym.core.registry import spec
     from turngym.rollout.engine import RolloutConfig, RolloutEngine
 
     engine = RolloutEngine(env, ScriptedAgent(), RolloutConfig(group_size=1), env_kwargs=env_kwargs)
     trajs = asyncio.run(engine.run(list(seeds)))
     # an open-ended env (travel-open: judged pairwise, outcome always 0) has no success to check:
     # its expert's finished episodes are the demonstrations
-    finished = open_ended(env, env_kwargs)
+    finished = spec(env).open_ended()
     return [t for t in trajs if not t.masked and t.terminated and (finished or t.outcome > 0)]
-
-
-def open_ended(env: str, env_kwargs: dict | None = None) -> bool:
-    """Whether ``env`` declares no checkable outcome (an ``open_ended`` attribute, e.g. travel-open)."""
-    import turngym
-
-    probe = turngym.make(env, **(env_kwargs or {}))
-    try:
-        return bool(getattr(probe.unwrapped, "open_ended", False))
-    finally:
-        probe.close()
 
 
 def expert_sequences(
@@ -131,3 +121,33 @@ def sft_train(
             if log is not None:
                 log(step, losses[-1])
     return losses
+
+
+def sft_from_config(cfg: Any, model: Any, tokenizer: Any, log: Any = None) -> dict[str, float]:
+    """The warm start a training config describes (its ``sft`` section) on ``model``: the env's expert
+    episodes on ``sft.tasks`` task seeds, tokenized with ``tokenizer``, then :func:`sft_train`. Returns
+    ``sft/...`` metrics (first and last loss, sequences, seconds). ``turngym sft`` and the trainer's
+    warm start both run this."""
+    import time
+
+    s, r = cfg.sft, cfg.rollout
+    t0 = time.perf_counter()
+    seeds = range(s.task_seed_offset, s.task_seed_offset + s.tasks)
+    seqs = expert_sequences(r.env, tokenizer, seeds, cfg.sft_env_kwargs())
+    losses = sft_train(
+        model,
+        seqs,
+        steps=s.steps,
+        batch_size=s.batch_size,
+        lr=s.lr,
+        seed=cfg.seed,
+        autocast=cfg.model.autocast,
+        log=log,
+    )
+    model.eval()
+    return {
+        "sft/loss_first": losses[0],
+        "sft/loss_last": losses[-1],
+        "sft/sequences": float(len(seqs)),
+        "sft/seconds": time.perf_counter() - t0,
+    }

@@ -417,10 +417,9 @@ def write_report(run: str | Path, out: str | Path | None = None) -> Path:
             raise FileNotFoundError(f"no step-*.jsonl trajectories in {steps_dir}")
     else:
         trajs = load_trajectories(run)
-    metrics_path = (run if run.is_dir() else run.parent) / "metrics.jsonl"
-    metrics = []
-    if metrics_path.exists():
-        metrics = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+    from turngym.trainer.metrics import read_metric_rows
+
+    metrics = read_metric_rows((run if run.is_dir() else run.parent) / "metrics.jsonl")  # torn lines skipped
     out = Path(out) if out is not None else (run if run.is_dir() else run.parent) / "report.html"
     title = f"turngym · {run.name}"
     for headline in eval_summaries(metrics):

@@ -45,7 +45,7 @@ from turngym.envs.browser.dom import Snapshot
 from turngym.envs.browser.fork import PageLog, PageOp, replay
 from turngym.sandboxes.browser import BrowserCrashed, BrowserError, BrowserPool, PageLease
 from turngym.tools import ToolError
-from turngym.tools.parsers import HermesParser
+from turngym.tools.parsers import render_calls
 
 T = TypeVar("T")
 
@@ -103,10 +103,14 @@ def short_error(e: BaseException) -> str:
     return first.replace("Locator.", "").replace("Page.", "")[:300]
 
 
-def call(name: str, **arguments: object) -> str:
-    """A tool call as the browser envs' scripted experts write it (Hermes text, several joined by
-    newlines); :meth:`BrowserEnv.expert_action` renders them under the env's own parser."""
-    return HermesParser().format_call(ToolCall(name=name, arguments=dict(arguments)))
+#: a scripted expert's action: the tool calls of one turn, in order
+Calls = list[ToolCall]
+
+
+def call(name: str, **arguments: object) -> ToolCall:
+    """A tool call of a browser env's scripted expert; :meth:`BrowserEnv.expert_action` writes an
+    expert's calls under the env's own parser."""
+    return ToolCall(name=name, arguments=dict(arguments))
 
 
 class BrowserEnv(Env):
@@ -128,7 +132,7 @@ class BrowserEnv(Env):
     A subclass implements ``_reset`` (lease a page with :attr:`pool`, load it, return the task),
     ``_page_message(initial)`` (the observation of the current page; set :attr:`snap`), and may
     override ``_episode_notes`` (check the page after each turn), ``_page_info`` (extra step info),
-    ``_turn_reward``, ``_state_key`` and ``_expert_text`` (its scripted expert).
+    ``_turn_reward``, ``_state_key`` and ``_expert_calls`` (its scripted expert).
     """
 
     default_max_turns = 10
@@ -179,20 +183,14 @@ class BrowserEnv(Env):
 
     # ------------------------------------------------------------------ the scripted expert
     def expert_action(self) -> str | Message | None:
-        """The scripted expert's next action under this env's parser: a leaf's expert writes its calls
-        with :func:`call` (:meth:`_expert_text`) and they are rendered here with the env's own
-        ``format_call``, so an env made with ``parser="openai"`` gets an assistant message with
-        structured ``tool_calls``, and a protocol that cannot carry a call says so (``ValueError``)."""
-        text = self._expert_text()
-        if text is None or isinstance(self.parser, HermesParser):
-            return text
-        rendered = [self.format_call(c.name, c.arguments) for c in HermesParser().parse(text).valid_calls]
-        if all(isinstance(r, str) for r in rendered):
-            return "\n".join(rendered)  # type: ignore[arg-type]
-        calls = [c for r in rendered if isinstance(r, Message) for c in r.tool_calls or []]
-        return Message(role="assistant", tool_calls=calls)
+        """The scripted expert's next action under this env's parser: a leaf's expert returns its tool
+        calls (:meth:`_expert_calls`) and the parser writes them (``render_calls``), so an env made
+        with ``parser="openai"`` gets an assistant message with structured ``tool_calls``, and a
+        protocol that cannot carry a call says so (``ValueError``)."""
+        calls = self._expert_calls()
+        return render_calls(self.parser, calls) if calls else None
 
-    def _expert_text(self) -> str | None:
+    def _expert_calls(self) -> Calls | None:
         """The leaf's scripted expert: its next calls as :func:`call` text, or None."""
         return None
 

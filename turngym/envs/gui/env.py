@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
+from turngym.envs.browser.env import Calls
 from turngym.envs.browser.pixels import PixelObservation
 from turngym.envs.web import page as wp
 from turngym.envs.web.base import MiniWoBEnvBase
@@ -247,7 +248,7 @@ class GuiMiniWoBEnv(PixelObservation, MiniWoBEnvBase):
         self._mouse = (0.0, 0.0)
         return await super()._reset(rng, options)
 
-    def render_step(self, step: Step) -> list[str] | None:
+    def render_step(self, step: Step) -> Calls | None:
         """An abstract expert step as pixel tool calls (None if pixels cannot express it here)."""
         x, y = self.pixel_center(step.node)
         if not (0 <= x < self.screen_size[0] and 0 <= y < self.screen_size[1]):

@@ -16,7 +16,7 @@ import numpy as np
 from turngym.core.env import Task
 from turngym.core.types import Message, ToolResult
 from turngym.envs.browser.dom import Node
-from turngym.envs.browser.env import call
+from turngym.envs.browser.env import Calls, call
 from turngym.envs.browser.pixels import PixelObservation
 from turngym.envs.web import page as wp
 from turngym.envs.web.base import MiniWoBEnvBase
@@ -155,8 +155,8 @@ class GroundingMiniWoBEnv(PixelObservation, MiniWoBEnvBase):
         # the click), so the fork is a state copy without a page
         return "" if self.lease is None and not self.fault else super()._fork_refusal()
 
-    def _expert_text(self) -> str | None:
+    def _expert_calls(self) -> Calls | None:
         if self._done or self.target is None:
             return None
         x, y = self.pixel_center(self.target)
-        return call("click", x=x, y=y)
+        return [call("click", x=x, y=y)]

@@ -145,7 +145,8 @@ def sandbox_build(
     packages: bool = typer.Option(True, help="Also build the images of the swe-docker packages."),
     force: bool = typer.Option(False, help="Rebuild even if an image with the same content hash exists."),
 ) -> None:
-    """Build the Debian base image (debootstrap + docker import) and the swe-docker task images."""
+    """Build the Debian base image (debootstrap + docker import) and the swe-docker task images, and
+    fetch the packages' pinned sdists into the cache (episodes then need no network)."""
     from rich.console import Console
 
     from turngym.sandboxes.images import build_base_image
@@ -158,7 +159,7 @@ def sandbox_build(
         state = "cached" if report.cached else f"built in {report.seconds:.1f}s"
         console.print(f"base image: {report.tag} ({state})")
     if packages:
-        from turngym.envs.swe.packages import PACKAGES, package_image
+        from turngym.envs.swe.packages import PACKAGES, download_sdist, package_image
 
         for spec in PACKAGES.values():
-            console.print(f"{spec.key}: {package_image(spec, base=base)}")
+            console.print(f"{spec.key}: {package_image(spec, base=base)}, sources {download_sdist(spec)}")

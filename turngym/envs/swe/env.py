@@ -20,9 +20,11 @@ do not add to the reward (documented exception to the components-sum rule):
 Loaded SWE-bench instances are graded by the ``swebench`` package's rules (``repo.GRADERS``):
 RESOLVED_FULL pays 1.0; ``info["grade"]["status"]`` holds RESOLVED_FULL / PARTIAL / NO.
 
-A container that dies mid-episode (killed from outside) ends the episode with an error observation
-and ``info["sandbox_error"]`` plus ``info["masked"]`` (the rollout engine masks the trajectory: a
-sandbox fault is not the policy's doing); the next reset gets a new container. The graded patch
+A container that dies mid-episode ends the episode with an error observation, ``info["sandbox_error"]``
+and ``info["sandbox_death"]`` (its cause). Killed from outside (``"external"``): ``info["masked"]`` too,
+the rollout engine masks the trajectory (not the policy's doing). Killed by the OOM killer (``"oom"``:
+its own processes ran it out of memory): a failed episode, reward 0, not masked, so a policy cannot
+drop its failures from training by killing its container. The next reset gets a new container. The graded patch
 leaves out test files and test-runner files (``repo.gradable_patch``). ``info["grade"]`` holds the
 verdict's details after ``submit``.
 
@@ -175,6 +177,7 @@ class SweDockerEnv(Env):
         self._patch: str | None = None
         self._grade: Any = None
         self._dead: str | None = None
+        self._dead_cause = "external"
         self._flags = {"edit_applied": 0.0, "tests_run": 0.0}
         self._key = f"unkeyed-{uuid.uuid4().hex}"  # until the first ``_refresh_key``
         self._key_error: str | None = None
@@ -230,7 +233,7 @@ class SweDockerEnv(Env):
         try:
             return await run_blocking(fn, *args, **kwargs)
         except SandboxDead as e:
-            self._dead = str(e)
+            self._dead, self._dead_cause = str(e), e.cause
             self.end_episode()
             raise ToolError(f"the sandbox container died ({e}). The episode ends here.") from e
         except SandboxError as e:
@@ -318,8 +321,10 @@ class SweDockerEnv(Env):
             info["grade"] = self._grade.as_dict()
         if self._key_error is not None:
             info["state_key_error"] = self._key_error
-        if self._dead:  # a sandbox fault is not the policy's doing: the trajectory must not be trained on
-            info.update(sandbox_error=self._dead, masked=True, mask_reason=f"sandbox fault: {self._dead}")
+        if self._dead:
+            info.update(sandbox_error=self._dead, sandbox_death=self._dead_cause)
+            if self._dead_cause != "oom":  # not the policy's doing: the trajectory must not be trained on
+                info.update(masked=True, mask_reason=f"sandbox fault: {self._dead}")
         return info
 
     async def _turn_reward(self, results: list[ToolResult], done: bool) -> dict[str, float]:
@@ -356,8 +361,11 @@ class SweDockerEnv(Env):
         return await self._grade_patch(patch, task, pool)
 
     async def _grade_patch(self, patch: str, task: SweTask | None = None, pool: Any = None) -> Any:
-        from turngym.envs.swe.repo import grade_patch, run_verifier
-        from turngym.sandboxes.docker import run_blocking
+        """The verdict on ``patch`` from a fresh container. A grading container the patch's own code runs
+        out of memory is a failed grade (``SandboxDead`` with cause ``"oom"``); a container killed from
+        outside raises, and the rollout engine masks the episode."""
+        from turngym.envs.swe.repo import Grade, grade_patch, run_verifier
+        from turngym.sandboxes.docker import SandboxDead, run_blocking
 
         task = task or self._swe
         pool = pool or self._pool
@@ -387,7 +395,12 @@ class SweDockerEnv(Env):
                 timeout=self.test_timeout,
                 staged=self._staged.get(id(pool)),
                 grader=task.grader,
+                is_test_path=task.is_test_path,
             )
+        except SandboxDead as e:
+            if e.cause != "oom":
+                raise
+            return Grade(False, applied=True, grader=task.grader, detail=f"the grading container died: {e}")
         finally:
             pool.release_later(sb)
 
@@ -426,7 +439,7 @@ class SweDockerEnv(Env):
                         f"the repository digest failed (exit {res.exit_code}): {res.output[-300:]}"
                     )
             except SandboxDead as e:
-                self._dead = str(e)  # the episode ends this turn, masked (``_step_info``)
+                self._dead, self._dead_cause = str(e), e.cause  # the episode ends this turn (``_step_info``)
                 self.end_episode()
                 self._key_error = f"the sandbox container died ({e})"
             except SandboxError as e:
@@ -505,7 +518,7 @@ class SweDockerEnv(Env):
             try:
                 try:
                     archive = await run_blocking(
-                        parent_sb.snapshot, paths, max_bytes=(pool.limits.disk_mb << 20) * len(paths)
+                        parent_sb.snapshot, paths, max_bytes=(pool.limits.tmpfs_mb << 20) * len(paths)
                     )
                 except SandboxDead as e:
                     raise ForkError(

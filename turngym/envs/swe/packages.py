@@ -1,7 +1,9 @@
 """Real pure-Python packages whose PyPI sdists ship their tests, and their task images.
 
 The sdist is downloaded on the host (PyPI JSON API, sha256-checked, cached under
-``$TURNGYM_CACHE_DIR/sdists``) and copied into the image build; nothing is fetched at episode time.
+``$TURNGYM_CACHE_DIR/sdists``; written to a temporary file and renamed into place, so concurrent
+first resets, threads or processes, never read a torn archive). ``turngym sandbox build`` fetches
+every known package's sdist up front, so episodes need no network.
 A package's image = base image + its test dependencies (``pip`` at build time) + a ``.pth`` file
 that puts ``/testbed`` on ``sys.path``; the source itself is uploaded into ``/testbed`` at reset
 (see :mod:`turngym.envs.swe.repo`), so no image ever holds a fixed copy of a task's bug.
@@ -126,8 +128,25 @@ def download_sdist(spec: PackageSpec) -> Path:
     if hashlib.sha256(data).hexdigest() != expected:
         raise RuntimeError(f"{spec.key}: downloaded sdist fails its sha256 check")
     path = dest / info["filename"]
-    path.write_bytes(data)
+    _write_atomic(path, data)
     return path
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """``path`` holds ``data`` whole or keeps what it held: a private temporary file in the same
+    directory, flushed, then renamed over it (readers never see a partial file)."""
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _sha_ok(path: Path, sha256: str) -> bool:

@@ -4,19 +4,21 @@ The repository never lives in the image: the host uploads the task's files into 
 tmpfs at reset and commits them as the base commit (fixed author and date, so the commit is the
 same every time). The image therefore never holds a fixed copy an agent could diff against, and
 grading starts a fresh container with pristine tests, so edits to tests, ``conftest.py`` or a
-broken sandbox cannot change the verdict.
+broken sandbox cannot change the verdict; the graded tests run through
+:mod:`turngym.envs.swe.grading`, so source code that tampers with the test run cannot either.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from turngym.envs.swe.diffs import split_patch
+from turngym.envs.swe.grading import TestRun, machinery_edits, run_graded_tests, watched_files
 from turngym.envs.swe.packages import PLUGIN_DIR, PLUGIN_NAME, REPO_DIR, plugin_source
 from turngym.sandboxes.docker import DockerSandbox, ExecResult, SandboxError, tar_of
 
@@ -88,19 +90,6 @@ def current_patch(sb: DockerSandbox, *, timeout: float = 60.0) -> str:
     return res.output
 
 
-_DIFF_HEADER = re.compile(r"^diff --git a/(.+?) b/(.+?)$", re.M)
-
-
-def split_patch(patch: str) -> list[tuple[str, str]]:
-    """A git diff as ``(path, section)`` pairs, one per file."""
-    heads = list(_DIFF_HEADER.finditer(patch))
-    out = []
-    for i, m in enumerate(heads):
-        end = heads[i + 1].start() if i + 1 < len(heads) else len(patch)
-        out.append((m.group(2), patch[m.start() : end]))
-    return out
-
-
 #: Files that configure or replace the test runner; a submitted patch never changes them (an agent
 #: could otherwise fake a pass: a /testbed/pytest.py shadows pytest, a pytest.ini loads a plugin).
 RUNNER_FILES = frozenset(
@@ -150,20 +139,6 @@ def gradable_patch(
 
 def changed_paths(patch: str) -> list[str]:
     return [path for path, _ in split_patch(patch)]
-
-
-@dataclass
-class TestRun:
-    """Per-test outcomes of one pytest run (``passed``/``failed``/``error``/``skipped``)."""
-
-    outcomes: dict[str, str]
-    messages: dict[str, str] = field(default_factory=dict)
-    output: str = ""
-    timed_out: bool = False
-    exit_code: int = 0
-
-    def passed(self, nodeid: str) -> bool:
-        return self.outcomes.get(nodeid) == "passed"
 
 
 def run_tests(
@@ -289,6 +264,8 @@ class Grade:
     grader: str = "strict"
     #: the verifier's own reward (Harbor tasks); None when the verdict is pass/fail by tests
     score: float | None = None
+    #: why the patch was refused as tampering with the test machinery (``grading``); empty if not
+    tampering: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -301,6 +278,7 @@ class Grade:
             "PASS_TO_PASS": f"{self.p2p_passed}/{self.p2p_total}",
             "detail": self.detail,
             "failing": self.failing[:20],
+            "tampering": self.tampering[:20],
         }
 
     def components(self) -> dict[str, float]:
@@ -338,24 +316,36 @@ def grade_patch(
     timeout: float = 300.0,
     staged: Mapping[str, bytes] | None = None,
     grader: str = "strict",
+    is_test_path: Callable[[str], bool] | None = None,
 ) -> Grade:
     """Seed a fresh sandbox with the task's files, apply ``patch`` (+ ``test_patch``) and run the tests;
-    ``grader`` (a name in :data:`GRADERS`) turns the per-test statuses into the verdict."""
+    ``grader`` (a name in :data:`GRADERS`) turns the per-test statuses into the verdict.
+
+    With ``is_test_path`` the patch is cut to :func:`gradable_patch` here too (test and runner files
+    stay pristine whoever calls). A patch that reaches for the test machinery is refused unrun, and the
+    tests run through :func:`~turngym.envs.swe.grading.run_graded_tests`: a pass needs the harness's
+    evidence, and tampering it saw refuses the patch (``Grade.tampering``)."""
     if grader not in GRADERS:
         raise KeyError(f"unknown grader {grader!r}; known: {', '.join(GRADERS)}")
+    if is_test_path is not None:
+        patch, _ = gradable_patch(patch, is_test_path, files)
+    totals = {"f2p_total": len(fail_to_pass), "p2p_total": len(pass_to_pass), "grader": grader}
+    refused = machinery_edits(patch, files)
+    if refused:
+        detail = "refused: the patch reaches for the test machinery (" + "; ".join(refused[:10]) + ")"
+        return Grade(False, applied=True, detail=detail, tampering=refused, **totals)  # type: ignore[arg-type]
     seed_repo(sb, files, staged=staged)
     for name, p in (("patch", patch), ("test_patch", test_patch)):
         res = apply_diff(sb, p, name)
         if res is not None:
-            return Grade(
-                False,
-                applied=False,
-                f2p_total=len(fail_to_pass),
-                p2p_total=len(pass_to_pass),
-                detail=f"{name} does not apply: {res.output.strip()[:1000]}",
-                grader=grader,
-            )
-    run = run_tests(sb, test_files or sorted({t.split("::")[0] for t in fail_to_pass}), timeout=timeout)
+            detail = f"{name} does not apply: {res.output.strip()[:1000]}"
+            return Grade(False, applied=False, detail=detail, **totals)  # type: ignore[arg-type]
+    targets = test_files or sorted({t.split("::")[0] for t in fail_to_pass})
+    watch = watched_files(files, list(test_files), test_patch, is_test_path)
+    run = run_graded_tests(sb, targets, watch, timeout=timeout)
+    if run.problems:
+        detail = "refused: the test run was tampered with (" + "; ".join(run.problems[:10]) + ")"
+        return Grade(False, applied=True, detail=detail, tampering=run.problems, **totals)  # type: ignore[arg-type]
     f2p, p2p, status = GRADERS[grader](status_map(run), list(fail_to_pass), list(pass_to_pass))
     ok = set(f2p) | set(p2p)
     failing = [t for t in fail_to_pass + pass_to_pass if t not in ok]

@@ -276,7 +276,7 @@ def _json_list(value: Any, name: str = "FAIL_TO_PASS / PASS_TO_PASS", instance_i
 
 
 def _diff_paths(patch: str) -> list[tuple[str, str]]:
-    from turngym.envs.swe.repo import split_patch
+    from turngym.envs.swe.diffs import split_patch
 
     return split_patch(patch)
 

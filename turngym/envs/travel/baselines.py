@@ -27,7 +27,7 @@ from turngym.envs.travel.evaluate import HOUSE_RULE_TEXT, ROOM_TYPE_TEXT
 from turngym.envs.travel.models import DayPlan, Query
 from turngym.envs.travel.parsing import flight_text, road_text
 from turngym.envs.travel.queries import layout_plan
-from turngym.tools.parsers import HermesParser
+from turngym.tools.parsers import get_parser
 
 Planned = tuple[list[DayPlan] | None, list[tuple[str, dict[str, Any]]]]
 
@@ -217,5 +217,5 @@ def planner_actions(name: str, q: Query, db: TravelDB, rng: np.random.Generator)
     calls = [(n, a) for n, a in searches]
     if plan is not None:
         calls.append(("submit_plan", {"plan": [d.unit() for d in plan]}))
-    hermes = HermesParser()
+    hermes = get_parser("hermes")
     return [hermes.format_call(ToolCall(name=n, arguments=a)) for n, a in calls]

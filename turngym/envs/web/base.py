@@ -20,7 +20,7 @@ import numpy as np
 
 from turngym.core.env import ForkError, Task
 from turngym.core.types import ToolResult
-from turngym.envs.browser.env import BrowserEnv, short_error
+from turngym.envs.browser.env import BrowserEnv, Calls, short_error
 from turngym.envs.web import page as wp
 from turngym.envs.web.expert import Step, expert_steps
 from turngym.envs.web.tasks import get_task, html_dir, resolve_tasks
@@ -219,18 +219,18 @@ class MiniWoBEnvBase(BrowserEnv):
     def _page_info(self) -> dict[str, Any]:
         return {"task_done": self.status.done, "task_reason": self.status.reason}
 
-    def render_step(self, step: Step) -> list[str] | None:
+    def render_step(self, step: Step) -> Calls | None:
         """An expert step as this env's tool calls (None when this env's tools cannot express it)."""
         raise NotImplementedError
 
-    def _expert_text(self) -> str | None:
+    def _expert_calls(self) -> Calls | None:
         """The scripted expert's next action (several calls, within ``max_calls_per_turn``), or None."""
         if self._done or self.lease is None:
             return None
         steps = expert_steps(self.task_name, self.instruction, self.snap, self.fields)
         if not steps:
             return None
-        calls: list[str] = []
+        calls: Calls = []
         for step in steps:
             rendered = self.render_step(step)
             if rendered is None:
@@ -238,7 +238,7 @@ class MiniWoBEnvBase(BrowserEnv):
             if calls and len(calls) + len(rendered) > self.max_calls_per_turn:
                 break  # the rest next turn: the expert re-plans from the new page
             calls.extend(rendered)
-        return "\n".join(calls)
+        return calls
 
     def _state_key(self) -> str:
         return f"{self.task_name}:{self.snap.key()}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from turngym.core.types import Message
 from turngym.envs.browser.element_tools import ElementTools
+from turngym.envs.browser.env import Calls
 from turngym.envs.web import page as wp
 from turngym.envs.web.base import MiniWoBEnvBase
 from turngym.envs.web.expert import Step
@@ -34,5 +35,5 @@ class WebMiniWoBEnv(ElementTools, MiniWoBEnvBase):
         text = f"{head}Page:\n{self.snap.text(with_boxes=self.with_boxes)}"
         return Message(role="user", content=text, images=[view.png] if view.png else [])
 
-    def render_step(self, step: Step) -> list[str]:
+    def render_step(self, step: Step) -> Calls:
         return [step.to_dom_call()]

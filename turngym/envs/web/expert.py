@@ -15,6 +15,7 @@ from fractions import Fraction
 from typing import Literal
 
 from turngym.core.registry import keyed_decorator
+from turngym.core.types import ToolCall
 from turngym.envs.browser.dom import Node, Snapshot
 from turngym.envs.browser.env import call
 
@@ -28,7 +29,7 @@ class Step:
     text: str = ""
     target: Node | None = None
 
-    def to_dom_call(self) -> str:
+    def to_dom_call(self) -> ToolCall:
         if self.kind == "click":
             return call("click", bid=self.node.id)
         if self.kind == "fill":

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from turngym.core.types import ToolResult
+from turngym.envs.browser.env import Calls
 from turngym.envs.browser.sites.env import Episode, SiteBrowserEnv
 from turngym.envs.webarena.evaluators import Judge, ProgramContext, evaluate
 from turngym.envs.webarena.expert import ExpertContext, arena_expert_action
@@ -193,7 +194,7 @@ class WebArenaEnv(SiteBrowserEnv):
     def _verdict(self) -> dict[str, Any] | None:
         return self.evaluation
 
-    def _expert_text(self) -> str | None:
+    def _expert_calls(self) -> Calls | None:
         if self._done or self.lease is None or self.view is None:
             return None
         self._expert.tabs = [self.display_url(url) for url, _ in self.view.tabs]

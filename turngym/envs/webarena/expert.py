@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from turngym.core.registry import keyed_decorator
 from turngym.envs.browser.dom import Node, Snapshot
-from turngym.envs.browser.env import call
+from turngym.envs.browser.env import Calls, call
 
 FORUM, TRACKER = "http://forum.local", "http://tracker.local"
 
@@ -31,13 +31,13 @@ class ExpertContext:
     active: int = 0
 
 
-Policy = Callable[[dict[str, Any], str, Snapshot, ExpertContext], "str | None"]
+Policy = Callable[[dict[str, Any], str, Snapshot, ExpertContext], "Calls | None"]
 _POLICIES: dict[int, Policy] = {}
 
 
 def arena_expert_action(
     task: dict[str, Any], url: str, snap: Snapshot, ctx: ExpertContext | None = None
-) -> str | None:
+) -> Calls | None:
     """The next action for ``task`` on the page at ``url`` (a display URL); None if not covered."""
     policy = _POLICIES.get(int(task.get("intent_template_id", -1)))
     return policy(task["instantiation_dict"], url, snap, ctx or ExpertContext()) if policy else None
@@ -59,12 +59,12 @@ def _node(snap: Snapshot, role: str, name: str | None = None, startswith: str | 
     return None
 
 
-def _click(snap: Snapshot, role: str, name: str) -> str | None:
+def _click(snap: Snapshot, role: str, name: str) -> Calls | None:
     n = _node(snap, role, name)
-    return call("click", bid=n.id) if n else None
+    return [call("click", bid=n.id)] if n else None
 
 
-def _submit(snap: Snapshot, button: str, *fields: tuple[str, str, str]) -> str | None:
+def _submit(snap: Snapshot, button: str, *fields: tuple[str, str, str]) -> Calls | None:
     """Fill a form's ``fields`` (role, label, value: a combobox is set with ``select_option``, a
     textbox with ``fill``) and click its ``button``; None unless all of them are on the page."""
     nodes = [_node(snap, role, label) for role, label, _ in fields]
@@ -77,7 +77,7 @@ def _submit(snap: Snapshot, button: str, *fields: tuple[str, str, str]) -> str |
         else call("fill", bid=n.id, value=value)
         for n, (role, _, value) in zip(nodes, fields, strict=True)
     ]
-    return "\n".join([*acts, call("click", bid=press.id)])
+    return [*acts, call("click", bid=press.id)]
 
 
 def _path(url: str) -> str:
@@ -90,7 +90,7 @@ def _query(url: str) -> dict[str, list[str]]:
 
 def _create(
     title: str, url: str, snap: Snapshot, form: str, button: str, *fields: tuple[str, str, str]
-) -> str | None:
+) -> Calls | None:
     """Create something titled ``title`` through the form at path ``form``: stop once the page shows
     its heading, fill and submit the form when on it; None elsewhere (the caller navigates)."""
     if any(n.role == "heading" and n.name == title for n in snap.nodes):
@@ -98,8 +98,8 @@ def _create(
     return _submit(snap, button, *fields) if _path(url) == form else None
 
 
-def _stop(answer: str = "") -> str:
-    return call("stop", answer=answer)
+def _stop(answer: str = "") -> Calls:
+    return [call("stop", answer=answer)]
 
 
 def _after(snap: Snapshot, pred: Callable[[Node], bool], role: str) -> Node | None:
@@ -112,7 +112,7 @@ def _after(snap: Snapshot, pred: Callable[[Node], bool], role: str) -> Node | No
     return None
 
 
-def _to_post(inst: dict[str, Any], url: str, snap: Snapshot) -> str | None:
+def _to_post(inst: dict[str, Any], url: str, snap: Snapshot) -> Calls | None:
     """Navigate to the task's post through its forum listing; None once there."""
     post = f"/f/{inst['forum']}/{inst['post_id']}"
     if _path(url) == post:
@@ -120,24 +120,24 @@ def _to_post(inst: dict[str, Any], url: str, snap: Snapshot) -> str | None:
     if _path(url) == f"/f/{inst['forum']}":
         link = _node(snap, "link", inst["title"])
         if link:
-            return call("click", bid=link.id)
-    return call("goto", url=f"{FORUM}/f/{inst['forum']}")
+            return [call("click", bid=link.id)]
+    return [call("goto", url=f"{FORUM}/f/{inst['forum']}")]
 
 
 def _issue_url(inst: dict[str, Any]) -> str:
     return f"{TRACKER}/{inst['project']}/-/issues/{inst['iid']}"
 
 
-def _to_issue(inst: dict[str, Any], url: str) -> str | None:
-    return None if _path(url) == _path(_issue_url(inst)) else call("goto", url=_issue_url(inst))
+def _to_issue(inst: dict[str, Any], url: str) -> Calls | None:
+    return None if _path(url) == _path(_issue_url(inst)) else [call("goto", url=_issue_url(inst))]
 
 
-def _going(to: Callable[[dict[str, Any], str, Snapshot], str | None]) -> Callable[[Policy], Policy]:
+def _going(to: Callable[[dict[str, Any], str, Snapshot], Calls | None]) -> Callable[[Policy], Policy]:
     """Make a policy go first where ``to`` leads (``to`` is None once there), then act."""
 
     def deco(act: Policy) -> Policy:
         @functools.wraps(act)
-        def policy(inst: dict[str, Any], url: str, snap: Snapshot, ctx: ExpertContext) -> str | None:
+        def policy(inst: dict[str, Any], url: str, snap: Snapshot, ctx: ExpertContext) -> Calls | None:
             return to(inst, url, snap) or act(inst, url, snap, ctx)
 
         return policy
@@ -174,20 +174,20 @@ def _looking_up(
     ``where(inst)`` in a new tab, read it there with ``reader`` (None: not on that page, go there),
     remember it and close the tab."""
 
-    def look_up(inst: dict[str, Any], url: str, snap: Snapshot, ctx: ExpertContext) -> str | None:
+    def look_up(inst: dict[str, Any], url: str, snap: Snapshot, ctx: ExpertContext) -> Calls | None:
         if key in ctx.memory:
-            return call("tab_close") if len(ctx.tabs) > 1 else None
+            return [call("tab_close")] if len(ctx.tabs) > 1 else None
         if len(ctx.tabs) < 2:
-            return call("new_tab", url=where(inst))
+            return [call("new_tab", url=where(inst))]
         value = reader(inst, url, snap)
         if value is None:
-            return call("goto", url=where(inst))
+            return [call("goto", url=where(inst))]
         ctx.memory[key] = value
-        return call("tab_close")
+        return [call("tab_close")]
 
     def deco(act: Policy) -> Policy:
         @functools.wraps(act)
-        def policy(inst: dict[str, Any], url: str, snap: Snapshot, ctx: ExpertContext) -> str | None:
+        def policy(inst: dict[str, Any], url: str, snap: Snapshot, ctx: ExpertContext) -> Calls | None:
             return look_up(inst, url, snap, ctx) or act(inst, url, snap, ctx)
 
         return policy
@@ -218,7 +218,7 @@ def _top_sorted(inst, url, snap, ctx):
         if _query(url).get("sort") == ["top"]:
             return _stop()
         return _click(snap, "link", "Top")
-    return call("goto", url=f"{FORUM}/f/{inst['forum']}")
+    return [call("goto", url=f"{FORUM}/f/{inst['forum']}")]
 
 
 @_policy(103)
@@ -243,13 +243,13 @@ def _create_post(inst, url, snap, ctx):
     created = _create(
         inst["title"], url, snap, "/submit", "Create post", *fields, ("textbox", "Body", inst["body"])
     )
-    return created or _click(snap, "link", "Submit") or call("goto", url=f"{FORUM}/submit")
+    return created or _click(snap, "link", "Submit") or [call("goto", url=f"{FORUM}/submit")]
 
 
 @_policy(106)
 def _subscribe(inst, url, snap, ctx):
     if _path(url) != f"/f/{inst['forum']}":
-        return call("goto", url=f"{FORUM}/f/{inst['forum']}")
+        return [call("goto", url=f"{FORUM}/f/{inst['forum']}")]
     if _node(snap, "button", "Unsubscribe"):
         return _stop()
     return _click(snap, "button", "Subscribe")
@@ -258,7 +258,7 @@ def _subscribe(inst, url, snap, ctx):
 @_policy(107)
 def _top_title(inst, url, snap, ctx):
     title = _read_top_title(inst, url, snap)
-    return _stop(title) if title is not None else call("goto", url=f"{FORUM}/f/{inst['forum']}?sort=top")
+    return _stop(title) if title is not None else [call("goto", url=f"{FORUM}/f/{inst['forum']}?sort=top")]
 
 
 # ------------------------------------------------------------------ tracker
@@ -270,8 +270,8 @@ def _open_count(inst, url, snap, ctx):
     if _path(url) == f"/{inst['project']}":
         link = _node(snap, "link", startswith="Issues (")
         if link:
-            return call("click", bid=link.id)
-    return call("goto", url=f"{TRACKER}/{inst['project']}")
+            return [call("click", bid=link.id)]
+    return [call("goto", url=f"{TRACKER}/{inst['project']}")]
 
 
 @_policy(201)
@@ -287,7 +287,7 @@ def _label_list(inst, url, snap, ctx):
         if _query(url).get("label_name") == [inst["label"]]:
             return _stop()
         return _click(snap, "link", inst["label"])
-    return call("goto", url=f"{TRACKER}/{inst['project']}/-/issues")
+    return [call("goto", url=f"{TRACKER}/{inst['project']}/-/issues")]
 
 
 @_policy(203)
@@ -323,7 +323,7 @@ def _new_issue(inst, url, snap, ctx):
         return created
     if _path(url) == f"/{inst['project']}":
         return _click(snap, "link", "New issue")
-    return call("goto", url=f"{TRACKER}/{inst['project']}")
+    return [call("goto", url=f"{TRACKER}/{inst['project']}")]
 
 
 @_policy(207)
@@ -333,8 +333,8 @@ def _open_issue(inst, url, snap, ctx):
     if _path(url) == f"/{inst['project']}/-/issues" and _query(url).get("state") == ["all"]:
         link = _node(snap, "link", inst["title"])
         if link:
-            return call("click", bid=link.id)
-    return call("goto", url=f"{TRACKER}/{inst['project']}/-/issues?state=all")
+            return [call("click", bid=link.id)]
+    return [call("goto", url=f"{TRACKER}/{inst['project']}/-/issues?state=all")]
 
 
 # ------------------------------------------------------------------ both sites, two tabs

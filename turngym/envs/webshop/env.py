@@ -22,6 +22,7 @@ from typing import Any, Literal
 import numpy as np
 
 from turngym.core.types import ToolResult
+from turngym.envs.browser.env import Calls
 from turngym.envs.browser.sites.env import Episode, SiteBrowserEnv
 from turngym.envs.browser.sites.server import LocalServer
 from turngym.envs.webshop.app import COOKIE, ShopApp
@@ -170,7 +171,7 @@ class WebShopEnv(SiteBrowserEnv):
     def _verdict(self) -> dict[str, Any] | None:
         return self.result
 
-    def _expert_text(self) -> str | None:
+    def _expert_calls(self) -> Calls | None:
         if self._done or self.lease is None or self.goal is None or self.view is None:
             return None
         return shop_expert_action(self.goal, self.display_url(self.view.url), self.snap)

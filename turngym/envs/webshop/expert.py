@@ -10,17 +10,17 @@ from __future__ import annotations
 from urllib.parse import parse_qs, urlsplit
 
 from turngym.envs.browser.dom import Snapshot
-from turngym.envs.browser.env import call
+from turngym.envs.browser.env import Calls, call
 from turngym.envs.webshop.goals import Goal
 
 
-def shop_expert_action(goal: Goal, url: str, snap: Snapshot) -> str | None:
+def shop_expert_action(goal: Goal, url: str, snap: Snapshot) -> Calls | None:
     """The next action (one or more tool calls) for the page at ``url``; None if it is stuck."""
     parts = urlsplit(url)
     path = [p for p in parts.path.split("/") if p]
     if path[:1] == ["item"] and len(path) >= 2:
         if len(path) > 2 or path[1] != goal.asin:
-            return call("go_back")
+            return [call("go_back")]
         return _buy(goal, snap)
     if path == ["search"]:
         nodes = snap.nodes
@@ -31,21 +31,21 @@ def shop_expert_action(goal: Goal, url: str, snap: Snapshot) -> str | None:
                 and i + 1 < len(nodes)
                 and nodes[i + 1].name == goal.asin
             ):
-                return call("click", bid=n.id)
+                return [call("click", bid=n.id)]
         nxt = snap.find(role="link", name="Next >")
         searched = parse_qs(parts.query).get("q", [""])[0]
         if nxt and searched == goal.name:
-            return call("click", bid=nxt[0].id)
+            return [call("click", bid=nxt[0].id)]
     box = next((n for n in snap.nodes if n.role == "textbox" and n.name == "Search"), None)
     button = snap.find(role="button", name="Search")
     if box is None or not button:
         back = snap.find(role="link", name="Back to Search")
-        return call("click", bid=back[0].id) if back else None
-    return call("fill", bid=box.id, value=goal.name) + "\n" + call("click", bid=button[0].id)
+        return [call("click", bid=back[0].id)] if back else None
+    return [call("fill", bid=box.id, value=goal.name), call("click", bid=button[0].id)]
 
 
-def _buy(goal: Goal, snap: Snapshot) -> str | None:
-    calls = []
+def _buy(goal: Goal, snap: Snapshot) -> Calls | None:
+    calls: Calls = []
     group, picked = None, set()
     wanted = goal.goal_options
     for n in snap.nodes:
@@ -63,4 +63,4 @@ def _buy(goal: Goal, snap: Snapshot) -> str | None:
     if not buy:
         return None
     calls.append(call("click", bid=buy[0].id))
-    return "\n".join(calls)
+    return calls

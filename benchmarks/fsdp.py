@@ -1,0 +1,234 @@
+"""The learner's update under DDP and FSDP2 on random-init Qwen2 models of real shapes: peak memory
+per GPU, update time, MFU and the FSDP full-weight refresh time.
+
+    torchrun --standalone --nproc-per-node 2 benchmarks/fsdp.py --shape 7b --out fsdp-7b-2gpu.json
+    torchrun --standalone --nproc-per-node 4 benchmarks/fsdp.py --shape 1.5b --strategies ddp,fsdp --out f.json
+    python benchmarks/fsdp.py --tiny --out tiny.json             # CPU, one process: the plumbing only
+
+Each strategy in ``--strategies`` (default ``fsdp,ddp``) gets a fresh model built from the shape's
+config (``SHAPES``: Qwen2.5-1.5B's and Qwen2.5-7B's dimensions, vocabulary 151936) and runs the
+trainer's own update (``turngym.trainer.update.policy_update`` through ``turngym.trainer.policy.Policy``,
+so sharding, mixed precision, gradient accumulation and clipping are the trainer's) on random token
+sequences: ``--seqs`` sequences of ``--seq-len`` tokens per rank and step, ``--micro-batch-tokens``
+per forward/backward. ``--warmup`` steps are not timed; the median of ``--steps`` timed steps is
+reported. Master weights follow the trainer's defaults: DDP trains the model in ``--ddp-dtype``
+(bf16 on CUDA, as ``model.dtype`` defaults to), FSDP keeps fp32 master shards and computes in bf16
+(``cluster.fsdp.param_dtype``). A strategy that runs out of memory is reported as ``oom``.
+
+MFU = 6 · parameters · tokens (all ranks) ÷ update time ÷ (world size · ``--peak-flops``); the default
+peak is 989e12, the dense bf16 rate of an H100/H200 SXM (recomputation under
+``--gradient-checkpointing`` is not counted as useful work). On CPU the figure means nothing.
+Peak memory is ``torch.cuda.max_memory_allocated`` over the timed steps (and the refresh), the
+largest over the ranks; ``reserved`` is the allocator's peak reservation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+SHAPES = {  # hidden, intermediate, layers, attention heads, KV heads, tied embeddings
+    "1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                 num_key_value_heads=2, tie_word_embeddings=True),
+    "7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+               num_key_value_heads=4, tie_word_embeddings=False),
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, tie_word_embeddings=True, vocab_size=512),
+}  # fmt: skip
+VOCAB = 151936
+H200_BF16_PEAK = 989e12
+
+
+def build_model(shape: str, device: str, dtype: str, seed: int = 0):
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    dims = {"vocab_size": VOCAB, "max_position_embeddings": 32768, **SHAPES[shape]}
+    config = Qwen2Config(**dims)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    return model.eval()
+
+
+def random_batch(n: int, seq_len: int, vocab: int, seed: int):
+    import numpy as np
+
+    from turngym.core.types import Trajectory
+
+    rng = np.random.default_rng(seed)
+    trajs, advs = [], []
+    for k in range(n):
+        ids = rng.integers(1, vocab, size=seq_len).tolist()
+        mask = [0] * min(16, seq_len // 4) + [1] * (seq_len - min(16, seq_len // 4))
+        trajs.append(
+            Trajectory(
+                env_id="bench",
+                seed=k,
+                group=f"b/{k}",
+                token_ids=ids,
+                loss_mask=mask,
+                logprobs=[-1.0] * seq_len,
+            )
+        )
+        advs.append(rng.standard_normal(seq_len).astype("float32") * np.asarray(mask, dtype="float32"))
+    return trajs, advs
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def run_strategy(args, strategy: str, dist, device: str) -> dict:
+    import torch
+
+    from turngym.trainer.config import load_config
+    from turngym.trainer.policy import Policy
+    from turngym.trainer.update import policy_update
+
+    cuda = device.startswith("cuda")
+    shape = "tiny" if args.tiny else args.shape
+    overrides = [
+        f"cluster.strategy={strategy}",
+        f"optim.micro_batch_tokens={args.micro_batch_tokens}",
+        f"model.gradient_checkpointing={str(args.gradient_checkpointing).lower()}",
+        f"cluster.fsdp.cpu_offload={str(args.cpu_offload).lower()}",
+        "optim.lr=1e-6",
+        "log.tensorboard=false",
+    ]
+    cfg = load_config(None, overrides)
+    master = args.ddp_dtype if strategy == "ddp" or not dist.enabled else "float32"
+    if not cuda:
+        master = "float32"
+    row: dict = {"strategy": strategy, "world": dist.world_size, "shape": shape, "master_dtype": master}
+    policy = None
+    try:
+        model = build_model(shape, device, master, seed=args.seed)
+        row["params"] = sum(p.numel() for p in model.parameters())
+        policy = Policy(cfg, dist, model=model)
+        row["sharded"] = policy.sharded
+        vocab = model.config.vocab_size
+        times = []
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        for step in range(args.warmup + args.steps):
+            trajs, advs = random_batch(args.seqs, args.seq_len, vocab, seed=1000 * dist.rank + step)
+            _sync(device)
+            t0 = time.perf_counter()
+            metrics = policy_update(policy, cfg, trajs, advs)
+            _sync(device)
+            if step >= args.warmup:
+                times.append(time.perf_counter() - t0)
+        refresh = []
+        for _ in range(args.steps if policy.sharded else 0):
+            _sync(device)
+            refresh.append(policy.refresh_full_weights())
+        tokens = metrics["update/tokens"]  # loss tokens of the global batch
+        seq_tokens = args.seqs * args.seq_len * dist.world_size  # every token is forwarded and backpropagated
+        update_s = statistics.median(times)
+        row.update(
+            update_s=update_s,
+            loss_tokens=tokens,
+            tokens=seq_tokens,
+            tokens_per_s=seq_tokens / update_s,
+            mfu=6 * row["params"] * seq_tokens / update_s / (dist.world_size * args.peak_flops),
+            refresh_s=statistics.median(refresh) if refresh else None,
+            grad_norm=metrics["update/grad_norm"],
+        )
+        if cuda:
+            row["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+            row["reserved_gib"] = torch.cuda.max_memory_reserved() / 2**30
+    except torch.cuda.OutOfMemoryError as e:
+        row["oom"] = str(e).splitlines()[0][:200]
+    finally:
+        del policy
+        if cuda:
+            torch.cuda.empty_cache()
+    return row
+
+
+def merge_ranks(rows: list[dict]) -> dict:
+    """One row per strategy: rank 0's, with the largest peak memory and update time over the ranks."""
+    out = dict(rows[0])
+    for key in ("peak_gib", "reserved_gib", "update_s", "refresh_s"):
+        values = [r[key] for r in rows if r.get(key) is not None]
+        if values:
+            out[key] = max(values)
+    if any("oom" in r for r in rows):
+        out["oom"] = next(r["oom"] for r in rows if "oom" in r)
+    return out
+
+
+def table(rows: list[dict]) -> str:
+    head = f"{'strategy':8} {'world':>5} {'shape':>5} {'params':>8} {'peak GiB':>9} {'update s':>9} {'MFU':>6} {'refresh s':>9}"
+    lines = [head]
+    for r in rows:
+        if "oom" in r:
+            lines.append(f"{r['strategy']:8} {r['world']:>5} {r['shape']:>5} out of memory: {r['oom'][:60]}")
+            continue
+        peak = f"{r['peak_gib']:.1f}" if "peak_gib" in r else "-"
+        refresh = f"{r['refresh_s']:.3f}" if r.get("refresh_s") is not None else "-"
+        lines.append(
+            f"{r['strategy']:8} {r['world']:>5} {r['shape']:>5} {r['params'] / 1e9:7.2f}B {peak:>9} "
+            f"{r['update_s']:9.3f} {100 * r['mfu']:5.1f}% {refresh:>9}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shape", choices=["1.5b", "7b"], default="1.5b")
+    ap.add_argument("--tiny", action="store_true", help="a tiny shape (CPU test of the plumbing)")
+    ap.add_argument("--strategies", default="fsdp,ddp")
+    ap.add_argument("--seqs", type=int, default=8, help="sequences per rank and step")
+    ap.add_argument("--seq-len", type=int, default=2048)
+    ap.add_argument("--micro-batch-tokens", type=int, default=8192)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--gradient-checkpointing", action="store_true")
+    ap.add_argument("--cpu-offload", action="store_true")
+    ap.add_argument("--ddp-dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    ap.add_argument("--peak-flops", type=float, default=H200_BF16_PEAK)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    if args.tiny:
+        args.seq_len, args.seqs, args.micro_batch_tokens = min(args.seq_len, 32), min(args.seqs, 4), 64
+
+    import torch
+
+    from turngym.trainer.distributed import init_distributed
+
+    dist = init_distributed("auto")
+    device = dist.device(None) or ("cuda" if torch.cuda.is_available() else "cpu")
+    rows = []
+    for strategy in args.strategies.split(","):
+        row = run_strategy(args, strategy.strip(), dist, device)
+        rows.append(merge_ranks(dist.all_gather(row)))
+    if dist.is_main:
+        card = torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu"
+        print(table(rows))
+        print(f"MFU against a peak of {args.peak_flops:.4g} FLOP/s per device ({card})")
+        settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+        result = {"card": card, "peak_flops": args.peak_flops, "args": settings, "rows": rows}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1))
+    if dist.enabled:
+        import torch.distributed
+
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main()
