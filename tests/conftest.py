@@ -3,6 +3,11 @@
 Markers: ``slow``, ``gpu``, ``docker``, ``browser``, ``vllm``, ``pretrained``, ``reliability``. A test that needs a
 component this machine lacks is skipped with the reason — unless the component is listed in
 ``TURNGYM_REQUIRE`` (comma-separated; CI sets it), in which case the test runs and fails loudly.
+
+Hypothesis runs under the ``turngym`` profile (registered and loaded here, for every test): no deadline,
+because no test may depend on wall-clock speed (a busy machine made a property test miss hypothesis's
+default 200 ms per example). Tests set ``max_examples`` and health checks, never a deadline;
+``HYPOTHESIS_PROFILE=NAME`` picks another registered profile.
 """
 
 from __future__ import annotations
@@ -13,6 +18,10 @@ import shutil
 import subprocess
 
 import pytest
+from hypothesis import settings
+
+settings.register_profile("turngym", deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "turngym"))
 
 
 def _required() -> set[str]:

@@ -101,12 +101,14 @@ _attach_external()
 
 
 def main(argv: list[str] | None = None) -> None:
+    from rich.markup import escape
+
     from turngym.core.registry import UnknownEnvError
 
     try:
         app(args=argv, standalone_mode=True)
     except (CLIError, UnknownEnvError, ImportError, ValueError, FileNotFoundError) as e:
-        err_console.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+        err_console.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
         sys.exit(2)
 
 

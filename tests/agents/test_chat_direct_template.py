@@ -56,7 +56,7 @@ def test_every_format_uses_the_direct_path(formats):
     assert all(fmt._template is not None for fmt in formats)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(conversation=conversation_st, gen=st.booleans())
 def test_property_direct_rendering_equals_apply_chat_template(formats, conversation, gen):
     for fmt in formats:

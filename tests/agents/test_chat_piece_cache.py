@@ -12,7 +12,7 @@ from turngym.core.types import Message
 text_st = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=30)
 specials = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<tool_call>", "</think>", "<|im", "\n", " ", "  "]
 special_text = st.lists(st.one_of(text_st, st.sampled_from(specials)), max_size=10).map("".join)
-hyp = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+hyp = settings(max_examples=120, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 def reference(tokenizer, text: str) -> list[int]:

@@ -124,7 +124,7 @@ text_st = st.text(
 )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(turns=st.lists(st.tuples(text_st, text_st), min_size=1, max_size=4))
 def test_property_sequence_is_prompt_plus_sampled_plus_template_deltas(tokenizer, turns):
     fmt = ChatFormat(tokenizer)
@@ -154,7 +154,7 @@ def reference(tokenizer, text: str) -> list[int]:
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(prev=special_text, more=special_text, cut=st.integers(0, 40))
 def test_property_incremental_encoding_equals_full_encoding(tokenizer, prev, more, cut):
     fmt = ChatFormat(tokenizer)
@@ -165,7 +165,7 @@ def test_property_incremental_encoding_equals_full_encoding(tokenizer, prev, mor
     assert fmt.encode_extending(rewritten, prev, prev_ids) == reference(tokenizer, rewritten)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=100, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(prev=special_text, more=special_text, cut=st.integers(0, 40), split=st.integers(0, 60))
 def test_property_extension_over_split_previous_ids_is_exact(tokenizer, prev, more, cut, split):
     fmt = ChatFormat(tokenizer)

@@ -70,7 +70,7 @@ turn_st = st.tuples(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(system=text_st, user=text_st, turns=st.lists(turn_st, min_size=1, max_size=4), data=st.data())
 def test_property_chat_tokens_equal_the_oracle_turn_by_turn(formats, system, user, turns, data):
     for fmt in formats:
@@ -78,7 +78,7 @@ def test_property_chat_tokens_equal_the_oracle_turn_by_turn(formats, system, use
 
 
 @pytest.mark.pretrained
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(system=text_st, user=text_st, turns=st.lists(turn_st, min_size=1, max_size=4), data=st.data())
 def test_property_smollm2_template_equals_the_oracle(smollm2_format, system, user, turns, data):
     """The real SmolLM2-135M-Instruct template (ChatML, tool results in a ``tool`` role, a default

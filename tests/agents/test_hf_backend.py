@@ -219,7 +219,7 @@ async def test_aclose_fails_pending_requests_and_the_backend_restarts(tiny_dir, 
     await backend.aclose()
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(
     steps=st.lists(st.tuples(st.integers(1, 40), st.booleans()), min_size=1, max_size=40),
     rows=st.integers(1, 4),

@@ -38,7 +38,7 @@ wave = st.tuples(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=60, suppress_health_check=list(HealthCheck))
 @given(
     waves=st.lists(wave, min_size=1, max_size=4),
     fuse=st.sampled_from([0, 100_000]),

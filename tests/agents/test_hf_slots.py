@@ -152,14 +152,14 @@ def test_logprobs_are_raw_model_logprobs_of_sampled_tokens(slots, tokenizer):
     )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(seed=st.integers(-(2**63), 2**63 - 1), index=st.integers(0, 10**6))
 def test_seeded_uniform_is_a_pure_function_inside_the_unit_interval(seed, index):
     u = seeded_uniform(seed, index)
     assert 0 < u < 1 and u == seeded_uniform(seed, index)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(
     seeds=st.lists(st.integers(-(2**63), 2**63 - 1), min_size=1, max_size=8),
     index=st.integers(0, 2**31 - 16),

@@ -225,7 +225,7 @@ async def test_forks_that_evict_each_others_donors_read_the_donors_before_any_co
     await off.aclose()
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     keep=st.integers(min_value=0, max_value=30),
     tail=st.lists(st.integers(min_value=3, max_value=1000), min_size=1, max_size=12),

@@ -198,3 +198,28 @@ def test_processes_racing_convert_once(fake_pkg, tmp_path):
         out = pool.starmap(_resolve_in_child, [(str(tmp_path / "cache"), site)] * 3)
     folders = {o.split("|")[0] for o in out}
     assert len(folders) == 1 and sum(int(o.split("|")[1]) for o in out) == 1, out
+
+
+def test_models_command_shows_brackets_as_text(fake_pkg, monkeypatch, capsys):
+    """Regression (issue 5: ``turngym models`` printed ``pip install 'turngym' && ...``): Rich read
+    ``[models]`` as markup and dropped it; paths and messages are escaped now, in the table and in errors."""
+    install = "pip install 'turngym[models]' && pip install --no-deps tg-missing"
+    entry = P.PretrainedModel(
+        name="needs-extra",
+        aliases=(),
+        description="test",
+        params="[1M]",
+        architecture="none",
+        package="tg_missing_weights",
+        resource="w.bin",
+        kind="fake",
+        requires=("tg_missing_module",),
+        install=install,
+    )
+    monkeypatch.setitem(P._REGISTRY, "needs-extra", entry)
+    monkeypatch.setenv("COLUMNS", "400")  # one table row per line, nothing folded
+    assert _cli("models") == 0
+    out = capsys.readouterr().out
+    assert install in out and "[1M]" in out
+    assert _cli("models", "--prepare", "needs-extra") == 2
+    assert install in capsys.readouterr().err

@@ -51,7 +51,7 @@ def test_rubric_keys_and_combine():
         Rubric(("a",), ("b",), 0.5, 0.5, process_keys=("x", "y"))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(proc, ans, proc, ans, st.sampled_from([arena_reply, list_reply]), st.text(max_size=30))
 def test_valid_replies_of_either_shape_give_the_weighted_scores(ap, aa, bp, ba, shape, prose):
     prose = prose.replace("{", "").replace("}", "")
@@ -60,7 +60,7 @@ def test_valid_replies_of_either_shape_give_the_weighted_scores(ap, aa, bp, ba, 
     assert a == pytest.approx(expected(ap, aa)) and b == pytest.approx(expected(bp, ba))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     proc,
     ans,
@@ -85,7 +85,7 @@ def test_one_bad_score_is_an_error_never_a_score(ap, aa, slot, bad, shape):
         parse_judge_reply(json.dumps(reply), RUBRIC)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=80)
 @given(st.text(max_size=200))
 def test_arbitrary_text_parses_to_valid_scores_or_raises(text):
     try:
@@ -96,7 +96,7 @@ def test_arbitrary_text_parses_to_valid_scores_or_raises(text):
         assert 0 <= a <= 10 and 0 <= b <= 10
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(st.dictionaries(st.sampled_from(["A", "B", "Agent_A", "path_scores", "x"]), st.integers(0, 10)))
 def test_replies_missing_a_side_raise(data):
     with pytest.raises(JudgeParseError, match="no scores for|must be"):

@@ -96,7 +96,7 @@ fragments = st.sampled_from(
 noisy = st.lists(st.one_of(fragments, st.text(max_size=8)), max_size=40).map("".join)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400)
 @given(st.one_of(st.text(), noisy))
 def test_parsers_never_raise(text):
     for parser in (HermesParser(), OpenAIParser(), TagParser()):
@@ -108,7 +108,7 @@ def test_parsers_never_raise(text):
                 assert c.error
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(
     st.text(max_size=20).filter(lambda s: s.strip()),
     st.dictionaries(st.text(max_size=10), st.integers() | st.text(max_size=10), max_size=4),
@@ -125,7 +125,7 @@ _name = st.from_regex(r"[a-z][a-z_]{0,11}", fullmatch=True)
 _text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(
     name=_name, arguments=st.dictionaries(_name, st.one_of(_text, st.integers(), st.booleans()), max_size=4)
 )
@@ -136,7 +136,7 @@ def test_hermes_format_call_parses_back_to_the_same_call(name, arguments):
     assert parsed.ok and parsed.call.name == name and parsed.call.arguments == arguments
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(
     value=_text.map(str.strip).filter(lambda v: "</" not in v and "<search>" not in v and "<answer>" not in v)
 )
@@ -166,3 +166,98 @@ def test_format_call_in_each_protocol_and_what_a_protocol_cannot_write():
         TagParser().format_call(ToolCall(name="calc", arguments={"a": 1}))
     with pytest.raises(ValueError, match="one argument"):
         TagParser().format_call(ToolCall(name="search", arguments={"query": "q", "k": 3}))
+
+
+# --------------------------------------------------------------------------- invalid unicode and non-JSON
+def test_a_lone_surrogate_is_an_invalid_call_in_every_form():
+    """Regression (issue 3: 592 exceptions out of ``env.step``): a structured call whose arguments hold a
+    lone surrogate made ``OpenAIParser.parse`` raise from ``model_dump_json``. Such strings come from real
+    JSON (``"\\ud800"`` is a legal escape); every parser now answers them with an invalid call."""
+    structured = [
+        ToolCall(id="c", name="lookup", arguments={"topic": "\ud800"}),
+        ToolCall(id="c", name="look\udfffup", arguments={}),
+        ToolCall(id="c", name="lookup", arguments={"\udc00": 1}),
+        ToolCall(id="c", name="lookup", arguments={"nested": [{"deep": ["ok", "x\ud83d"]}]}),
+    ]
+    for call in structured:
+        for parser in (OpenAIParser(), HermesParser()):
+            (parsed,) = parser.parse(Message(role="assistant", content="", tool_calls=[call])).calls
+            assert parsed.status == "invalid_call" and "lone surrogate" in parsed.error
+            parsed.error.encode("utf-8")  # the message for the model is valid text
+            json.loads(json.dumps(parsed.raw))
+    escaped = '<tool_call>{"name": "lookup", "arguments": {"topic": "\\ud800"}}</tool_call>'
+    (parsed,) = HermesParser().parse(escaped).calls
+    assert parsed.status == "invalid_call" and "argument topic holds a lone surrogate" in parsed.error
+    (parsed,) = (
+        OpenAIParser().parse('{"name": "lookup", "arguments": "{\\"topic\\": \\"\\\\udc00\\"}"}').calls
+    )
+    assert parsed.status == "invalid_call" and "lone surrogate" in parsed.error
+    (parsed,) = TagParser().parse("<search>who is \ud800</search>").calls
+    assert parsed.status == "invalid_call" and "lone surrogate" in parsed.error
+    # an id that is not valid text is replaced (the env assigns one), the call itself is fine
+    (parsed,) = (
+        OpenAIParser()
+        .parse(Message(role="assistant", tool_calls=[ToolCall(id="\ud800", name="a", arguments={})]))
+        .calls
+    )
+    assert parsed.ok and parsed.call.id == ""
+
+
+def test_what_json_cannot_carry_is_an_invalid_call():
+    """NaN, a 5,000-digit number (CPython refuses to read it), bytes, deep nesting: invalid, not raised."""
+    p = HermesParser()
+    (nan,) = p.parse('<tool_call>{"name": "a", "arguments": {"x": NaN}}</tool_call>').calls
+    assert nan.status == "invalid_call" and "not a JSON number" in nan.error
+    (big,) = p.parse('<tool_call>{"name": "a", "arguments": {"x": ' + "9" * 5000 + "}}</tool_call>").calls
+    assert big.status == "invalid_json" and "too long" in big.error
+    deep: list = []
+    for _ in range(3000):
+        deep = [deep]
+    for arguments, says in (
+        ({"x": b"\xff"}, "bytes"),
+        ({"x": deep}, "nested more than"),
+        ({"x": {1, 2}}, "set"),
+    ):
+        msg = Message(role="assistant", tool_calls=[ToolCall(name="a", arguments=arguments)])
+        (parsed,) = OpenAIParser().parse(msg).calls
+        assert parsed.status == "invalid_call" and says in parsed.error
+
+
+json_leaves = (
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(st.characters(exclude_categories=()))
+)
+json_trees = st.recursive(
+    json_leaves, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3)
+)
+
+
+@settings(max_examples=300)
+@given(name=st.text(), arguments=st.dictionaries(st.text(), json_trees, max_size=4), call_id=st.text())
+def test_structured_calls_never_raise_and_ok_ones_are_valid_text(name, arguments, call_id):
+    msg = Message(role="assistant", tool_calls=[ToolCall(id=call_id, name=name, arguments=arguments)])
+    for parser in (OpenAIParser(), HermesParser()):
+        (parsed,) = parser.parse(msg).calls
+        assert parsed.error is None if parsed.ok else parsed.error
+        if parsed.ok:  # what a tool sees can be written as strict JSON in UTF-8
+            json.dumps(parsed.call.model_dump(), allow_nan=False).encode("utf-8")
+            parsed.call.model_dump_json()
+        else:
+            parsed.error.encode("utf-8")
+
+
+@settings(max_examples=300)
+@given(
+    st.text(st.characters(exclude_categories=())),
+    st.sampled_from(['"\\ud800"', '"a\\udfffb"', "NaN", "-Infinity", "1e999", "9" * 5000]),
+)
+def test_parsers_never_raise_on_text_with_what_json_cannot_carry(text, value):
+    body = f'<tool_call>{{"name": "t", "arguments": {{"a": {value}, "b": {json.dumps(text)}}}}}</tool_call>'
+    (call,) = HermesParser().parse(body).calls
+    assert not call.ok and call.error.encode("utf-8")
+    for parser in (HermesParser(), OpenAIParser(), TagParser()):
+        for action in (body, text, f"<search>{text}</search>"):
+            for c in parser.parse(action).calls:
+                if c.ok:
+                    c.call.model_dump_json()
+                else:
+                    c.error.encode("utf-8")

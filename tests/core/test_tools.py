@@ -106,8 +106,44 @@ async def call(box: ToolBox, name: str, **args):
 async def test_ok_call(box):
     r = await call(box, "search", query="cats")
     assert r.ok and r.content == "3 results for cats" and r.call_id == "c"
-    r = await call(box, "choose", kind="a", items=[1, "2"])
+    r = await call(box, "choose", kind="a", items=[1, 2])
     assert r.ok and r.content == '{"kind": "a", "n": 2, "flag": false}'
+
+
+@pytest.mark.parametrize("value", [True, "7", 7.0, [7], None])
+async def test_an_int_argument_is_a_json_integer(box, value):
+    """Regression (issue 3: arith paid 1.0 for ``answer(value=true)``): pydantic's lax mode took
+    ``true``, ``"7"`` and ``7.0`` as an int; arguments are now validated as JSON in strict mode."""
+    r = await call(box, "search", query="x", k=value)
+    assert not r.ok and r.error_kind == "bad_arguments" and "argument 'k'" in r.error
+    r = await call(box, "choose", kind="a", items=[1, value])
+    assert not r.ok and r.error_kind == "bad_arguments" and "items.1" in r.error
+
+
+async def test_strict_arguments_keep_what_json_spells(box):
+    """Strictness refuses coercions, not JSON: an integer is a fine float, and a bool is a bool."""
+    r = await call(box, "slow", seconds=0)  # int for a float parameter
+    assert r.ok and r.content == "woke"
+    r = await call(box, "choose", kind="b", items=[], flag=True)
+    assert r.ok and r.content.endswith('"flag": true}')
+    r = await call(box, "choose", kind="b", items=[], flag=1)
+    assert r.error_kind == "bad_arguments" and "'flag'" in r.error
+
+
+@pytest.mark.parametrize(
+    ("arguments", "says"),
+    [
+        ({"query": "\ud800"}, "lone surrogate"),
+        ({"query": "ok", "k": float("nan")}, "not a JSON number"),
+        ({"query": b"\xff"}, "bytes is not a JSON value"),
+        ({"query": "x", "k": 10**5000}, "more than 1000 digits"),
+    ],
+)
+async def test_arguments_that_are_not_json_are_bad_arguments(box, arguments, says):
+    """A caller that skips the parsers (a structured ToolCall built in Python) gets the same refusal."""
+    r = await box.call(ToolCall(id="c", name="search", arguments=arguments))
+    assert not r.ok and r.error_kind == "bad_arguments" and says in r.error
+    r.error.encode("utf-8")  # the error itself is valid text
 
 
 async def test_unknown_tool_suggests_close_match(box):

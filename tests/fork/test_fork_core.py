@@ -67,7 +67,7 @@ def replay(seed: int, actions: list[str], depth: int) -> list[tuple]:
     return out
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 2**16),
     depth=st.integers(1, 4),

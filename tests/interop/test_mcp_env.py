@@ -116,7 +116,7 @@ _roots = st.builds(
 )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow])
 @given(_roots)
 def test_expressible_schemas_convert_unchanged(schema):
     spec = to_tool_spec("t", "d", schema)
@@ -126,7 +126,7 @@ def test_expressible_schemas_convert_unchanged(schema):
     json.dumps(spec.parameters)  # travels as JSON
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow])
 @given(_roots, st.sampled_from(sorted(UNSUPPORTED_KEYWORDS)), st.data())
 def test_an_unsupported_keyword_anywhere_is_refused_with_its_path(schema, keyword, data):
     # put the keyword into a random sub-schema (the root, a property, or deeper)
@@ -162,7 +162,7 @@ def test_an_unsupported_keyword_anywhere_is_refused_with_its_path(schema, keywor
     assert info.value.path == f"{path}/{keyword}"
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     st.recursive(
         st.none() | st.booleans() | st.integers() | st.text(max_size=5),

@@ -251,7 +251,7 @@ _prop = st.one_of(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(props=st.dictionaries(_names, _prop, min_size=1, max_size=5), data=st.data())
 def test_tool_schemas_survive_the_round_trip_through_transformers(props, data):
     """Whatever a turngym tool schema says (scalars, arrays, enums, optional arguments), the method built

@@ -161,6 +161,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     for (family, category), n in sorted(tally.items()):
         terminalreporter.write_line(f"{family:28s} {category:28s} {n:6d} {ran[(family, category)]:6d}")
     terminalreporter.write_line(f"{'total':57s} {sum(tally.values()):6d} {sum(ran.values()):6d}")
+    t = hostile.TOTALS
+    terminalreporter.write_line(
+        f"hostile-input totals: {t['actions']} actions ({t['generated']} generated) over "
+        f"{len({family for family, _ in tally})} env configurations; raised {t['raised']}, hung {t['hung']}, "
+        f"paid {t['paid']}, leaked {t['leaked']}"
+    )
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

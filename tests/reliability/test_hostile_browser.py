@@ -45,7 +45,12 @@ def test_hostile_sample(env_id):
         env.reset(seed=0)
         for case in sample(env.tools, env.parser.name):
             info = check_answer(
-                env, case.action, malformed=case.malformed, family=env_id, category=case.category
+                env,
+                case.action,
+                malformed=case.malformed,
+                garbage=case.garbage,
+                family=env_id,
+                category=case.category,
             )
             assert not info.get("masked"), info.get("mask_reason")  # bad input is not a browser fault
     finally:
@@ -66,5 +71,36 @@ def test_generated_actions(env_id):
             _, reward, terminated, truncated, info = env.step(action)
             done = terminated or truncated
         assert done and reward > 0, info
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("env_id", ["web-shop-v0", "web-arena-lite-v0"])
+def test_a_huge_url_gives_a_bounded_observation(env_id):
+    """Regression (issue 3: a 500k-character URL gave a 516k-character observation): the site envs'
+    ``URL:``, ``Title:`` and ``Tabs:`` lines are capped, whatever address the agent opens."""
+    from turngym.envs.browser.sites.env import MAX_URL_CHARS
+
+    env = turngym.make(env_id, max_turns=1_000, **FAMILIES[env_id])
+    try:
+        env.reset(seed=0)
+        origin = next(iter(env.hosts))
+        huge = f"{origin}/?q=" + "A" * 500_000
+        for name, args in (("goto", {"url": huge}), ("new_tab", {"url": huge})):
+            obs, reward, _, _, info = env.step(env.format_call(name, args))
+            assert info["tool_results"][0].ok, info["error"]
+            (page,) = [m for m in obs if m.role == "user" and "URL: " in m.content]
+            lines = page.content.splitlines()
+            (url_line,) = [line for line in lines if line.startswith("URL: ")]
+            assert url_line.startswith(f"URL: {origin}/?q=AAA") and "more characters]" in url_line
+            assert len(url_line) <= MAX_URL_CHARS + 40
+            assert all(
+                len(line) <= 3 * MAX_URL_CHARS for line in lines if line.startswith(("Tabs:", "Title:"))
+            )
+            assert sum(len(m.content) for m in obs) < 40_000 and reward <= 0.0
+        _, _, _, _, info = env.step(
+            env.format_call("goto", {"url": "http://elsewhere.example/" + "B" * 500_000})
+        )
+        assert info["invalid_action"] and len(info["error"]) < 2 * MAX_URL_CHARS  # the refusal is short too
     finally:
         env.close()

@@ -83,7 +83,7 @@ def traj_with(timings: list[dict[str, float]], **metrics: float) -> Trajectory:
     return Trajectory(turns=turns, metrics=dict(metrics))
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)
 @given(
     st.lists(
         st.lists(

@@ -249,7 +249,7 @@ _record = st.builds(
 )
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(records=st.lists(_record, min_size=1, max_size=6, unique_by=lambda r: r["id"]))
 def test_one_row_mapping_whatever_the_reader(tmp_path_factory, records):
     """The same FlashRAG rows give the same tasks from JSONL, from parquet, and through ``datasets``."""

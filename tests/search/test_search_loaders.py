@@ -175,7 +175,7 @@ _body = st.text("abcXYZ.,'()é0", min_size=1, max_size=12).filter(lambda s: s.st
 _space = st.text(" \n\t", max_size=3)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(first=_body, rest=st.lists(_body, max_size=6))
 def test_join_sentences_equals_plain_concatenation_on_the_release_spacing(first, rest):
     """HotpotQA's release: the first sentence bare, each later one with its leading space."""
@@ -183,7 +183,7 @@ def test_join_sentences_equals_plain_concatenation_on_the_release_spacing(first,
     assert join_sentences(sentences) == "".join(sentences)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.lists(st.tuples(_space, st.text("abc. \n", max_size=10), _space), max_size=8))
 def test_join_sentences_never_glues_nor_doubles_spaces(parts):
     sentences = [lead + body + trail for lead, body, trail in parts]

@@ -52,7 +52,7 @@ def check_task(world, task):
         assert entity in text  # the query names the passage's subject
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, suppress_health_check=[HealthCheck.too_slow])
 @given(small_configs, st.integers(0, 50))
 def test_generation_is_deterministic_and_keeps_its_promises(config, qseed):
     a, b = World.generate(config), World.generate(config)

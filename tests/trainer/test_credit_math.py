@@ -32,7 +32,6 @@ def test_grpo_degenerate_groups():
     assert grpo([7.0], leave_one_out=True) == [0.0]
 
 
-@settings(deadline=None)
 @given(groups, st.booleans(), st.booleans(), st.floats(-5, 5))
 def test_grpo_properties(outcomes, by_std, loo, shift):
     adv = grpo(outcomes, by_std, loo)
@@ -108,7 +107,6 @@ def test_igpo_raw_returns_carry_an_offset_that_depth_centring_removes():
     assert scaled[0][0] / centred[0][0] == approx(scaled[2][1] / centred[2][1])
 
 
-@settings(deadline=None)
 @given(
     ig_groups,
     st.sampled_from(["joint", "separate"]),
@@ -131,7 +129,6 @@ def test_igpo_depth_normalised_returns_properties(group, norm, gamma, returns):
             assert (rc[a] - rc[b]) * (col[a] - col[b]) >= -1e-6
 
 
-@settings(deadline=None)
 @given(ig_groups, st.sampled_from(["joint", "separate"]), st.floats(0, 1), st.floats(-3, 3))
 def test_igpo_properties(group, norm, gamma, shift):
     ig = [g[0] for g in group]
@@ -163,7 +160,6 @@ def test_gated_total_multi_level():
         gated_total([1.0, 2.0, 3.0], [0.5])
 
 
-@settings(deadline=None)
 @given(st.lists(st.tuples(rewards, st.lists(rewards, min_size=1, max_size=5)), max_size=6), rewards)
 def test_gated_gate_closed_means_outcome_only(group, delta):
     high = [g[0] for g in group]
@@ -187,7 +183,6 @@ def test_gigpo_singletons_and_none_keys_give_episode_advantage():
     assert adv == [approx([ep[0]] * 2), approx([ep[1]])]
 
 
-@settings(deadline=None)
 @given(
     st.lists(st.lists(st.tuples(rewards, st.sampled_from(["a", "b", "c", None])), max_size=4), max_size=6),
     st.sampled_from(["mean_std_norm", "mean_norm"]),
@@ -220,7 +215,6 @@ def test_dual_level_hand_computed():
     assert adv[1] == approx([0.5 * (-one - one), -0.5 * one])
 
 
-@settings(deadline=None)
 @given(st.lists(st.lists(rewards, max_size=5), max_size=6), st.floats(0, 1))
 def test_dual_level_properties(turn_rewards, lam):
     adv = dual_level(turn_rewards, lam)
@@ -231,7 +225,7 @@ def test_dual_level_properties(turn_rewards, lam):
 
 
 # ------------------------------------------------------------------ normaliser stages
-@settings(deadline=None, max_examples=50)
+@settings(max_examples=50)
 @given(groups)
 def test_zscore_population_std(values):
     z = zscore(values)

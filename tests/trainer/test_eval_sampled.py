@@ -74,7 +74,7 @@ def test_sampled_metrics_masked_survivor_scores_do_not_count():
     assert sampled_metrics([]) == {}
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     st.integers(1, 4).flatmap(
         lambda k: st.lists(

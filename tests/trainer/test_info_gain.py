@@ -59,7 +59,7 @@ def test_hop_gain_credits_each_hop_once():
         hop_information_gain([[0.0, 0.0], [0.0]], "prob_diff")
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(
     st.integers(1, 4).flatmap(
         lambda k: st.lists(
@@ -228,7 +228,7 @@ def test_shared_prefix_scoring_equals_separate_forwards_on_real_trajectories(tin
     assert m_packed["ig/tokens"] < 0.7 * m_separate["ig/tokens"]
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(
     st.lists(st.integers(5, 1000), min_size=4, max_size=40),
     st.lists(

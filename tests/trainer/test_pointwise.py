@@ -19,7 +19,7 @@ def trajs(outcomes, turns=2):
     return [make_traj([0.0] * (turns - 1) + [float(o)], group="g") for o in outcomes]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(st.lists(st.floats(-10, 10, allow_nan=False), min_size=1, max_size=8), st.booleans())
 def test_advantages_are_grpo_over_the_scores(scores, norm):
     group = trajs([0.0] * len(scores))

@@ -84,7 +84,7 @@ def test_unknown_topology():
         run_tournament("ladder", 4, quality_judge([0] * 4))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(st.sampled_from(sorted(TOPOLOGIES)), st.integers(0, 12), st.integers(0, 1000))
 def test_any_size_any_judge_gives_a_permutation(topology, n, seed):
     rng = np.random.default_rng(seed)

@@ -92,7 +92,7 @@ def trees(draw):
     return leaves, parents, returns
 
 
-@settings(deadline=None, max_examples=80)
+@settings(max_examples=80)
 @given(trees())
 def test_node_values_are_means_of_the_leaves_below(tree):
     paths, _, returns = tree
@@ -104,7 +104,7 @@ def test_node_values_are_means_of_the_leaves_below(tree):
         assert min(below) - 1e-9 <= value <= max(below) + 1e-9
 
 
-@settings(deadline=None, max_examples=80)
+@settings(max_examples=80)
 @given(trees(), st.booleans())
 def test_branch_advantages_gate_and_balance(tree, by_std):
     paths, parents, returns = tree
@@ -126,7 +126,7 @@ def test_branch_advantages_gate_and_balance(tree, by_std):
         assert total == approx(0.0, abs=1e-6)
 
 
-@settings(deadline=None, max_examples=60)
+@settings(max_examples=60)
 @given(trees(), st.randoms(use_true_random=False))
 def test_tree_credit_is_invariant_to_leaf_order(tree, rnd):
     paths, parents, returns = tree
@@ -146,7 +146,7 @@ def test_tree_credit_is_invariant_to_leaf_order(tree, rnd):
     ]
 
 
-@settings(deadline=None, max_examples=60)
+@settings(max_examples=60)
 @given(trees(), st.floats(-3, 3, allow_nan=False))
 def test_tree_credit_is_shift_invariant(tree, shift):
     paths, parents, returns = tree

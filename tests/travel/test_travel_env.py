@@ -97,7 +97,7 @@ def test_tools_return_compact_tables(env):
         (call("search_cities", state="Narnia"), "unknown state"),
         (call("submit_plan", plan="{not json"), "not valid JSON"),
         (call("submit_plan", plan=[]), "non-empty"),
-        (call("submit_plan", plan=[1, 2]), "Input should be a valid dictionary"),
+        (call("submit_plan", plan=[1, 2]), "Input should be an object"),
         (call("submit_plan", plan="[1, 2]"), "day 1 of the plan must be an object"),
         (call("submit_plan", plan=[{"days": "one"}]), "day 1 of the plan is malformed"),
         (call("notebook_write", text="  "), "empty"),

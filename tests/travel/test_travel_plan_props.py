@@ -20,9 +20,7 @@ from turngym.envs.travel.models import PLAN_FIELDS, PlanError, parse_plan
 from turngym.envs.travel.parsing import from_to, name_city, parse_leg, split_attractions
 from turngym.envs.travel.queries import sample_task
 
-SETTINGS = settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+SETTINGS = settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 word = (
     st.text(
         alphabet=st.characters(whitelist_categories=("Lu", "Ll", "Nd"), whitelist_characters=" '&-"),

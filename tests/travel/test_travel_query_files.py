@@ -95,7 +95,7 @@ _record = st.builds(
 )
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(st.lists(_record, min_size=1, max_size=5))
 def test_jsonl_list_and_object_files_agree(tmp_path_factory, records):
     tmp = tmp_path_factory.mktemp("q")

@@ -145,7 +145,7 @@ def test_sample_goal_uses_rng(small_catalog):
     assert len(goals) > 5
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(i=st.integers(0, 1499), j=st.integers(0, 1499), pick=st.lists(st.integers(0, 20), max_size=3))
 def test_reward_is_bounded_and_best_for_the_target(small_catalog, i, j, pick):
     g = goal_for_index(small_catalog, i, seed=3)

@@ -1,4 +1,8 @@
-"""``turngym models``: the named pretrained models, and where each one is cached."""
+"""``turngym models``: the named pretrained models, and where each one is cached.
+
+Text from outside (paths, error messages, install lines such as ``pip install 'turngym[models]'``) is
+escaped before Rich prints it, so that brackets are shown rather than read as markup.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ def models_command(
 ) -> None:
     """List the pretrained models ``--model NAME`` accepts: parameters, source, cached path."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from turngym.agents.pretrained import (
@@ -34,13 +39,17 @@ def models_command(
     for name in prepare or []:
         try:
             get_pretrained(name)
-            folder = resolve_pretrained(name, verify=verify, log=lambda m: console.print(f"[dim]{m}[/dim]"))
+            folder = resolve_pretrained(
+                name, verify=verify, log=lambda m: console.print(f"[dim]{escape(m)}[/dim]")
+            )
         except PretrainedModelError as e:
             raise ValueError(str(e)) from None
-        console.print(f"{name}: {folder}")
+        console.print(escape(f"{name}: {folder}"))
         problem = _template_problem(folder)
         if problem:
-            console.print(f"[yellow]{name}: {problem}: multi-turn rollouts will be masked[/yellow]")
+            console.print(
+                f"[yellow]{escape(f'{name}: {problem}')}: multi-turn rollouts will be masked[/yellow]"
+            )
     if prepare:
         return
     rows = []
@@ -70,9 +79,9 @@ def models_command(
     for col in ("name", "params", "source", "cached"):
         table.add_column(col, overflow="fold")
     for r in rows:
-        source = r["source"] or f"[red]{r['problem']}[/red]"
-        cached = r["cached"] or "[dim]not yet (converted on first use)[/dim]"
-        table.add_row(r["name"], r["params"], source, cached)
+        source = escape(r["source"]) if r["source"] else f"[red]{escape(r['problem'])}[/red]"
+        cached = escape(r["cached"]) if r["cached"] else "[dim]not yet (converted on first use)[/dim]"
+        table.add_row(escape(r["name"]), escape(r["params"]), source, cached)
     console.print(table)
 
 

@@ -1,4 +1,9 @@
-"""Gymnasium spaces for chat observations (lists of ``Message``) and actions (text or ``Message``)."""
+"""Gymnasium spaces for chat observations (lists of ``Message``) and actions (text or ``Message``).
+
+Chat values have no fixed size, so they cannot live in the fixed buffers of
+``AsyncVectorEnv(shared_memory=True)`` (gymnasium's default); asking for that raises
+:class:`SharedMemoryUnsupported`, which says what to pass instead (``shared_memory=False``).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector.utils import create_shared_memory
 
 from turngym.core.types import Message, ToolSpec
 
@@ -93,6 +99,20 @@ class ActionSpace(_ChatSpace[str]):
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ActionSpace) and other.tools == self.tools
+
+
+class SharedMemoryUnsupported(TypeError):
+    """``AsyncVectorEnv`` was asked to put chat observations in shared memory."""
+
+
+@create_shared_memory.register(_ChatSpace)
+def _no_shared_memory(space: _ChatSpace, n: int = 1, ctx: Any = None) -> Any:
+    raise SharedMemoryUnsupported(
+        f"turngym observations ({space!r}: lists of chat messages of any length, images included) cannot "
+        "be kept in AsyncVectorEnv's fixed shared-memory buffers. Pass shared_memory=False: "
+        "AsyncVectorEnv(env_fns, shared_memory=False), or gymnasium.make_vec(ENV_ID, num_envs=N, "
+        'vectorization_mode="async", vector_kwargs={"shared_memory": False}). SyncVectorEnv needs nothing.'
+    )
 
 
 def _random_text(rng: np.random.Generator, max_len: int) -> str:

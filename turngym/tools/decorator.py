@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 from collections.abc import Callable
 from typing import Any, get_type_hints
 
@@ -16,6 +17,7 @@ import pydantic
 from pydantic import ConfigDict
 
 from turngym.core.types import ToolSpec
+from turngym.tools.arguments import BadArguments
 
 _TOOL_ATTR = "__turngym_tool__"
 
@@ -49,8 +51,18 @@ class ToolDef:
         )
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        """Validated keyword arguments; raises ``pydantic.ValidationError``."""
-        model = self.model.model_validate(arguments)
+        """Validated keyword arguments; raises ``pydantic.ValidationError`` (or ``BadArguments`` for
+        arguments that are not JSON values).
+
+        Arguments are JSON, so they are validated as JSON in pydantic's strict mode: ``true``, ``"7"``
+        and ``7.0`` are not an ``int``, ``1`` is not a ``bool``, ``NaN`` is no number; strings still
+        become what JSON spells as strings (dates, enums, literals), and an int is a fine ``float``.
+        """
+        try:
+            text = json.dumps(arguments, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError, RecursionError) as e:
+            raise BadArguments(f"the arguments are not JSON values ({e})") from e
+        model = self.model.model_validate_json(text, strict=True)
         return {k: getattr(model, k) for k in type(model).model_fields}
 
     def bind(self, owner: Any) -> BoundTool:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from turngym.core.types import Message, ToolCall, ToolResult
+from turngym.tools.arguments import call_problem, invalid_unicode
 
 Status = Literal["ok", "invalid_json", "invalid_call", "unclosed"]
 
@@ -72,24 +73,57 @@ def _as_call(obj: Any, raw: str) -> ParsedCall:
     args = obj.get("arguments", obj.get("parameters", {}))
     if isinstance(args, str):  # OpenAI style: arguments as a JSON string
         try:
-            args = json.loads(args) if args.strip() else {}
-        except (json.JSONDecodeError, RecursionError) as e:
-            return ParsedCall("invalid_json", raw, error=f"arguments of {name!r} are not valid JSON: {e}")
+            args = _loads(args) if args.strip() else {}
+        except json.JSONDecodeError as e:
+            return ParsedCall(
+                "invalid_json", raw, error=f"arguments of {name[:80]!r} are not valid JSON: {e}"
+            )
     if args is None:
         args = {}
     if not isinstance(args, dict):
         return ParsedCall(
-            "invalid_call", raw, error=f'"arguments" of {name!r} must be an object, got {type(args).__name__}'
+            "invalid_call",
+            raw,
+            error=f'"arguments" of {name[:80]!r} must be an object, got {type(args).__name__}',
         )
-    call_id = obj.get("id") if isinstance(obj.get("id"), str) else ""
+    problem = call_problem(name, args)
+    if problem:  # e.g. a lone surrogate from a "\\ud800" escape: no tool may see it, nothing can encode it
+        return ParsedCall("invalid_call", raw, error=f"invalid call of {name[:80]!r}: {problem}")
+    call_id = obj.get("id") if isinstance(obj.get("id"), str) and invalid_unicode(obj["id"]) is None else ""
     return ParsedCall("ok", raw, call=ToolCall(id=call_id, name=name.strip(), arguments=args))
 
 
 def _loads(text: str) -> Any:
+    """``json.loads``, whose every failure is a ``JSONDecodeError``."""
     try:
         return json.loads(text)
+    except json.JSONDecodeError:
+        raise
     except RecursionError as e:  # deeply nested input
         raise json.JSONDecodeError("nesting too deep", text, 0) from e
+    except ValueError as e:  # an integer of more than 4,300 digits (CPython's limit)
+        raise json.JSONDecodeError(f"a number too long to read ({str(e)[:60]})", text, 0) from e
+
+
+def _raw(obj: Any) -> str:
+    """A call as text for ``ParsedCall.raw`` (non-ASCII escaped, so a lone surrogate cannot break it)."""
+    try:
+        return json.dumps(obj, default=repr)
+    except (ValueError, RecursionError, TypeError):  # nested too deep for the encoder
+        return "<a call that cannot be written as JSON>"
+
+
+def _structured(call: ToolCall) -> ParsedCall:
+    """A ``ToolCall`` from ``Message.tool_calls``: ok, or invalid when it holds what JSON cannot."""
+    raw = _raw({"id": call.id, "name": call.name, "arguments": call.arguments})
+    problem = call_problem(call.name, call.arguments)
+    if problem:
+        return ParsedCall("invalid_call", raw, error=f"invalid call of {call.name[:80]!r}: {problem}")
+    if not call.name.strip():
+        return ParsedCall("invalid_call", raw, error='a tool call needs a "name" string')
+    if invalid_unicode(call.id) is not None:  # the env gives it an id of its own
+        call = call.model_copy(update={"id": ""})
+    return ParsedCall("ok", raw, call=call)
 
 
 class HermesParser:
@@ -173,9 +207,8 @@ class OpenAIParser:
             except json.JSONDecodeError as e:
                 return ParseResult([ParsedCall("invalid_json", action, error=f"not valid JSON: {e}")])
             items = obj if isinstance(obj, list) else [obj]
-            return ParseResult([_as_call(o, json.dumps(o)) for o in items])
-        calls = [ParsedCall("ok", c.model_dump_json(), call=c) for c in action.tool_calls]
-        return ParseResult(calls, action.content)
+            return ParseResult([_as_call(o, _raw(o)) for o in items])
+        return ParseResult([_structured(c) for c in action.tool_calls], action.content)
 
     format_result = HermesParser.format_result
     format_error = HermesParser.format_error
@@ -233,11 +266,12 @@ class TagParser:
                 break
             raw = text[m.start() : close + len(tag) + 3]
             tool_name, arg = self.tags[tag]
-            calls.append(
-                ParsedCall(
-                    "ok", raw, call=ToolCall(name=tool_name, arguments={arg: text[m.end() : close].strip()})
-                )
-            )
+            value = text[m.end() : close].strip()
+            problem = call_problem(tool_name, {arg: value})
+            if problem:
+                calls.append(ParsedCall("invalid_call", ascii(raw)[:200], error=f"<{tag}>: {problem}"))
+            else:
+                calls.append(ParsedCall("ok", raw, call=ToolCall(name=tool_name, arguments={arg: value})))
             pos = close + len(tag) + 3
             if self.first_only:
                 break

@@ -13,7 +13,10 @@ from typing import Any
 import pydantic
 
 from turngym.core.types import ToolCall, ToolResult, ToolSpec
+from turngym.tools.arguments import BadArguments, invalid_unicode, json_problem
 from turngym.tools.decorator import BoundTool, ToolDef, tool_def, tools_of
+
+__all__ = ["BadArguments", "ToolBox", "ToolError", "ToolOutput", "truncate"]
 
 
 class ToolOutput(pydantic.BaseModel):
@@ -27,11 +30,6 @@ class ToolOutput(pydantic.BaseModel):
 
 class ToolError(Exception):
     """Raise inside a tool for an expected failure; the message goes to the model as is."""
-
-
-class BadArguments(ValueError):
-    """Raised by a ``ToolDef.validate`` that does not use pydantic (e.g. a JSON-Schema validator for
-    a tool defined elsewhere, such as an MCP server's): the call is a ``bad_arguments`` error."""
 
 
 def truncate(text: str, limit: int) -> tuple[str, bool]:
@@ -136,23 +134,27 @@ class ToolBox:
             close = difflib.get_close_matches(call.name, self.names, n=3)
             hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
             return ToolResult(
-                name=call.name,
+                name=call.name if invalid_unicode(call.name) is None else ascii(call.name)[:80],
                 ok=False,
                 error_kind="unknown_tool",
                 error=f"unknown tool {call.name[:80]!r}.{hint} Available tools: {', '.join(self.names)}",
             )
+        problem = json_problem(call.arguments)  # what no tool may see (the parsers refuse it first)
         try:
+            if problem:
+                raise BadArguments(problem)
             kwargs = t.definition.validate(call.arguments)
         except pydantic.ValidationError as e:
             return ToolResult(
                 name=t.name, ok=False, error_kind="bad_arguments", error=_format_validation(t.name, e)
             )
-        except BadArguments as e:
+        except Exception as e:  # noqa: BLE001 - BadArguments, or a validator that failed on odd input
+            detail = str(e) if isinstance(e, BadArguments) else f"{type(e).__name__}: {e}"
             return ToolResult(
                 name=t.name,
                 ok=False,
                 error_kind="bad_arguments",
-                error=f"invalid arguments for {t.name!r}: {e}",
+                error=f"invalid arguments for {t.name!r}: {detail}",
             )
         timeout = t.definition.timeout if t.definition.timeout is not None else self.timeout
         try:

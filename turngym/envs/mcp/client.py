@@ -13,6 +13,11 @@ open at interpreter exit are stopped by an ``atexit`` hook: no server outlives t
 A server that dies mid-session (the stdio pipe closes, the HTTP endpoint goes away) makes the next call
 raise :class:`ServerLost`; the connection is then marked lost, and the shared pool replaces it on the next
 acquire.
+
+One call's payload cannot take a shared connection down: the SDK encodes a request inside the session's
+writer task, where an encoding error (a lone surrogate, bytes, NaN) would end the session for every env
+that shares it. So ``call`` checks that name and arguments are JSON in valid Unicode first, and refuses
+the call alone (``BadArguments``) when they are not.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from mcp import Client, StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 
 from turngym.envs.mcp.config import ServerConfig
+from turngym.tools.arguments import BadArguments, call_problem
 
 T = TypeVar("T")
 
@@ -146,9 +152,13 @@ class McpConnection:
     async def call(self, name: str, arguments: dict[str, Any], timeout: float) -> mcp_types.CallToolResult:
         """Call tool ``name`` (its name on the server) from any event loop.
 
-        Raises ``TimeoutError`` after ``timeout`` seconds, :class:`ServerLost` if the server is gone, and
+        Raises ``BadArguments`` (nothing is sent) when name or arguments are not JSON in valid Unicode,
+        ``TimeoutError`` after ``timeout`` seconds, :class:`ServerLost` if the server is gone, and
         ``MCPError`` for other protocol errors (e.g. the server rejects the request).
         """
+        problem = call_problem(name, arguments)
+        if problem:
+            raise BadArguments(f"not sent to MCP server {self.config.name!r}: {problem}")
         return await self._request(
             lambda client: client.call_tool(name, arguments, read_timeout_seconds=timeout), timeout
         )

@@ -57,7 +57,7 @@ from turngym.envs.mcp.config import ServerConfig, load_servers
 from turngym.envs.mcp.schema import ArgumentValidator, UnsupportedSchema, sanitize_name, to_tool_spec
 from turngym.envs.mcp.tasks import McpTask, load_tasks
 from turngym.envs.search.metrics import best_exact_match, best_f1, contains_answer
-from turngym.tools import BoundTool, ToolBox, ToolDef, ToolError, ToolOutput, tool
+from turngym.tools import BadArguments, BoundTool, ToolBox, ToolDef, ToolError, ToolOutput, tool
 
 SYSTEM_PROMPT = (
     "You solve the user's task with the tools below, which are provided by MCP servers. Call tools as "
@@ -246,6 +246,8 @@ class McpEnv(Env):
             return self._server_lost(exposed, f"MCP server {config.name!r} is not running")
         try:
             result = await conn.call(remote, arguments, config.timeout)
+        except BadArguments as e:  # refused before it was sent: this call only, the connection is fine
+            return ToolResult(name=exposed, ok=False, error_kind="bad_arguments", error=str(e))
         except ServerLost as e:
             return self._server_lost(exposed, str(e))
         except TimeoutError as e:

@@ -16,7 +16,9 @@ tool and the JSON path of the offending part:
 * a schema that is not valid JSON Schema (draft 2020-12), e.g. ``{"type": "strnig"}``.
 
 Arguments are validated with ``jsonschema`` (draft 2020-12) before a call reaches its server, so a
-wrong type is a ``bad_arguments`` observation naming the argument, the same as for a Python tool.
+wrong type is a ``bad_arguments`` observation naming the argument, the same as for a Python tool: first
+as JSON in valid Unicode (``turngym.tools.arguments``), then against the schema, where an ``integer``
+is an integer literal (``7``, not ``7.0``, ``true`` or ``"7"``), as for a Python tool's ``int``.
 """
 
 from __future__ import annotations
@@ -28,10 +30,10 @@ from typing import Any
 
 import jsonschema
 import jsonschema.exceptions
-from jsonschema.validators import Draft202012Validator
+from jsonschema.validators import Draft202012Validator, extend
 
 from turngym.core.types import ToolSpec
-from turngym.tools.toolbox import BadArguments
+from turngym.tools.arguments import BadArguments, json_problem
 
 #: JSON Schema keywords function calling cannot carry; a schema using one is refused.
 UNSUPPORTED_KEYWORDS = frozenset(
@@ -170,13 +172,28 @@ def sanitize_name(name: str) -> str:
     return clean or "tool"
 
 
+def _integer_literal(checker: Any, instance: Any) -> bool:
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+#: draft 2020-12, except that ``integer`` means an integer literal: JSON Schema calls ``7.0`` an integer,
+#: but a model that writes ``7.0`` for an int argument gets the same answer from every turngym tool
+StrictValidator = extend(
+    Draft202012Validator,
+    type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _integer_literal),
+)
+
+
 class ArgumentValidator:
     """Validates a call's arguments against a (checked) input schema; raises :class:`BadArguments`."""
 
     def __init__(self, schema: dict[str, Any]):
-        self._validator = Draft202012Validator(schema)
+        self._validator = StrictValidator(schema)
 
     def __call__(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        problem = json_problem(arguments)
+        if problem:
+            raise BadArguments(problem)
         errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(map(str, e.absolute_path)))
         if errors:
             parts = []

@@ -35,6 +35,15 @@ from turngym.tools import ToolError, tool
 if TYPE_CHECKING:
     from playwright.async_api import Page
 
+#: longest URL and title shown in an observation (a 500k-character URL made a 516k-character observation)
+MAX_URL_CHARS = 500
+MAX_TITLE_CHARS = 200
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` on one line of at most about ``limit`` characters, saying how much was left out."""
+    return text if len(text) <= limit else f"{text[:limit]}... [{len(text) - limit} more characters]"
+
 
 @dataclass
 class Episode:
@@ -181,7 +190,9 @@ class SiteBrowserEnv(ElementTools, BrowserEnv):
         if url == "about:blank":
             return url
         sites = ", ".join(self.hosts) or "none"
-        raise ToolError(f"cannot open {url!r}: only this task's sites can be visited ({sites})")
+        raise ToolError(
+            f"cannot open {clip(url, MAX_URL_CHARS)!r}: only this task's sites can be visited ({sites})"
+        )
 
     # ------------------------------------------------------------------ browser plumbing
     @property
@@ -250,12 +261,13 @@ class SiteBrowserEnv(ElementTools, BrowserEnv):
         lines = [f"Task: {self.instruction}", ""] if initial else []
         if len(self.tabs) > 1:
             tabs = " | ".join(
-                f"[{i}]{' (active)' if i == self.active else ''} {title!r} {self.display_url(url)}"
+                f"[{i}]{' (active)' if i == self.active else ''} {clip(title, MAX_TITLE_CHARS)!r} "
+                f"{clip(self.display_url(url), MAX_URL_CHARS)}"
                 for i, (url, title) in enumerate(self.view.tabs)
             )
             lines.append(f"Tabs: {tabs}")
-        lines.append(f"URL: {self.display_url(self.view.url)}")
-        lines.append(f"Title: {self.view.title}")
+        lines.append(f"URL: {clip(self.display_url(self.view.url), MAX_URL_CHARS)}")
+        lines.append(f"Title: {clip(self.view.title, MAX_TITLE_CHARS)}")
         lines.append("Page:")
         lines.append(self.snap.text(with_boxes=self.with_boxes, max_chars=self.max_page_chars))
         images = [await self.lease.run(bp.screenshot)] if self.screenshot else []
@@ -332,7 +344,7 @@ class SiteBrowserEnv(ElementTools, BrowserEnv):
             url: the address to open
         """
         await self.call_page(_goto, self.real_url(url), self.load_timeout_s)
-        return f"opened {self.display_url(self.real_url(url))}"
+        return f"opened {clip(self.display_url(self.real_url(url)), MAX_URL_CHARS)}"
 
     @tool
     async def go_back(self) -> str:
