@@ -1,12 +1,11 @@
 """Part 3 (remote-v0): the lone-surrogate attack through ``RemoteEnv``, against a real ``turngym serve``
 app on loopback (tests/interop/serving.py).
 
-The env it serves answers a lone surrogate with an invalid turn (the parsers refuse it), and so does
-``RemoteEnv`` when the surrogate travels as a JSON escape inside the action's text. A structured
-``Message`` holding one, or text holding a raw one, cannot be written on the wire: ``RemoteEnv.step``
-raises ``RemoteEnvError`` ("reply None"). That is the client's and the wire's to fix (turngym/remote/,
-owned by the serving work): the test is a strict xfail until then, so the fix turns it red as a reminder
-to drop the marker.
+The env it serves answers a lone surrogate with an invalid turn (the parsers refuse it), whether it
+travels as a JSON escape inside the action's text, raw in the text, or inside a structured
+``Message``'s arguments: the server reads websocket frames with Python's JSON reader, so the
+surrogate reaches the env's parser instead of failing the whole frame (before: ``RemoteEnvError``
+"reply None").
 """
 
 from __future__ import annotations
@@ -60,10 +59,6 @@ def test_an_escaped_lone_surrogate_is_an_invalid_turn_through_remote_env(served)
     assert info["invalid_action"] and "valid integer" in info["error"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="turngym/remote: RemoteEnv cannot send a lone surrogate (raises RemoteEnvError 'reply None')",
-)
 @pytest.mark.parametrize(
     "action",
     [

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import time
 import uuid
@@ -396,10 +397,12 @@ class SessionManager:
         """Answer one websocket frame (a :class:`WsRequest`) of a ``trainer`` caller or not; never raises."""
         request_id: Any = None
         try:
-            try:
-                req = WsRequest.model_validate_json(frame)
-            except ValidationError as e:
-                raise ServeError("malformed", f"malformed websocket message: {summary(e)}") from None
+            try:  # Python's JSON reader: a lone surrogate escape in an action reaches the env's parser,
+                # which makes it an invalid turn (pydantic's strict reader would refuse the whole frame)
+                req = WsRequest.model_validate(json.loads(frame))
+            except ValueError as e:  # JSONDecodeError and ValidationError
+                why = summary(e) if isinstance(e, ValidationError) else str(e)
+                raise ServeError("malformed", f"malformed websocket message: {why}") from None
             request_id = req.id
             handler, body = OPS[req.op]
             try:
