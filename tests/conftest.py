@@ -82,6 +82,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.skip(reason=f"needs {name} (not available on this machine)"))
 
 
+# ---- the sandboxes' Debian base image (built once, cached by Docker) ----
+@pytest.fixture(scope="session")
+def base_image() -> str:
+    from turngym.sandboxes.images import base_image as get_base
+
+    return get_base()
+
+
 # ---- tiny models (built once, cached on disk), their tokenizers, an HF backend ----
 @pytest.fixture(scope="session")
 def tiny_dir():

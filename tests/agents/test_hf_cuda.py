@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from tests import hf_turns
+from tests.agents import hf_turns
 from turngym.agents import SamplingParams
 from turngym.agents.hf import HFBackend
 
@@ -303,10 +303,10 @@ async def test_precapture_captures_every_bucket_before_serving(tiny_dir, tokeniz
 
 def test_triton_kernels_equal_their_references_on_cuda():
     """``hf_triton``'s attention, rotary/cache write and SwiGLU, compiled, against their torch
-    references on random shapes (tests/triton_checks.py) in float32, float16 and bfloat16."""
+    references on random shapes (tests/agents/triton_checks.py) in float32, float16 and bfloat16."""
     import torch
 
-    from tests import triton_checks
+    from tests.agents import triton_checks
 
     triton_checks.kernels("cuda", (torch.float32, torch.float16, torch.bfloat16))
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from tests import hf_turns
+from tests.agents import hf_turns
 from turngym.agents import LLMAgent, SamplingParams
 from turngym.agents.hf import HFBackend
 from turngym.rollout import RolloutConfig, RolloutEngine

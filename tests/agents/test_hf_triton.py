@@ -25,7 +25,7 @@ needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, re
 def _interpret(check: str) -> str:
     env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "2"}
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.triton_checks", check],
+        [sys.executable, "-m", "tests.agents.triton_checks", check],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -10,7 +10,7 @@ import turngym
 from turngym.testing import check_env
 
 #: families that need a service: docker, browsers, or (interop) external MCP servers and remote envs
-#: served by `turngym serve` (tests/interop covers both, conformance included)
+#: served by `turngym serve` (tests/remote covers both, conformance included)
 SERVICES = {"docker", "web", "interop"}
 LIGHT = [s.id for s in turngym.registry.latest() if not SERVICES & set(s.requires)]
 

@@ -334,7 +334,7 @@ def test_fork_shared_must_name_existing_attributes():
 def test_non_forkable_families_say_why():
     from turngym.envs.mcp.env import McpEnv
 
-    # (the browser families fork by replay: tests/web/test_fork_browser.py, tests/websites/test_fork_sites.py)
+    # (the browser families fork by replay: tests/envs/web/test_fork_browser.py, tests/envs/sites/test_fork_sites.py)
     for cls, why in [
         (McpEnv, "MCP servers"),  # its tools' state lives in other processes
     ]:

@@ -15,7 +15,7 @@ from turngym.envs.arith.env import ArithEnv
 from turngym.testing import check_env
 
 #: families that need a service: docker, browsers, or (interop) external MCP servers and remote envs
-#: served by `turngym serve` (tests/interop covers both, conformance included)
+#: served by `turngym serve` (tests/remote covers both, conformance included)
 SERVICES = {"docker", "web", "interop"}
 LIGHT = [s.id for s in turngym.registry.latest() if not SERVICES & set(s.requires)]
 SEARCH = {"n_passages": 1500, "n_tasks": 150}
@@ -60,7 +60,7 @@ def test_the_light_families_are_forkable():
 
 def test_the_browser_families_fork_by_replay():
     """web-miniwob, gui-miniwob(-grounding), web-shop, web-arena-lite fork through BrowserEnv's replay (the
-    browser-marked tests in tests/web/test_fork_browser.py and tests/websites/test_fork_sites.py run them)."""
+    browser-marked tests in tests/envs/web/test_fork_browser.py and tests/envs/sites/test_fork_sites.py run them)."""
     from turngym.envs.browser.env import BrowserEnv
 
     browser = {s.id for s in turngym.registry.latest() if "web" in s.requires}

@@ -63,7 +63,7 @@ NOT_HERE = {
     "remote-v0": "a client of an env served elsewhere (every env it can serve is fuzzed here directly): "
     "tests/reliability/test_hostile_remote.py sends the surrogate and value=true attacks through a real "
     "server (a raw lone surrogate makes RemoteEnv raise: a strict xfail, turngym/remote's to fix), and "
-    "tests/interop/test_serve.py runs the conformance suite's hostile actions over it",
+    "tests/remote/test_serve.py runs the conformance suite's hostile actions over it",
 }
 
 

@@ -5,7 +5,7 @@ Regression for issue 3: one episode's ``lookup(topic="\\ud800")`` reached the SD
 encoding error ended the shared session; every other episode on that server then lost its server and was
 masked (37 in the report). Now the call is refused alone (``bad_arguments``) before it is sent.
 
-Real servers over stdio: the demo server (``turngym.make("mcp")``) and tests/interop/mcp_test_server.py.
+Real servers over stdio: the demo server (``turngym.make("mcp")``) and tests/envs/mcp/mcp_test_server.py.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from turngym.tools import BadArguments
 
 pytestmark = pytest.mark.reliability
 
-TEST_SERVER = str(Path(__file__).parents[1] / "interop" / "mcp_test_server.py")
+TEST_SERVER = str(Path(__file__).parents[1] / "envs" / "mcp" / "mcp_test_server.py")
 SURROGATE = "\ud800"
 EPISODES = 8
 

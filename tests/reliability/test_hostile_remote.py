@@ -1,5 +1,5 @@
 """Part 3 (remote-v0): the lone-surrogate attack through ``RemoteEnv``, against a real ``turngym serve``
-app on loopback (tests/interop/serving.py).
+app on loopback (tests/remote/serving.py).
 
 The env it serves answers a lone surrogate with an invalid turn (the parsers refuse it), whether it
 travels as a JSON escape inside the action's text, raw in the text, or inside a structured
@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("uvicorn")
 
-from interop.serving import TOKEN, ServerThread  # noqa: E402
+from remote.serving import TOKEN, ServerThread  # noqa: E402
 
 import turngym  # noqa: E402
 from turngym.core.types import Message, ToolCall  # noqa: E402

@@ -33,7 +33,7 @@ pytest.importorskip("websockets")
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from interop.serving import (  # noqa: E402
+from remote.serving import (  # noqa: E402
     AUTH,
     TOKEN,
     TRAINER,
@@ -211,7 +211,7 @@ def test_insecure_no_token_needs_a_loopback_bind():
         import subprocess
         import sys
 
-        from interop.serving import ROOT
+        from remote.serving import ROOT
 
         out = subprocess.run(
             [

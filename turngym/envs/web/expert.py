@@ -3,7 +3,7 @@
 The expert is reactive (it looks only at the current page), so it works for both envs:
 ``web-miniwob`` turns its steps into tool calls by element id, ``gui-miniwob`` into mouse
 and keyboard calls at the elements' boxes. ``EXPERT_TASKS`` lists the tasks it solves;
-``tests/web/test_expert.py`` checks each on many seeds.
+``tests/envs/web/test_expert.py`` checks each on many seeds.
 """
 
 from __future__ import annotations

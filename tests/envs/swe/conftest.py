@@ -1,15 +1,8 @@
-"""Fixtures of the swe-docker tests: the base image and a few shipped tasks (all built once, cached)."""
+"""Fixtures of the swe-docker tests: a few shipped tasks (the base image is tests/conftest.py's)."""
 
 from __future__ import annotations
 
 import pytest
-
-
-@pytest.fixture(scope="session")
-def base_image() -> str:
-    from turngym.sandboxes.images import base_image as get_base
-
-    return get_base()
 
 
 @pytest.fixture(scope="session")

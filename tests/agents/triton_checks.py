@@ -1,7 +1,7 @@
 """Checks of turngym.agents.hf_triton: its kernels against their torch references, and the slots
 engine with them against torch ops. On CPU they run through Triton's interpreter, which triton
 enables only when ``TRITON_INTERPRET=1`` is set before its first import, so
-tests/agents/test_hf_triton.py runs ``python -m tests.triton_checks kernels|engine`` in a
+tests/agents/test_hf_triton.py runs ``python -m tests.agents.triton_checks kernels|engine`` in a
 subprocess with it set; tests/agents/test_hf_cuda.py calls ``kernels("cuda")`` in-process. Prints
 one ``ok ...`` line per check, raises on a mismatch."""
 
