@@ -11,10 +11,11 @@ finishes forked paths with ``finish``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -177,13 +178,12 @@ class EpisodeRunner:
         self, seed: int, sample: int, turns: Callable[..., Any] | None = None
     ) -> Trajectory:
         """One episode; ``turns(env, session, traj)`` plays it after the reset (default ``_turns``)."""
-        cfg = self.config
         traj = Trajectory(env_id=self.env_id, seed=seed, group=f"{self.env_id}/{seed}", sample=sample)
         t0 = time.monotonic()
         env: Any = None
         sessions: list[AgentSession] = []  # filled by _episode, so a masked trajectory still exports tokens
         try:
-            async with asyncio.timeout(cfg.trajectory_timeout):
+            async with self.guarded(traj, "episode"):
                 t_env = time.monotonic()
                 try:
                     env = await self.build_env()
@@ -192,15 +192,22 @@ class EpisodeRunner:
                 finally:
                     self.record_phase(traj, "env_start", time.monotonic() - t_env)
                 await self._episode(env, traj, seed, sample, sessions, turns or self._turns)
-        except EpisodeFault as f:
-            mask_trajectory(traj, f.reason, f.error)
-        except TimeoutError as e:
-            mask_trajectory(
-                traj, "trajectory_timeout", f"the episode exceeded {cfg.trajectory_timeout}s: {e}"
-            )
         finally:
             await self.finish(env, traj, sessions, t0)
         return traj
+
+    @contextlib.asynccontextmanager
+    async def guarded(self, traj: Trajectory, what: str = "episode") -> AsyncIterator[None]:
+        """The body runs under ``trajectory_timeout``; an :class:`EpisodeFault` or the timeout masks
+        ``traj`` (with its reason and error) instead of raising. A path of a tree runs this way too."""
+        limit = self.config.trajectory_timeout
+        try:
+            async with asyncio.timeout(limit):
+                yield
+        except EpisodeFault as f:
+            mask_trajectory(traj, f.reason, f.error)
+        except TimeoutError as e:
+            mask_trajectory(traj, "trajectory_timeout", f"the {what} exceeded {limit}s: {e}")
 
     async def finish(self, env: Any, traj: Trajectory, sessions: list[AgentSession], t0: float) -> None:
         """Close the env, export the sessions' tokens into ``traj`` and end them."""

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from turngym.core.env import NotForkable
 from turngym.core.tree import TREE_ROOT as ROOT
 from turngym.core.types import Trajectory
-from turngym.rollout.episode import EpisodeFault, EpisodeRunner, mask_trajectory, turn_timeout
+from turngym.rollout.episode import EpisodeRunner, mask_trajectory, turn_timeout
 
 log = logging.getLogger("turngym.rollout.tree")
 
@@ -291,14 +291,8 @@ class TreeRunner:
         t0 = time.monotonic()
         eng.stats.live += 1
         try:
-            async with asyncio.timeout(eng.config.trajectory_timeout):
+            async with eng.guarded(traj, "branch"):
                 await self._turns(env, session, traj, tree, parent, j)
-        except EpisodeFault as f:
-            mask_trajectory(traj, f.reason, f.error)
-        except TimeoutError as e:
-            mask_trajectory(
-                traj, "trajectory_timeout", f"the branch exceeded {eng.config.trajectory_timeout}s: {e}"
-            )
         finally:
             eng.stats.live -= 1
             await eng.finish(env, traj, [session], t0)
