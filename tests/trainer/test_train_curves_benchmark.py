@@ -52,7 +52,7 @@ def test_train_curves_runs_end_to_end_on_cpu(tmp_path):
     assert config["model"]["gradient_checkpointing"] is True and config["credit"]["method"] == "igpo"
     assert config["credit"]["igpo"]["norm"] == "separate"  # the variant's options reached the run
     assert config["credit"]["igpo"]["returns"] == "depth_zscore"
-    assert config["optim"]["warmup_steps"] == 2 and config["rollout"]["max_batch_size"] == 3
+    assert config["optim"]["warmup_steps"] == 2 and config["rollout"]["backend"]["max_batch_size"] == 3
     # the report of a run directory: the JSON and plot docs/credit.md shows, a table per method and step
     dest = tmp_path / "report"
     cmd = [sys.executable, str(ROOT / "benchmarks" / "curves_report.py"), str(out), "--card", "cpu"]

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from turngym.core.types import ToolCall
 from turngym.envs.browser.dom import Node, Snapshot
 from turngym.envs.gui.env import normalise_key
 from turngym.envs.web.expert import EXPERT_TASKS, expert_steps
@@ -82,7 +83,7 @@ def test_expert_checkboxes_clicks_only_what_differs_then_submits():
     )
     steps = expert_steps("click-checkboxes", "Select b, c and click Submit.", snap)
     assert [(s.kind, s.node.id) for s in steps] == [("click", 5), ("click", 7), ("click", 9), ("click", 10)]
-    assert steps[-1].to_dom_call() == '<tool_call>{"name": "click", "arguments": {"bid": 10}}</tool_call>'
+    assert steps[-1].to_dom_call() == ToolCall(name="click", arguments={"bid": 10})
 
 
 @pytest.mark.parametrize(
