@@ -19,6 +19,17 @@ def test_import_is_light():
     assert json.loads(out.stdout) == []
 
 
+def test_the_cli_imports_no_server_or_model_stack():
+    """``turngym train`` on a machine without the interop extra: registering every command (serve,
+    proxy, ...) imports none of their servers' dependencies."""
+    code = (
+        "import sys, json, turngym.cli; print(json.dumps(sorted(m for m in ('fastapi', 'uvicorn', "
+        "'starlette', 'openai', 'mcp', 'torch', 'transformers') if m in sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == []
+
+
 def test_envs_json():
     r = runner.invoke(app, ["envs", "--json"])
     assert r.exit_code == 0

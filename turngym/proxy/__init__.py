@@ -14,17 +14,29 @@ turngym trajectories (one turn per call) with their reward. docs/harness.md has 
 * ``commands``: ``turngym proxy``.
 """
 
-from turngym.proxy.api import RunningProxy, make_proxy, serve_proxy
-from turngym.proxy.episodes import EpisodeStore, split_segments
-from turngym.proxy.model import ProxyModel
-from turngym.proxy.service import Proxy
+from typing import Any
 
-__all__ = [
-    "EpisodeStore",
-    "Proxy",
-    "ProxyModel",
-    "RunningProxy",
-    "make_proxy",
-    "serve_proxy",
-    "split_segments",
-]
+#: the environment variable that holds the proxy's token (its clients' OpenAI API key)
+TOKEN_ENV = "TURNGYM_PROXY_TOKEN"
+
+#: the public names and their modules, imported on first use: the CLI registers ``turngym proxy``
+#: without importing the server's dependencies (FastAPI, uvicorn, openai), which are an extra
+_EXPORTS = {
+    "EpisodeStore": "turngym.proxy.episodes",
+    "Proxy": "turngym.proxy.service",
+    "ProxyModel": "turngym.proxy.model",
+    "RunningProxy": "turngym.proxy.api",
+    "make_proxy": "turngym.proxy.api",
+    "serve_proxy": "turngym.proxy.api",
+    "split_segments": "turngym.proxy.episodes",
+}
+
+__all__ = ["TOKEN_ENV", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

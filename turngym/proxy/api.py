@@ -23,12 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from turngym.proxy import TOKEN_ENV
 from turngym.proxy.episodes import EpisodeStore, RewardFn
 from turngym.proxy.model import ProxyModel
 from turngym.proxy.server import ProxyServer, guarded_app
 from turngym.proxy.service import Proxy
-
-TOKEN_ENV = "TURNGYM_PROXY_TOKEN"
 
 
 def make_proxy(

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from turngym.proxy.api import TOKEN_ENV
+from turngym.proxy import TOKEN_ENV
 
 
 def proxy_command(
