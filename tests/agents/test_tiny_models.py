@@ -73,3 +73,19 @@ def test_thinking_templates(thinking_tokenizer, strip_tokenizer):
     assert "<think>\nplan</think>\nanswer<|im_end|>" in keep
     assert "plan" not in strip and "<|im_start|>assistant\nanswer<|im_end|>" in strip
     assert keep.endswith("<|im_start|>assistant\n<think>\n") and strip.endswith("<think>\n")
+
+
+def test_concurrent_first_builds_share_one_model(tmp_path):
+    """Ranks of one job (or test workers) asking for the same tiny model at once: one builds it, the
+    others wait and load it (a rename race once failed a 2-GPU run with "Directory not empty")."""
+    import subprocess
+    import sys
+
+    code = f"from turngym.agents.tiny import tiny_model_path; print(tiny_model_path(cache_dir={str(tmp_path)!r}))"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(3)
+    ]
+    paths = {p.communicate(timeout=300)[0].strip() for p in procs}
+    assert all(p.returncode == 0 for p in procs) and len(paths) == 1
+    built = [p.name for p in tmp_path.iterdir() if not p.name.startswith(".")]
+    assert built == [paths.pop().rsplit("/", 1)[1]]  # one model, no leftover build directory

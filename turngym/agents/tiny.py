@@ -22,6 +22,7 @@ Head dim must be 64 or more for vLLM's CPU attention (16 is rejected).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -137,16 +138,18 @@ def tiny_model_path(
     if (target / "config.json").exists() and (target / "tokenizer.json").exists():
         return target
     root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=".build-"))
-    try:
-        build_tiny_model(tmp, config, template)
+    # one builder at a time (ranks of one job, test workers): the others wait, then find it built
+    with open(root / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / "config.json").exists() and (target / "tokenizer.json").exists():
+            return target
+        tmp = Path(tempfile.mkdtemp(dir=root, prefix=".build-"))
         try:
+            build_tiny_model(tmp, config, template)
+            shutil.rmtree(target, ignore_errors=True)  # an incomplete one left by a killed build
             os.rename(tmp, target)
-        except OSError:  # another process finished first: keep theirs
-            if not (target / "config.json").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 
