@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.scale.runs import TINY_ARITH_RUN
+
 SCRIPT = Path(__file__).with_name("ddp_step.py")
 
 pytestmark = pytest.mark.timeout(600)
@@ -53,16 +55,7 @@ def test_turngym_train_with_two_gloo_processes(tmp_path, monkeypatch):
     run = tmp_path / "run"
     overrides = [
         f"run_dir={run}",
-        "rollout.env=arith",
-        "rollout.env_kwargs={depth: 1, max_turns: 2}",
-        "rollout.tasks_per_step=2",
-        "rollout.group_size=2",
-        "rollout.max_tokens=8",
-        "sft.steps=2",
-        "sft.tasks=4",
-        "steps=2",
-        "log.progress=false",
-        "log.tensorboard=false",
+        *TINY_ARITH_RUN,
     ]
     assert _torchrun(2, None, overrides) == 0
     rows = read_metrics(run)

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.scale.runs import TINY_ARITH_RUN
+
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
 
@@ -244,16 +246,7 @@ def test_turngym_train_fsdp_on_two_nodes_over_loopback(tmp_path):
     overrides = [
         f"run_dir={run}",
         "cluster.strategy=fsdp",
-        "rollout.env=arith",
-        "rollout.env_kwargs={depth: 1, max_turns: 2}",
-        "rollout.tasks_per_step=2",
-        "rollout.group_size=2",
-        "rollout.max_tokens=8",
-        "sft.steps=2",
-        "sft.tasks=4",
-        "steps=2",
-        "log.progress=false",
-        "log.tensorboard=false",
+        *TINY_ARITH_RUN,
     ]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
