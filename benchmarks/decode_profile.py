@@ -2,7 +2,7 @@
 
     python benchmarks/decode_profile.py [--model smollm2-135m] [--batches 1 64 256] [--json F]
 
-For each forward of the slots engine (``fast``: turngym's own, ``turngym.agents.hf_fast``, with its
+For each forward of the slots engine (``fast``: turngym's own, ``turngym.agents.hf.kernels.fast``, with its
 Triton kernels where they run; ``fast-torch``: the same with torch ops; ``hf``: transformers') and
 batch width, the engines benchmark's workload (prompt 256 random ids, 128 sampled tokens,
 no stop token, the shape warmed up first), through ``HFSlotBackend`` with its trace on:
@@ -160,7 +160,7 @@ def profile_batch(
 ) -> dict:
     import torch
 
-    from turngym.agents.hf_slots import _slot_attention
+    from turngym.agents.hf.runner.attention import slot_attention_on as _slot_attention
 
     rng = random.Random(b)
     vocab = model.config.vocab_size
@@ -204,7 +204,7 @@ def prefill_profile(backend, rows: int, feed: int, vocab: int, start: int = 0) -
     slots = torch.arange(rows, device=dev)
 
     def fn() -> None:
-        backend._prefill_logits(ids, cols, slots, start + feed)
+        backend.runner.prefill_logits(ids, cols, slots, start + feed)
 
     out: dict = {"rows": rows, "feed": feed, "start": start, "tokens": rows * feed}
     if torch.cuda.is_available():
@@ -274,7 +274,7 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from turngym.agents.hf_slots import HFSlotBackend
+    from turngym.agents.hf import HFSlotBackend
     from turngym.agents.models import load_model, load_tokenizer, resolve_model
 
     path = resolve_model(args.model)
@@ -302,8 +302,8 @@ def main() -> None:
             kernels="torch" if forward in ("fast-torch", "fast-sdpa") else None,
         )
         if forward == "fast-sdpa":
-            backend._fast.decode_attention = "sdpa"
-        res = {"forward": forward, "fast_kernels": backend._fast.kernels if backend._fast else None}
+            backend.runner.fast.decode_attention = "sdpa"
+        res = {"forward": forward, "fast_kernels": backend.runner.fast.kernels if backend.runner.fast else None}
         res.update(
             profile_batch(
                 backend, model, b, args.prompt_len, args.new_tokens, card, tuple(args.resume or ()) or None

@@ -923,7 +923,7 @@ async def bench_engines(
     import torch
 
     from turngym.agents.hf import HFBackend
-    from turngym.agents.hf_slots import HFSlotBackend
+    from turngym.agents.hf import HFSlotBackend
     from turngym.agents.models import load_model, load_tokenizer, resolve_model
 
     path = resolve_model(model_name)
@@ -992,8 +992,8 @@ async def bench_engines(
         graph_keys = ("compiles", "compile_fallbacks", "graph_captures", "graph_fallbacks", "eager_decodes")
         out["compiled_graph_stats"] = {k: fused.stats.get(k) for k in graph_keys}
     # after the checks' passes: a kernel that failed there has switched the pass to torch ops
-    out["fast_kernels"] = slots._fast.kernels if slots._fast is not None else None
-    out["kernels_problem"] = slots._fast.kernels_problem if slots._fast is not None else None
+    out["fast_kernels"] = slots.runner.fast.kernels if slots.runner.fast is not None else None
+    out["kernels_problem"] = slots.runner.fast.kernels_problem if slots.runner.fast is not None else None
     checks = {
         k: v
         for k, v in out.items()

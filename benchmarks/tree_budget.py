@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from turngym.agents import LLMAgent, SamplingParams  # noqa: E402
-from turngym.agents.hf_engines import make_hf_backend  # noqa: E402
+from turngym.agents.hf.registry import make_hf_backend  # noqa: E402
 from turngym.agents.models import load_tokenizer  # noqa: E402
 from turngym.agents.tiny import tiny_model_path  # noqa: E402
 from turngym.rollout import RolloutConfig, RolloutEngine  # noqa: E402

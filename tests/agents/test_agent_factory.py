@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from turngym.agents import LLMAgent, RandomAgent, ScriptedAgent
 from turngym.agents.factory import AgentSpec, agent_kind, agent_kinds, make_agent, make_token_backend
 from turngym.agents.hf import HFBackend
-from turngym.agents.hf_slots import HFSlotBackend
+from turngym.agents.hf import HFSlotBackend
 
 
 def test_bad_specs_are_clear_errors():
@@ -39,7 +39,7 @@ async def test_agents_of_each_local_kind(tiny_dir):
         assert slots.backend.max_context == 900 and slots.backend.max_batch_size == 3
         gen = await slots.backend.generate([5, 6, 7], agent.sampling.replace(temperature=0.0))
         assert len(gen.token_ids) >= 1
-        thread = slots.backend._thread  # noqa: SLF001
+        thread = slots.backend.scheduler_thread  # noqa: SLF001
     assert thread is not None and not thread.is_alive()  # the stack closed the backend
 
 

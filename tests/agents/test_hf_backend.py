@@ -230,7 +230,7 @@ def test_the_kv_cache_grows_in_place_and_equals_concatenation(tiny_dir, steps, r
     a new buffer. The visible keys/values always equal plain concatenation."""
     from transformers import AutoConfig
 
-    from turngym.agents.hf import _growing_cache
+    from turngym.agents.hf.kv.padded import growing_cache as _growing_cache
 
     layer = _growing_cache(AutoConfig.from_pretrained(tiny_dir)).layers[0]
     ref_k = ref_v = torch.zeros((rows, 2, 0, 8))
@@ -256,7 +256,7 @@ def test_passes_turn_cudnn_attention_off_and_restore_it_across_threads():
 
     import torch
 
-    from turngym.agents.hf import _WithoutCudnnAttention
+    from turngym.agents.hf.runner.eager import WithoutCudnnAttention as _WithoutCudnnAttention
 
     before = torch.backends.cuda.cudnn_sdp_enabled()
     a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
@@ -297,20 +297,20 @@ async def test_an_error_merging_a_joiner_fails_the_live_rows_at_once_and_the_bac
     after a turn timeout, as when the error killed the scheduler thread), and the next call works."""
     backend = HFBackend(tiny_dir, tokenizer, max_wait_ms=1, fuse_tokens=0)  # joiners: a pass of their own
     p_long, p_join = prompts(tokenizer)[1], prompts(tokenizer)[0]
-    real_merge = backend._merge
+    real_merge = backend.scheduler.kv.merge
 
     def merge(batch, part):
         if batch.rows:  # the first request starts the batch; the joiner's merge fails
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 56.00 MiB.")
         real_merge(batch, part)
 
-    monkeypatch.setattr(backend, "_merge", merge)
+    monkeypatch.setattr(backend.scheduler.kv, "merge", merge)
     running = await decoding(backend, p_long, max_tokens=100_000, steps=2)
     joiner = asyncio.create_task(backend.generate(p_join, GREEDY))
     for task in (running, joiner):
         with pytest.raises(BackendError, match="OutOfMemoryError: CUDA out of memory"):
             await asyncio.wait_for(task, timeout=30)
-    monkeypatch.setattr(backend, "_merge", real_merge)
+    monkeypatch.setattr(backend.scheduler.kv, "merge", real_merge)
     alone = backend.generate_batch([p_join], [GREEDY])[0]
     assert (await backend.generate(p_join, GREEDY)).token_ids == alone.token_ids
     await backend.aclose()

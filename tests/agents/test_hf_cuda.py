@@ -81,7 +81,7 @@ async def test_slot_graphs_give_the_eager_ids_and_seeded_samples(tiny_dir, token
     rows; under fp32 also the continuous engine's greedy ids."""
     import torch
 
-    from turngym.agents.hf_slots import HFSlotBackend
+    from turngym.agents.hf import HFSlotBackend
     from turngym.agents.models import load_model
 
     model = load_model(tiny_dir, device="cuda", dtype=getattr(torch, dtype))
@@ -117,7 +117,7 @@ async def test_compiled_slot_graphs_give_the_eager_ids(tiny_dir, tokenizer):
     parked rows (fp32), and sees an in-place weight update."""
     import torch
 
-    from turngym.agents.hf_slots import HFSlotBackend
+    from turngym.agents.hf import HFSlotBackend
     from turngym.agents.models import load_model
 
     model = load_model(tiny_dir, device="cuda", dtype=torch.float32)
@@ -158,7 +158,7 @@ async def test_slot_forks_copy_rows_under_captured_graphs(tiny_dir, tokenizer):
     turn is unchanged."""
     import torch
 
-    from turngym.agents.hf_slots import HFSlotBackend
+    from turngym.agents.hf import HFSlotBackend
     from turngym.agents.models import load_model
 
     model = load_model(tiny_dir, device="cuda", dtype=torch.float32)
@@ -199,11 +199,11 @@ async def test_slot_forks_copy_rows_under_captured_graphs(tiny_dir, tokenizer):
 
 
 async def test_fast_forward_equals_transformers_on_cuda(tiny_dir, tokenizer):
-    """The slots engine's own forward (``hf_fast``) under captured graphs gives, in float32, the
+    """The slots engine's own forward (``hf.kernels.fast``) under captured graphs gives, in float32, the
     greedy ids and logprobs of transformers' forward across turns that resume parked rows."""
     import torch
 
-    from turngym.agents.hf_slots import HFSlotBackend
+    from turngym.agents.hf import HFSlotBackend
     from turngym.agents.models import load_model
 
     model = load_model(tiny_dir, device="cuda", dtype=torch.float32)
@@ -221,7 +221,7 @@ async def test_prefill_graphs_give_the_eager_prefills(tiny_dir, tokenizer):
     the ids and logprobs of eager prefills, greedy and seeded, across turns that resume rows."""
     import torch
 
-    from turngym.agents.hf_slots import HFSlotBackend
+    from turngym.agents.hf import HFSlotBackend
     from turngym.agents.models import load_model
 
     model = load_model(tiny_dir, device="cuda", dtype=torch.float32)
@@ -254,7 +254,7 @@ async def test_a_prefill_capture_out_of_memory_falls_back_to_eager_prefills(
     the pass and every later one run eagerly with the eager ids; decode graphs stay on."""
     import torch
 
-    from turngym.agents.hf_slots import HFSlotBackend
+    from turngym.agents.hf import HFSlotBackend
     from turngym.agents.models import load_model
 
     model = load_model(tiny_dir, device="cuda", dtype=torch.float32)
@@ -284,7 +284,7 @@ async def test_precapture_captures_every_bucket_before_serving(tiny_dir, tokeniz
     that write only the scratch column: serving afterwards captures nothing and gives the eager ids."""
     import torch
 
-    from turngym.agents.hf_slots import HFSlotBackend
+    from turngym.agents.hf import HFSlotBackend
     from turngym.agents.models import load_model
 
     model = load_model(tiny_dir, device="cuda", dtype=torch.float32)
@@ -302,7 +302,7 @@ async def test_precapture_captures_every_bucket_before_serving(tiny_dir, tokeniz
 
 
 def test_triton_kernels_equal_their_references_on_cuda():
-    """``hf_triton``'s attention, rotary/cache write and SwiGLU, compiled, against their torch
+    """``hf.kernels.triton``'s attention, rotary/cache write and SwiGLU, compiled, against their torch
     references on random shapes (tests/agents/triton_checks.py) in float32, float16 and bfloat16."""
     import torch
 
@@ -316,16 +316,16 @@ async def test_triton_kernels_under_graphs_equal_torch_ops(tiny_dir, tokenizer):
     gives the torch ops' greedy ids and logprobs (float32) across turns that resume parked rows."""
     import torch
 
-    from turngym.agents.hf_slots import HFSlotBackend
+    from turngym.agents.hf import HFSlotBackend
     from turngym.agents.models import load_model
 
     model = load_model(tiny_dir, device="cuda", dtype=torch.float32)
     tri = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=512)
     ops = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=512, kernels="torch")
-    assert tri._fast.kernels == "triton" and tri._fast.kernels_problem is None
+    assert tri.runner.fast.kernels == "triton" and tri.runner.fast.kernels_problem is None
     for rep in range(2):  # the second round replays prefill graphs
         await same_turns(tri, ops, tokenizer, prompts(tokenizer), f"{rep}")
-    assert tri._fast.kernels == "triton", tri._fast.kernels_problem  # no fallback to torch ops
+    assert tri.runner.fast.kernels == "triton", tri.runner.fast.kernels_problem  # no fallback to torch ops
     assert tri.stats["graph_replays"] > 0 and tri.stats["prefill_graph_replays"] > 0
     assert tri.stats["graph_fallbacks"] == 0 and tri.stats["prefill_graph_fallbacks"] == 0
     await tri.aclose()
@@ -334,12 +334,12 @@ async def test_triton_kernels_under_graphs_equal_torch_ops(tiny_dir, tokenizer):
 
 async def test_long_context_decode_splits_under_graphs(tiny_dir, tokenizer):
     """Two rows over a context past SPLIT_COLUMNS: the decode steps' attention splits its columns
-    (``hf_triton.decode_splits``) inside the captured graphs and gives the torch ops' greedy ids and
+    (``hf.kernels.triton.decode_splits``) inside the captured graphs and gives the torch ops' greedy ids and
     logprobs (float32) across resumed turns."""
     import torch
 
-    from turngym.agents import hf_triton
-    from turngym.agents.hf_slots import HFSlotBackend
+    from turngym.agents.hf.kernels import triton as hf_triton
+    from turngym.agents.hf import HFSlotBackend
     from turngym.agents.models import load_model
 
     model = load_model(tiny_dir, device="cuda", dtype=torch.float32)
@@ -348,7 +348,7 @@ async def test_long_context_decode_splits_under_graphs(tiny_dir, tokenizer):
     tri = HFSlotBackend(model, tokenizer, max_batch_size=2, max_context=2048)
     ops = HFSlotBackend(model, tokenizer, max_batch_size=2, max_context=2048, kernels="torch")
     await same_turns(tri, ops, tokenizer, [(p * 200)[:1100] for p in prompts(tokenizer)[:2]], "")
-    assert tri._fast.kernels == "triton", tri._fast.kernels_problem
+    assert tri.runner.fast.kernels == "triton", tri.runner.fast.kernels_problem
     assert tri.stats["graph_replays"] > 0 and tri.stats["graph_fallbacks"] == 0
     await tri.aclose()
     await ops.aclose()

@@ -1,4 +1,4 @@
-"""The slots engine's own forward pass (``turngym.agents.hf_fast``): on Llama, Mistral and Qwen2
+"""The slots engine's own forward pass (``turngym.agents.hf.kernels.fast``): on Llama, Mistral and Qwen2
 models with random weights, biases and norms (float32, CPU) the engine's greedy ids and logprobs
 with it equal those with transformers' forward, batched and across turns that reuse parked rows;
 rope scaling is honoured; the concatenated weights follow ``update_weights`` and in-place edits;
@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from turngym.agents import SamplingParams
-from turngym.agents.hf_fast import problem
-from turngym.agents.hf_slots import HFSlotBackend
+from turngym.agents.hf.kernels.fast import problem
+from turngym.agents.hf import HFSlotBackend
 
 GREEDY = SamplingParams(max_tokens=10, temperature=0.0, stop_token_ids=(-1,))
 
@@ -98,7 +98,7 @@ async def test_fast_forward_equals_transformers(kind, attention, tokenizer):
     model = _model(kind, len(tokenizer))
     assert problem(model) is None
     fast = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=256, max_wait_ms=20)
-    fast._fast.decode_attention = attention
+    fast.runner.fast.decode_attention = attention
     plain = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=256, max_wait_ms=20, fast=False)
     assert fast.fast_problem is None and plain.fast_problem == "fast=False"
     ps = prompts(tokenizer)

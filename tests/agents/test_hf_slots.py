@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from turngym.agents import BackendError, SamplingParams
 from turngym.agents.hf import HFBackend
-from turngym.agents.hf_engines import hf_backend_class, make_hf_backend, resolve_hf_engine
-from turngym.agents.hf_slots import HFSlotBackend, pick, seeded_uniform, seeded_uniforms
+from turngym.agents.hf.registry import hf_backend_class, make_hf_backend, resolve_hf_engine
+from turngym.agents.hf import HFSlotBackend
+from turngym.agents.hf.sampling import pick, seeded_uniform, seeded_uniforms
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0, stop_token_ids=(-1,))
 
@@ -272,7 +273,7 @@ def test_padded_prefill_rows_and_queries_leave_the_real_rows_alone(model, tokeni
     the scratch column, a wider span) changes neither the real rows' logits and keys nor any column
     of slot 0 that a row reads."""
     b = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=128)
-    cache = b._buffers()
+    cache = b.runner.inputs()
     scratch = b.max_context
     a, c = prompts(tokenizer)[0][:10], prompts(tokenizer)[1][:6]
     with torch.inference_mode():
@@ -286,7 +287,7 @@ def test_padded_prefill_rows_and_queries_leave_the_real_rows_alone(model, tokeni
                 ids[j, width - len(f) :] = torch.tensor(f)
                 cols[j, width - len(f) :] = torch.arange(len(f))
             slots = torch.tensor([1, 3] + [0] * (rows - 2))
-            return b._prefill_logits(ids, cols, slots, span)[:2].clone()
+            return b.runner.prefill_logits(ids, cols, slots, span)[:2].clone()
 
         exact = pass_(2, 10, 10)
         kv = [cache.keys[0][s, :, :10].clone() for s in (1, 3)]
@@ -344,12 +345,12 @@ def test_update_weights_changes_generations_in_place(model, tokenizer):
     backend = HFSlotBackend(own, tokenizer, max_batch_size=2, max_context=128)
     p = prompts(tokenizer)[0]
     before = backend.generate_batch([p], [GREEDY])[0]
-    buffer = backend._cache.keys[0]  # noqa: SLF001 - the slots survive the update
+    buffer = backend.kv.cache.keys[0]  # noqa: SLF001 - the slots survive the update
     state = {k: v * 3.0 if k.endswith("mlp.down_proj.weight") else v for k, v in own.state_dict().items()}
     backend.update_weights(state)
     after = backend.generate_batch([p], [GREEDY])[0]
     assert after.logprobs != before.logprobs and backend.weights_version == 1
-    assert backend._cache.keys[0] is buffer  # noqa: SLF001
+    assert backend.kv.cache.keys[0] is buffer  # noqa: SLF001
 
 
 async def test_a_caller_that_gives_up_frees_its_slot(model, tokenizer):
@@ -403,7 +404,7 @@ def test_kv_memory_is_what_the_doc_says(model, tokenizer):
     backend = HFSlotBackend(model, tokenizer, max_batch_size=4, max_context=100)
     backend.generate_batch([[5, 6, 7]], [GREEDY.replace(max_tokens=2)])
     cfg = model.config
-    keys = backend._cache.keys  # noqa: SLF001
+    keys = backend.kv.cache.keys  # noqa: SLF001
     assert len(keys) == cfg.num_hidden_layers
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     assert tuple(keys[0].shape) == (4, cfg.num_key_value_heads, 101, head_dim)
@@ -416,17 +417,18 @@ async def test_free_buffers_between_rollouts(model, tokenizer):
         backend.free_buffers()
     await backend.aclose()
     backend.free_buffers()
-    assert backend._cache is None  # noqa: SLF001
+    assert backend.kv.cache is None  # noqa: SLF001
     again = await backend.generate([5, 6, 7], GREEDY)  # made again on the next pass
-    assert again.token_ids == first.token_ids and backend._cache is not None  # noqa: SLF001
+    assert again.token_ids == first.token_ids and backend.kv.cache is not None  # noqa: SLF001
     await backend.aclose()
 
 
 def test_slots_too_large_for_the_device_fall_back_to_continuous_under_auto(
     model, tokenizer, monkeypatch, caplog
 ):
-    from turngym.agents import hf_slots
-    from turngym.agents.hf_slots import KVSlotsTooLarge, kv_cache_bytes
+    from turngym.agents.hf import slots as hf_slots
+    from turngym.agents.hf.kv.slots import kv_cache_bytes
+    from turngym.agents.hf.slots import KVSlotsTooLarge
 
     cfg = model.config
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads

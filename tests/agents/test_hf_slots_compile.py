@@ -13,8 +13,8 @@ import torch
 from turngym.agents import SamplingParams
 from turngym.agents.factory import AgentSpec, make_token_backend
 from turngym.agents.hf import HFBackend
-from turngym.agents.hf_engines import COMPILE_SETTINGS, compile_setting, make_hf_backend
-from turngym.agents.hf_slots import HFSlotBackend
+from turngym.agents.hf.registry import COMPILE_SETTINGS, compile_setting, make_hf_backend
+from turngym.agents.hf import HFSlotBackend
 
 GREEDY = SamplingParams(max_tokens=6, temperature=0.0, stop_token_ids=(-1,))
 SEEDED = SamplingParams(max_tokens=6, temperature=1.0, seed=11, stop_token_ids=(-1,))
@@ -98,7 +98,7 @@ async def test_a_failing_compile_falls_back_to_the_plain_step(model, tokenizer, 
     monkeypatch.setattr(torch, "compile", broken)
     fused = HFSlotBackend(model, tokenizer, max_batch_size=4, max_context=64, compile=True)
     plain = HFSlotBackend(model, tokenizer, max_batch_size=4, max_context=64)
-    with caplog.at_level(logging.WARNING, logger="turngym.agents.hf_slots"):
+    with caplog.at_level(logging.WARNING, logger="turngym.agents.hf.runner.graphs"):
         got = await turns(fused, GREEDY, "f")
     assert [g.token_ids for g in got] == [g.token_ids for g in await turns(plain, GREEDY, "p")]
     assert fused.stats["compile_fallbacks"] == 1 and fused.stats["compiles"] == 0
@@ -135,7 +135,7 @@ def test_compile_settings_and_their_path_to_the_backend(model, tokenizer, caplog
     made = make_hf_backend(model, tokenizer, engine="slots", max_context=64, compile="dynamic")
     assert isinstance(made, HFSlotBackend) and made.compile == "dynamic"
     assert make_hf_backend(model, tokenizer, engine="slots", max_context=64).compile is None
-    with caplog.at_level(logging.WARNING, logger="turngym.agents.hf_engines"):
+    with caplog.at_level(logging.WARNING, logger="turngym.agents.hf.registry"):
         plain = make_hf_backend(model, tokenizer, engine="continuous", compile="default")
     assert type(plain) is HFBackend
     assert "the HFBackend engine does not compile its steps; compile='default' ignored" in caplog.text

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from turngym.agents import LLMAgent, SamplingParams
-from turngym.agents.hf_slots import HFSlotBackend
+from turngym.agents.hf import HFSlotBackend
 from turngym.rollout import RolloutConfig, RolloutEngine
 from turngym.rollout.tree import TreeConfig
 

@@ -1,4 +1,4 @@
-"""The fast forward's Triton kernels (``turngym.agents.hf_triton``): attention over the slots,
+"""The fast forward's Triton kernels (``turngym.agents.hf.kernels.triton``): attention over the slots,
 rotary with the cache write and SwiGLU equal their torch references on random shapes (grouped
 heads, one or many queries a row, slots out of order, strided queries, positions at 0 and past the
 attended columns), and the slots engine with them gives the torch ops' greedy ids, logprobs and
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from turngym.agents import hf_triton
-from turngym.agents.hf_fast import FastForward
-from turngym.agents.hf_slots import HFSlotBackend
+from turngym.agents.hf.kernels import triton as hf_triton
+from turngym.agents.hf.kernels.fast import FastForward
+from turngym.agents.hf import HFSlotBackend
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton not installed")
@@ -58,8 +58,8 @@ def test_slots_engine_with_the_kernels_equals_torch_ops_in_the_interpreter():
 
 def test_kernel_choice_and_refusals(tiny_dir, tokenizer):
     backend = HFSlotBackend(tiny_dir, tokenizer, max_batch_size=2, max_context=64)
-    assert backend._fast.kernels == "torch"  # CPU: the compiled kernels need CUDA
-    assert "not CUDA" in backend._fast.kernels_problem
+    assert backend.runner.fast.kernels == "torch"  # CPU: the compiled kernels need CUDA
+    assert "not CUDA" in backend.runner.fast.kernels_problem
     with pytest.raises(ValueError, match="kernels='triton', but the Triton kernels cannot run"):
         FastForward(backend.model, 65, kernels="triton")
     with pytest.raises(ValueError, match="kernels must be one of"):
@@ -93,7 +93,7 @@ def test_kernels_compile_for_hopper_without_a_gpu(dtype):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from turngym.agents import hf_triton_kernels as k
+    from turngym.agents.hf.kernels import triton_src as k
 
     def compile_(fn, signature, constants):
         src = ASTSource(fn=triton.jit(fn), signature=signature, constexprs=constants)
@@ -153,14 +153,14 @@ def test_a_failing_kernel_falls_back_to_torch_ops(tiny_dir, tokenizer, caplog):
     failing = FastForward(ops.model, 65, kernels="interpret")
     if os.environ.get("TRITON_INTERPRET") == "1":
         pytest.skip("this process runs with TRITON_INTERPRET=1")
-    cache = ops._buffers()
+    cache = ops.runner.inputs()
     ids = torch.tensor([[5, 6, 7]])
     pos = torch.arange(3)[None]
-    cache.index = ops._row_base[:1][:, :, None] + pos[:, None, :]
+    cache.index = ops.kv.row_base[:1][:, :, None] + pos[:, None, :]
     cache.rows, cache.columns = torch.tensor([0]), 3
     mask = (torch.arange(3)[None, :] <= pos[0][:, None])[None, None]
-    with caplog.at_level(logging.WARNING, logger="turngym.agents.hf_fast"):
+    with caplog.at_level(logging.WARNING, logger="turngym.agents.hf.kernels.fast"):
         got = failing.logits(ids, pos, cache, mask)
     assert failing.kernels == "torch" and "TRITON_INTERPRET" in failing.kernels_problem
     assert "torch ops from now on" in caplog.text
-    assert torch.allclose(got, ops._fast.logits(ids, pos, cache, mask), atol=1e-5)
+    assert torch.allclose(got, ops.runner.fast.logits(ids, pos, cache, mask), atol=1e-5)

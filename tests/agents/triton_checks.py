@@ -1,4 +1,4 @@
-"""Checks of turngym.agents.hf_triton: its kernels against their torch references, and the slots
+"""Checks of turngym.agents.hf.kernels.triton: its kernels against their torch references, and the slots
 engine with them against torch ops. On CPU they run through Triton's interpreter, which triton
 enables only when ``TRITON_INTERPRET=1`` is set before its first import, so
 tests/agents/test_hf_triton.py runs ``python -m tests.agents.triton_checks kernels|engine`` in a
@@ -11,7 +11,7 @@ import sys
 
 import torch
 
-from turngym.agents import hf_triton as T
+from turngym.agents.hf.kernels import triton as T
 
 
 def _attention_case(rng: random.Random, dtype: torch.dtype, device: str) -> float:
@@ -82,7 +82,7 @@ def _sample_case(rng: random.Random, device: str) -> tuple[int, int]:
     """Random rows of logits (ties at the max included) against ``pick`` (no top-k/top-p): greedy
     rows and logprobs must agree; a sampled row must agree unless its draw lies within 1e-5 of a
     boundary of the CDF (blocked vs sequential sums round differently there). (draws, near ones)."""
-    from turngym.agents.hf_slots import pick
+    from turngym.agents.hf.sampling import pick
 
     rows, vocab = rng.randint(1, 6), rng.choice([7, 100, 5000, 49152])
     logits = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(rng.randrange(2**31)))
@@ -135,7 +135,7 @@ def engine() -> None:
     turns that resume parked rows, and the same seeded samples."""
     from tests.agents.test_hf_fast import GREEDY, _model, _same, _turns, prompts
     from turngym.agents import SamplingParams
-    from turngym.agents.hf_slots import HFSlotBackend
+    from turngym.agents.hf import HFSlotBackend
     from turngym.agents.models import load_tokenizer
     from turngym.agents.tiny import tiny_model_path
 
@@ -147,7 +147,7 @@ def engine() -> None:
         kw = dict(max_batch_size=8, max_context=256, max_wait_ms=20)
         tri = HFSlotBackend(model, tok, kernels="interpret", **kw)
         ops = HFSlotBackend(model, tok, kernels="torch", **kw)
-        assert tri._fast.kernels == "interpret" and ops._fast.kernels == "torch"
+        assert tri.runner.fast.kernels == "interpret" and ops.runner.fast.kernels == "torch"
         ps = prompts(tok)
         a = await asyncio.gather(*(_turns(tri, tok, p, f"t{i}", GREEDY) for i, p in enumerate(ps)))
         b = await asyncio.gather(*(_turns(ops, tok, p, f"o{i}", GREEDY) for i, p in enumerate(ps)))
@@ -165,7 +165,7 @@ def engine() -> None:
         other = await asyncio.gather(*(tri.generate(p, seeded.replace(seed=4)) for p in ps))
         assert [g.token_ids for g in other] != [g.token_ids for g in s1]
         assert all(-30 < lp <= 0 for g in s1 for lp in g.logprobs)
-        assert tri._fast.kernels == "interpret", tri._fast.kernels_problem  # no fallback to torch ops
+        assert tri.runner.fast.kernels == "interpret", tri.runner.fast.kernels_problem  # no fallback to torch ops
         await tri.aclose()
         await ops.aclose()
         if kind == "llama":  # a context past SPLIT_COLUMNS: the decode steps split their columns
@@ -176,7 +176,7 @@ def engine() -> None:
             assert T.decode_splits(model.config.num_key_value_heads, 1024) > 1
             x, y = await tri.generate(long, GREEDY), await ops.generate(long, GREEDY)
             _same([(x.token_ids, x.logprobs)], [(y.token_ids, y.logprobs)])
-            assert tri._fast.kernels == "interpret", tri._fast.kernels_problem
+            assert tri.runner.fast.kernels == "interpret", tri.runner.fast.kernels_problem
             await tri.aclose()
             await ops.aclose()
         print(f"ok engine {kind}", flush=True)

@@ -177,7 +177,7 @@ def test_bf16_autocast_runs_sft_and_the_update_in_bf16_and_keeps_fp32_weights(tm
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 def test_the_slots_engine_serves_the_rollouts_and_frees_its_slots_for_the_update(tmp_path, monkeypatch, lora):
-    from turngym.agents.hf_slots import HFSlotBackend
+    from turngym.agents.hf import HFSlotBackend
 
     freed = []
     free = HFSlotBackend.free_buffers

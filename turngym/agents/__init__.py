@@ -2,7 +2,7 @@
 
 * ``backend``: the token-level ``Backend`` protocol (``generate(prompt_ids, SamplingParams) -> Generation``).
 * ``hf.HFBackend`` (transformers in-process, continuous batching, per-request seeds, prefix reuse per
-  trajectory), ``hf_process.HFProcessBackend`` (the same in a worker process with its own GIL: use it
+  trajectory), ``hf.HFProcessBackend`` (the same in a worker process with its own GIL: use it
   on a GPU beside a busy event loop), ``vllm.VLLMBackend`` (vLLM OpenAI-compatible servers, LoRA
   hot-loading) and ``vllm.VLLMServer`` (start/stop a local server).
 * ``chat``: chat-template rendering and per-trajectory token bookkeeping (``ChatTokens``).
@@ -22,7 +22,8 @@ from turngym.agents.scripted import AgentError, RandomAgent, ScriptedAgent
 
 _LAZY = {
     "HFBackend": "turngym.agents.hf",
-    "HFProcessBackend": "turngym.agents.hf_process",
+    "HFSlotBackend": "turngym.agents.hf",
+    "HFProcessBackend": "turngym.agents.hf",
     "VLLMBackend": "turngym.agents.vllm",
     "VLLMServer": "turngym.agents.vllm",
     "OpenAIChatAgent": "turngym.agents.openai_chat",

@@ -10,7 +10,7 @@ Kinds (``agent_kinds()``; add one with ``@agent_kind("name")``):
   (``RandomAgent``, ``seed``);
 * ``openai``: an OpenAI-compatible chat API (``model``, ``base_url``), messages in and out;
 * ``hf``: transformers in this process (``hf_engine``: ``auto``/``continuous``/``slots``,
-  ``turngym.agents.hf_engines``), ``hf_worker``: the same in a worker process with its own GIL;
+  ``turngym.agents.hf.registry``), ``hf_worker``: the same in a worker process with its own GIL;
 * ``vllm``: vLLM servers at ``urls``, or one started for ``model`` when there are none.
 
 The token-level kinds (``hf``, ``hf_worker``, ``vllm``) wrap their backend in an ``LLMAgent``
@@ -62,7 +62,7 @@ class AgentSpec(BaseModel):
     base_url: str | None = None  # openai: the API's base URL
     dtype: str = "auto"
     hf_engine: Literal["auto", "continuous", "slots"] = "auto"
-    # hf: torch.compile the slots engine's decode step (turngym.agents.hf_engines.COMPILE_SETTINGS:
+    # hf: torch.compile the slots engine's decode step (turngym.agents.hf.registry.COMPILE_SETTINGS:
     # default, max-autotune-no-cudagraphs, dynamic; true = default); None: off
     hf_compile: bool | str | None = None
     max_batch_size: int = 64  # hf: rows generated together
@@ -82,7 +82,7 @@ class AgentSpec(BaseModel):
     @field_validator("hf_compile")
     @classmethod
     def _compile_setting(cls, value: bool | str | None) -> str | None:
-        from turngym.agents.hf_engines import compile_setting
+        from turngym.agents.hf.registry import compile_setting
 
         return compile_setting(value)
 
@@ -144,10 +144,10 @@ def make_token_backend(
             raise ValueError(
                 "hf_worker loads the model in its worker: give a name or path, not a model object"
             )
-        from turngym.agents.hf_process import HFProcessBackend
+        from turngym.agents.hf.worker import HFProcessBackend
 
         return HFProcessBackend(source, tokenizer, **kwargs)
-    from turngym.agents.hf_engines import make_hf_backend
+    from turngym.agents.hf.registry import make_hf_backend
 
     return make_hf_backend(source, tokenizer, **kwargs)
 

@@ -150,7 +150,7 @@ CompileOpt = Annotated[
     typer.Option(
         "--hf-compile",
         help="slots engine: torch.compile its decode step before capturing it (default, "
-        "max-autotune-no-cudagraphs or dynamic; turngym.agents.hf_engines.COMPILE_SETTINGS). Off when unset.",
+        "max-autotune-no-cudagraphs or dynamic; turngym.agents.hf.registry.COMPILE_SETTINGS). Off when unset.",
         show_default=False,
     ),
 ]

@@ -1,36 +1,21 @@
-"""Triton kernels of the fast forward (``turngym.agents.hf_fast``) and the slots engine: attention
-over the slots, rotary with the cache write, SwiGLU, sampling; each one kernel where the torch ops
-of the same step take several.
-
-Why (benchmarks/gpu_results.md, issue 19, session 13): at 256 rows a decode step of SmolLM2-135M
-spent ~40 µs a layer on attention as two batched matmuls, a masked fill and a softmax (each key
-and value read from memory by a matmul that runs at half the card's bandwidth, the scores written
-and read back twice), and ~30 µs on the elementwise ops around it: rotary as a multiply, a roll and
-an ``addcmul`` over a strided view, two ``index_put_`` writes into the cache, SiLU and the product
-over the strided halves of the gate/up output. A 64 x 256 prefill pass spent 8 of its 23 ms in
-generic (strided, unvectorised) elementwise kernels and 3.8 ms in the masked memory-efficient
-SDPA kernel, whose key and value heads had to be gathered and repeated first. Here:
+"""Triton kernels of the fast forward (``turngym.agents.hf.kernels.fast``) and the slots engine,
+each one kernel where the torch ops of the same step take several (why: docs/engines.md):
 
 * ``slot_attention``: each query attends to the columns ``0..pos`` of its row's slot, read in place
-  from the slots' key/value buffers (no gather, no repeated heads: the query heads that share a
-  key/value head are one tile), scores, mask, online softmax and the value sum in one pass
-  (flash-attention style), fp32 accumulation. A program stops at its queries' last column, so a
-  decode step reads each row's own length, not the bucket's. Decode and prefill alike. A decode
-  step with few rows over a long context (``decode_splits``) splits the columns among programs and
-  merges their partial sums in a second kernel (``combine``; flash-decoding).
-* ``rotary_write``: q and k rotated from the per-position cos/sin table (q scaled by the
-  attention scale), q written out for the attention, k and v written into the slots at their
-  flat rows (the scratch column for padded queries).
+  from the slots' key/value buffers (the query heads that share a key/value head are one tile),
+  online softmax and the value sum in one pass, fp32 accumulation; a program stops at its queries'
+  last column. A decode step with few rows over a long context (``decode_splits``) splits the
+  columns among programs and merges their partial sums in a second kernel (``combine``).
+* ``rotary_write``: q and k rotated from the per-position cos/sin table (q scaled by the attention
+  scale), q written out, k and v written into the slots at their flat rows (the scratch column for
+  padded queries).
 * ``swiglu``: ``silu(gate) * up`` from the fused gate/up output, in fp32, one rounding.
-* ``sample``: the slots engine's ``pick`` for rows without top-k/top-p, one program a row: greedy
-  argmax, the inverse-CDF draw at the row's seeded uniform over the tempered softmax, and the raw
-  logprob, reading the logits three times instead of a dozen kernels over them (the cumulative sum
-  alone was 155 µs of a 2.3 ms step at 256 rows).
+* ``sample``: ``sampling.pick`` for rows without top-k/top-p, one program a row: greedy argmax, the
+  inverse-CDF draw at the row's seeded uniform over the tempered softmax, and the raw logprob.
 
 Each has a torch reference beside it (``*_reference``) that the tests compare against, on CPU
-through Triton's interpreter (``interpret=True``) and on CUDA. ``problem(device, head_dim)`` says why the
-kernels cannot run for a model (not on CUDA, no ``triton``, a head size they do not tile). The fast forward uses them when it can
-(``FastForward(kernels=...)``).
+through Triton's interpreter (``interpret=True``) and on CUDA. ``problem(device, head_dim)`` says
+why the kernels cannot run for a model (not on CUDA, no ``triton``, a head size they do not tile).
 """
 
 from __future__ import annotations
@@ -68,15 +53,15 @@ def _next_pow2(n: int) -> int:
 
 @functools.cache
 def _kernels(interpret: bool) -> dict[str, Any]:
-    """The kernels (``hf_triton_kernels``), compiled for the GPU (``triton.jit``) or run by Triton's
+    """The kernels (``triton_src``), compiled for the GPU (``triton.jit``) or run by Triton's
     interpreter on CPU tensors (tests). Made on first use, so importing this module needs no ``triton``."""
     import triton
 
-    from turngym.agents import hf_triton_kernels as k
+    from turngym.agents.hf.kernels import triton_src as k
 
     if interpret and not triton.knobs.runtime.interpret:
         raise RuntimeError(
-            "hf_triton: interpret=True needs TRITON_INTERPRET=1 in the environment before triton is "
+            "kernels.triton: interpret=True needs TRITON_INTERPRET=1 in the environment before triton is "
             "first imported (its own library functions are made for the interpreter then)"
         )
 
@@ -105,7 +90,7 @@ def _rows(x: Any) -> Any:
 
 def _get(name: str, t: Any, interpret: bool) -> Any:
     if not interpret and not t.is_cuda:
-        raise ValueError(f"hf_triton.{name}: tensors on {t.device}; the compiled kernels need CUDA")
+        raise ValueError(f"kernels.triton.{name}: tensors on {t.device}; the compiled kernels need CUDA")
     return _kernels(interpret)[name]
 
 
@@ -307,7 +292,7 @@ def swiglu_reference(gu: Any, inter: int) -> Any:
 
 # ------------------------------------------------------------------ sampling
 def sample(logits: Any, temp: Any, greedy: Any, u: Any, *, interpret: bool = False) -> tuple[Any, Any]:
-    """``hf_slots.pick`` without top-k/top-p, one kernel a row: the token of each row of ``logits``
+    """``sampling.pick`` without top-k/top-p, one kernel a row: the token of each row of ``logits``
     ``[rows, vocab]`` (greedy rows: the first argmax; the others: the inverse CDF of
     ``softmax(logits / temp)`` at ``u``) and its raw logprob (``logits[tok] - logsumexp(logits)``),
     in fp32. The CDF is summed in blocks, so a draw within float rounding of a token boundary may

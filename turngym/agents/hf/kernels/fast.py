@@ -1,43 +1,29 @@
 """``FastForward``: the slots engine's own forward pass for Llama-family decoders, in few kernels.
 
-Why: on a GPU a decode step of a small model costs what launching its kernels costs, not what they
-compute. transformers' Llama layer launches about 50 kernels (its RMSNorm alone is six: upcast,
-square, mean, add, rsqrt, two multiplies; rotary another dozen); for SmolLM2-135M's 30 layers a step
-is ~1,500 kernels, 3.2 ms as a replayed CUDA graph on an H200 where the weights and KV read in
-0.06 ms (benchmarks/gpu_results.md, session 12). This pass does the same arithmetic in 18 a layer:
+A small model's decode step on a GPU costs what launching its kernels costs, so this pass does the
+model's arithmetic in about 18 kernels a layer where transformers' Llama layer launches about 50
+(why and the measurements: docs/engines.md):
 
-* ``F.rms_norm`` (one fused kernel) for each norm;
-* q, k and v in one matrix product (their weights concatenated), gate and up in one;
-* rotary on q and k together, from a per-position cos/sin table built once from the model's own
-  rotary module (so every rope scaling transformers knows is honoured): ``x*cos + roll(x)*sin'``,
-  ``sin'`` the sine with the first half negated, which is ``rotate_half``; the attention's scaling is
-  folded into q's cos/sin;
+* ``F.rms_norm`` for each norm; q, k and v in one matrix product, gate and up in one;
+* rotary on q and k together from a per-position cos/sin table built from the model's own rotary
+  module (every rope scaling transformers knows is honoured), the attention scale folded into q's;
 * the new keys and values written into the slots with one ``index_put_`` each;
 * decode attention as two batched matrix products on the cache's own strides (grouped-query heads,
-  no repeated key/value heads), a masked fill and a softmax; prefill attention by SDPA;
+  no repeated key/value heads); prefill attention by SDPA;
 * the output and down projections as ``addmm`` onto the residual stream.
 
-The arithmetic is the model's: logits equal transformers' to float rounding (tests compare them in
-float32 on CPU). In bf16 the roundings differ a little (one rounding where transformers does two), so
-a greedy token can differ from the continuous engine's where two logits tie closely; the engine's own
-graph and eager paths run this same pass and agree.
+Logits equal transformers' to float rounding (tests compare them in float32 on CPU). The
+concatenated q/k/v and gate/up weights are copies refreshed in place whenever a source parameter's
+version counter moved (``refresh()``), so captured graphs see new weights.
 
-Weights: the concatenated q/k/v and gate/up weights are copies, refreshed (in place, so captured
-graphs see them) whenever any source parameter changed: ``refresh()`` compares the parameters'
-in-place version counters, which ``load_state_dict``, an optimizer step or any ``copy_`` bump. The
-other weights are read where they live.
+On CUDA (``kernels=None``, where ``kernels.triton.problem`` finds nothing against it) attention, the
+rotary with the cache write and the SwiGLU are Triton kernels (``turngym.agents.hf.kernels.triton``);
+``kernels="torch"`` keeps the torch ops. A kernel that fails to build or run switches the pass to the
+torch ops for good, with a warning (``kernels_problem`` says why).
 
-On CUDA (``kernels=None``: where ``hf_triton.problem`` finds nothing against it) the attention, the
-rotary with the cache write and the SwiGLU are Triton kernels instead (``turngym.agents.hf_triton``):
-9 kernels a layer, the attention reading each row's keys and values in place, up to its own length.
-``kernels="torch"`` keeps the torch ops above. A kernel that fails to build or run (an older GPU, a
-Triton that rejects it) switches the pass to the torch ops for good, with a warning
-(``kernels_problem`` then says why).
-
-Supported: ``model_type`` llama, mistral, qwen2 (biases on any projection, tied or untied heads)
-with SiLU MLPs and plain ``nn.Linear`` projections. ``problem(model)`` says why another model is not
-(LoRA-wrapped projections, q/k norms, another activation, ...): the slots engine then runs
-transformers' forward as before.
+Supported: ``model_type`` llama, mistral, qwen2 (biases on any projection, tied or untied heads) with
+SiLU MLPs and plain ``nn.Linear`` projections; ``problem(model)`` says why another model is not, and
+the slots engine then runs transformers' forward.
 """
 
 from __future__ import annotations
@@ -45,12 +31,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from turngym.agents import hf_triton
+from turngym.agents.hf.kernels import triton as hf_triton
 
 log = logging.getLogger(__name__)
 
 MODEL_TYPES = ("llama", "mistral", "qwen2")
-# the pass's attention, rotary/cache write and SwiGLU: Triton kernels (hf_triton; "interpret": the same
+# the pass's attention, rotary/cache write and SwiGLU: Triton kernels (kernels.triton; "interpret": the same
 # through Triton's interpreter on CPU, for tests) or torch ops
 KERNELS = ("triton", "torch", "interpret")
 
@@ -235,7 +221,7 @@ class FastForward:
         return _linear(last, head.weight, head.bias).float()
 
     def _logits_triton(self, ids: Any, pos: Any, cache: Any) -> Any:
-        """``logits`` with ``hf_triton``'s kernels: rotary and the cache write in one, attention over
+        """``logits`` with ``kernels.triton``'s kernels: rotary and the cache write in one, attention over
         the slots in place (each query up to its own column: ``pos``), SwiGLU in one. The mask is
         not needed: a query attends to the columns ``0..pos`` of its slot, which is what the
         callers' masks say (a padded prefill query: position 0, column 0)."""

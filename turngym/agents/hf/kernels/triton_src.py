@@ -1,6 +1,6 @@
-"""The Triton kernels of ``turngym.agents.hf_triton``, undecorated: ``hf_triton`` compiles them
+"""The Triton kernels of ``turngym.agents.hf.kernels.triton``, undecorated: that module compiles them
 (``triton.jit``) or runs them through Triton's interpreter (CPU tests). Imports ``triton``; only
-``hf_triton`` imports this module, on first use."""
+``kernels.triton`` imports this module, on first use."""
 
 # ruff: noqa: N803, N806 - Triton's convention: pointers and compile-time constants in capitals
 

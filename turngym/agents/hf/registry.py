@@ -22,8 +22,8 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 HF_ENGINES: dict[str, str] = {
-    "continuous": "turngym.agents.hf:HFBackend",
-    "slots": "turngym.agents.hf_slots:HFSlotBackend",
+    "continuous": "turngym.agents.hf.engine:HFBackend",
+    "slots": "turngym.agents.hf.slots:HFSlotBackend",
 }
 ENGINE_CHOICES = ("auto", *HF_ENGINES)
 

@@ -11,7 +11,7 @@ GPU idles whenever the loop is busy. Here the model has its own interpreter and 
 engine core does); the caller's process only pickles requests and results through a pipe.
 
 Same constructor arguments as ``HFBackend`` (the model must be a path or hub id), plus ``engine``
-(``auto``, ``continuous`` or ``slots``: ``turngym.agents.hf_engines``) and ``max_context`` (the
+(``auto``, ``continuous`` or ``slots``: ``turngym.agents.hf.registry``) and ``max_context`` (the
 slots' size), and the same behaviour: continuous batching, per-request seeds, raw logprobs, prefix reuse per ``route``.
 ``update_weights(state_dict)`` sends the tensors through ``torch.multiprocessing`` (CUDA tensors
 as IPC handles, CPU tensors through shared memory). ``stats``, ``release``, ``share_prefix``,
@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from turngym.agents.backend import BackendError, Generation, SamplingParams, TokenBackend
-from turngym.agents.hf import HFBackend, settle
+from turngym.agents.hf.engine import HFBackend
+from turngym.agents.hf.request import settle
 from turngym.core.heap import freeze_heap
 
 _START_TIMEOUT_S = 600.0  # loading a large model from a slow disk
@@ -273,10 +274,10 @@ class _Outbox:
 
 # ----------------------------------------------------------------------- worker
 def _worker(conn: Any, model: str, tokenizer: str | None, kwargs: dict) -> None:
-    """The worker process: an HF backend (``engine``, see ``turngym.agents.hf_engines``) fed from
+    """The worker process: an HF backend (``engine``, see ``turngym.agents.hf.registry``) fed from
     the pipe; results go back as they finish."""
     try:
-        from turngym.agents.hf_engines import make_hf_backend
+        from turngym.agents.hf.registry import make_hf_backend
         from turngym.agents.models import load_tokenizer
 
         backend = make_hf_backend(model, load_tokenizer(tokenizer or model), **kwargs)
@@ -297,7 +298,7 @@ def _worker(conn: Any, model: str, tokenizer: str | None, kwargs: dict) -> None:
     )
     send_lock = threading.Lock()
     cancelled: set[int] = set()
-    outbox = _Outbox(lambda results: send(("done", results)), lambda: backend._thread)
+    outbox = _Outbox(lambda results: send(("done", results)), lambda: backend.scheduler_thread)
     backend.on_iteration = outbox.flush
 
     def send(msg: tuple) -> None:
