@@ -13,21 +13,19 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from turngym.agents.hf.kv.padded import Batch, check_cache, growing_cache
+from turngym.agents.hf.parts import Engine
 from turngym.agents.hf.plan import StepPlan
 from turngym.agents.hf.sampling import RowSampler
-
-if TYPE_CHECKING:
-    from turngym.agents.hf.engine import HFBackend
 
 
 class EagerRunner:
     """Runs ``StepPlan``s for ``engine`` (its model, lock, weights version, stats and trace).
     ``new_cache(config)``: the cache a batch starts with (``growing_cache``; a benchmark may swap it)."""
 
-    def __init__(self, engine: HFBackend):
+    def __init__(self, engine: Engine):
         self.engine = engine
         self.sampler = RowSampler(engine.device)
         self.new_cache: Callable[[Any], Any] = growing_cache

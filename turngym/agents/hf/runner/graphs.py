@@ -18,14 +18,11 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from turngym.agents.hf.plan import MIN_COLUMNS, bucket
 from turngym.agents.hf.registry import COMPILE_SETTINGS
 from turngym.agents.hf.runner.attention import slot_attention_on
-
-if TYPE_CHECKING:
-    from turngym.agents.hf.runner.slots import SlotRunner
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +31,7 @@ class DecodeGraphs:
     """The captured decode blocks of ``runner`` (``enabled``: capture at all) and its compiled
     model pass (``compile``: the setting, None when off)."""
 
-    def __init__(self, runner: SlotRunner, enabled: bool, compile: str | None):
+    def __init__(self, runner: Any, enabled: bool, compile: str | None):
         self.runner, self.enabled, self.compile = runner, enabled, compile
         self.graphs: dict[tuple[int, int, bool, int], Any] = {}  # (width, context, filtered, steps)
         self.pool: Any = None

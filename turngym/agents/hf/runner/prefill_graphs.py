@@ -27,12 +27,9 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from turngym.agents.hf.plan import MIN_FEED, bucket
-
-if TYPE_CHECKING:
-    from turngym.agents.hf.runner.slots import SlotRunner
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +38,7 @@ class PrefillGraphs:
     """``runner``'s captured prefill passes by bucket (see the module doc); ``tokens``: the largest
     bucket (rows x feed) captured, 0: off."""
 
-    def __init__(self, runner: SlotRunner, tokens: int):
+    def __init__(self, runner: Any, tokens: int):
         if tokens < 0:
             raise ValueError(f"prefill_graph_tokens must be >= 0 (0: off), got {tokens}")
         self.runner, self.tokens = runner, tokens

@@ -19,10 +19,11 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from turngym.agents.hf.kernels import triton
 from turngym.agents.hf.kv.slots import SlotBatch, SlotCache, SlotKV
+from turngym.agents.hf.parts import Engine
 from turngym.agents.hf.plan import MIN_COLUMNS, DecodePlan, PrefillPlan
 from turngym.agents.hf.request import Request
 from turngym.agents.hf.runner.attention import register_attention, slot_attention_on
@@ -30,9 +31,6 @@ from turngym.agents.hf.runner.eager import last_logits_pass
 from turngym.agents.hf.runner.graphs import DecodeGraphs
 from turngym.agents.hf.runner.prefill_graphs import PrefillGraphs
 from turngym.agents.hf.sampling import LOW32, pick, seeded_uniform, seeded_uniforms
-
-if TYPE_CHECKING:
-    from turngym.agents.hf.engine import HFBackend
 
 PREFILL_INTS = 6  # a prefill row's integer inputs after its ids and columns (``prefill_inputs``)
 
@@ -43,7 +41,7 @@ class SlotRunner:
 
     def __init__(
         self,
-        engine: HFBackend,
+        engine: Engine,
         kv: SlotKV,
         fast: Any,
         *,

@@ -15,21 +15,18 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import TYPE_CHECKING
 
 from turngym.agents.hf.kv.padded import Batch, PaddedKV
+from turngym.agents.hf.parts import Engine
 from turngym.agents.hf.plan import StepPlan
 from turngym.agents.hf.request import Request, backend_error, common_prefix
 from turngym.agents.hf.runner.eager import EagerRunner
-
-if TYPE_CHECKING:
-    from turngym.agents.hf.engine import HFBackend
 
 
 class ContinuousScheduler:
     """Schedules ``engine``'s requests over one padded batch (``kv``), passes run by ``runner``."""
 
-    def __init__(self, engine: HFBackend, kv: PaddedKV, runner: EagerRunner):
+    def __init__(self, engine: Engine, kv: PaddedKV, runner: EagerRunner):
         self.engine, self.kv, self.runner = engine, kv, runner
 
     def new_batch(self) -> Batch:

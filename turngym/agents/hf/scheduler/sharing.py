@@ -21,20 +21,16 @@ forks' ``reuse``, ``reused_tokens``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from turngym.agents.hf.kv.slots import Copy, SlotBatch, SlotKV
+from turngym.agents.hf.parts import Engine
 from turngym.agents.hf.request import Request, common_prefix
-
-if TYPE_CHECKING:
-    from turngym.agents.hf.engine import HFBackend
 
 
 class SlotSharing:
     """``share_prefix`` for the slots scheduler: ``engine``'s donors (fork route -> donor route),
     rows copied on ``kv`` (see the module doc)."""
 
-    def __init__(self, engine: HFBackend, kv: SlotKV):
+    def __init__(self, engine: Engine, kv: SlotKV):
         self.engine, self.kv = engine, kv
 
     def forget(self, route: str | None = None) -> None:

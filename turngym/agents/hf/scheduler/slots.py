@@ -21,24 +21,21 @@ the finished rows after each.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from turngym.agents.backend import BackendError
 from turngym.agents.hf.kv.slots import SlotBatch, SlotKV
+from turngym.agents.hf.parts import Engine
 from turngym.agents.hf.plan import MIN_COLUMNS, DecodePlan, PrefillPlan, bucket
 from turngym.agents.hf.request import Request, backend_error, common_prefix
 from turngym.agents.hf.runner.slots import SlotRunner
 from turngym.agents.hf.scheduler.sharing import SlotSharing
-
-if TYPE_CHECKING:
-    from turngym.agents.hf.engine import HFBackend
 
 
 class SlotScheduler:
     """Schedules ``engine``'s requests over the slots of ``kv``, passes run by ``runner``."""
 
     def __init__(
-        self, engine: HFBackend, kv: SlotKV, runner: SlotRunner, *, prefill_tokens: int, overlap_prefill: bool
+        self, engine: Engine, kv: SlotKV, runner: SlotRunner, *, prefill_tokens: int, overlap_prefill: bool
     ):
         self.engine, self.kv, self.runner = engine, kv, runner
         self.sharing = SlotSharing(engine, kv)
