@@ -34,7 +34,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.rollout import NEVER, memory_bound_step_ms  # noqa: E402
+from benchmarks.engines import memory_bound_step_ms  # noqa: E402
+from benchmarks.rollout_common import NEVER  # noqa: E402
 from turngym.agents import SamplingParams  # noqa: E402
 
 
@@ -170,13 +171,13 @@ def profile_batch(
     out["floor_ms"] = memory_bound_step_ms(model, b, prompt_len + new_tokens // 2, card)
 
     def body() -> None:
-        backend._decode_body(w, k, False)  # one step
+        backend.runner.decode_body(w, k, False)  # one step
 
     def logits() -> None:
-        backend._decode_logits(w, k)
+        backend.runner.decode_logits(w, k)
 
-    with backend._lock, torch.inference_mode(), backend._kernels(), _slot_attention(model):
-        backend._step_in[0, :w] = prompt_len  # every row at the prompt's end: the KV is the run's
+    with backend.lock, torch.inference_mode(), backend.kernels(), _slot_attention(model):
+        backend.runner.step_in[0, :w] = prompt_len  # every row at the prompt's end: the KV is the run's
         if torch.cuda.is_available():
             out["graph_step_ms"] = replay_ms(body)
             out["graph_logits_ms"] = replay_ms(logits)
@@ -267,7 +268,7 @@ def main() -> None:
         nargs="+",
         default=["fast", "fast-torch"],
         choices=["fast", "fast-torch", "fast-sdpa", "hf"],
-        help="the slots engine's forward: turngym's own (hf_fast, with its Triton kernels where they run; "
+        help="the slots engine's forward: turngym's own (hf.kernels.fast, with its Triton kernels where they run; "
         "fast-torch: torch ops instead; fast-sdpa: torch ops, the decode attention as one SDPA call) "
         "and/or transformers'",
     )
@@ -303,7 +304,10 @@ def main() -> None:
         )
         if forward == "fast-sdpa":
             backend.runner.fast.decode_attention = "sdpa"
-        res = {"forward": forward, "fast_kernels": backend.runner.fast.kernels if backend.runner.fast else None}
+        res = {
+            "forward": forward,
+            "fast_kernels": backend.runner.fast.kernels if backend.runner.fast else None,
+        }
         res.update(
             profile_batch(
                 backend, model, b, args.prompt_len, args.new_tokens, card, tuple(args.resume or ()) or None
