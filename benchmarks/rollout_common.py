@@ -366,3 +366,6 @@ def timeline(trace: list[tuple], calls: list[tuple], t0: float, t1: float) -> di
     out["handoff_ms"] = pctl_ms(handoff)
     out["turn_gap_ms"] = pctl_ms(gaps)
     return out
+
+
+NEVER = (-1,)  # a stop id no model samples: a replayed request generates exactly max_tokens

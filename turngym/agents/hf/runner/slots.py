@@ -346,7 +346,7 @@ class SlotRunner:
         self, logits: Any, temp: Any, greedy: Any, top_k: Any, top_p: Any, u: Any, filtered: bool
     ) -> tuple[Any, Any]:
         """``pick``, or with the fast forward's Triton kernels and no top-k/top-p row, its one-kernel
-        sampler (``hf_triton.sample``: the softmax, cumulative sum and search of ``pick`` were a
+        sampler (``kernels.triton.sample``: the softmax, cumulative sum and search of ``pick`` were a
         quarter of a 256-row decode step on an H200)."""
         fast = self.fast
         if not filtered and fast is not None and fast.kernels != "torch":
