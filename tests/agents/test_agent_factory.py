@@ -8,8 +8,7 @@ from pydantic import ValidationError
 
 from turngym.agents import LLMAgent, RandomAgent, ScriptedAgent
 from turngym.agents.factory import AgentSpec, agent_kind, agent_kinds, make_agent, make_token_backend
-from turngym.agents.hf import HFBackend
-from turngym.agents.hf import HFSlotBackend
+from turngym.agents.hf import HFBackend, HFSlotBackend
 
 
 def test_bad_specs_are_clear_errors():

@@ -338,8 +338,8 @@ async def test_long_context_decode_splits_under_graphs(tiny_dir, tokenizer):
     logprobs (float32) across resumed turns."""
     import torch
 
-    from turngym.agents.hf.kernels import triton as hf_triton
     from turngym.agents.hf import HFSlotBackend
+    from turngym.agents.hf.kernels import triton as hf_triton
     from turngym.agents.models import load_model
 
     model = load_model(tiny_dir, device="cuda", dtype=torch.float32)

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from turngym.agents import SamplingParams
-from turngym.agents.hf.kernels.fast import problem
 from turngym.agents.hf import HFSlotBackend
+from turngym.agents.hf.kernels.fast import problem
 
 GREEDY = SamplingParams(max_tokens=10, temperature=0.0, stop_token_ids=(-1,))
 

@@ -7,8 +7,7 @@ import asyncio
 import pytest
 
 from turngym.agents import BackendError, LLMAgent, SamplingParams
-from turngym.agents.hf import HFBackend
-from turngym.agents.hf import HFProcessBackend
+from turngym.agents.hf import HFBackend, HFProcessBackend
 from turngym.rollout import RolloutConfig, RolloutEngine
 
 pytestmark = pytest.mark.slow  # each backend spawns a process that imports torch and loads the model

@@ -12,8 +12,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from turngym.agents import SamplingParams
-from turngym.agents.hf import HFBackend
-from turngym.agents.hf import HFSlotBackend
+from turngym.agents.hf import HFBackend, HFSlotBackend
 
 TURN = SamplingParams(max_tokens=4, temperature=0.0, stop_token_ids=(-1,))
 ROUTES = ["a", "b", "c", "d", None]

@@ -11,9 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from turngym.agents import BackendError, SamplingParams
-from turngym.agents.hf import HFBackend
+from turngym.agents.hf import HFBackend, HFSlotBackend
 from turngym.agents.hf.registry import hf_backend_class, make_hf_backend, resolve_hf_engine
-from turngym.agents.hf import HFSlotBackend
 from turngym.agents.hf.sampling import pick, seeded_uniform, seeded_uniforms
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0, stop_token_ids=(-1,))

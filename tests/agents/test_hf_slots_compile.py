@@ -12,9 +12,8 @@ import torch
 
 from turngym.agents import SamplingParams
 from turngym.agents.factory import AgentSpec, make_token_backend
-from turngym.agents.hf import HFBackend
+from turngym.agents.hf import HFBackend, HFSlotBackend
 from turngym.agents.hf.registry import COMPILE_SETTINGS, compile_setting, make_hf_backend
-from turngym.agents.hf import HFSlotBackend
 
 GREEDY = SamplingParams(max_tokens=6, temperature=0.0, stop_token_ids=(-1,))
 SEEDED = SamplingParams(max_tokens=6, temperature=1.0, seed=11, stop_token_ids=(-1,))

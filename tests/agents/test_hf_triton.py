@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from turngym.agents.hf import HFSlotBackend
 from turngym.agents.hf.kernels import triton as hf_triton
 from turngym.agents.hf.kernels.fast import FastForward
-from turngym.agents.hf import HFSlotBackend
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton not installed")

@@ -165,7 +165,9 @@ def engine() -> None:
         other = await asyncio.gather(*(tri.generate(p, seeded.replace(seed=4)) for p in ps))
         assert [g.token_ids for g in other] != [g.token_ids for g in s1]
         assert all(-30 < lp <= 0 for g in s1 for lp in g.logprobs)
-        assert tri.runner.fast.kernels == "interpret", tri.runner.fast.kernels_problem  # no fallback to torch ops
+        assert tri.runner.fast.kernels == "interpret", (
+            tri.runner.fast.kernels_problem
+        )  # no fallback to torch ops
         await tri.aclose()
         await ops.aclose()
         if kind == "llama":  # a context past SPLIT_COLUMNS: the decode steps split their columns
