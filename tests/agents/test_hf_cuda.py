@@ -255,19 +255,20 @@ async def test_a_prefill_capture_out_of_memory_falls_back_to_eager_prefills(
     import torch
 
     from turngym.agents.hf import HFSlotBackend
+    from turngym.agents.hf.runner.slots import SlotRunner
     from turngym.agents.models import load_model
 
     model = load_model(tiny_dir, device="cuda", dtype=torch.float32)
     graphs = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=512)
     eager = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=512, prefill_graph_tokens=0)
-    body = HFSlotBackend._prefill_body
+    body = SlotRunner.prefill_body
 
     def oom_in_capture(self, *args):
         if torch.cuda.is_current_stream_capturing():
             raise torch.cuda.OutOfMemoryError("CUDA out of memory (test)")
         return body(self, *args)
 
-    monkeypatch.setattr(HFSlotBackend, "_prefill_body", oom_in_capture)
+    monkeypatch.setattr(SlotRunner, "prefill_body", oom_in_capture)
     for rep in range(2):  # the second round's passes meet the first round's buckets: captures
         await same_turns(graphs, eager, tokenizer, prompts(tokenizer), f"oom{rep}")
     st = graphs.stats

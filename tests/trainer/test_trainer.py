@@ -195,7 +195,7 @@ def test_the_slots_engine_serves_the_rollouts_and_frees_its_slots_for_the_update
     ).train()
     rows = read_metrics(tmp_path / "slots")
     assert [r["step"] for r in rows] == [1, 2]
-    assert len(freed) == 2 and all(b._cache is None and b.stats["eager_decodes"] > 0 for b in freed)  # noqa: SLF001
+    assert len(freed) == 2 and all(b.kv.cache is None and b.stats["eager_decodes"] > 0 for b in freed)
     for r in rows:  # the slots engine's raw logprobs are the ones the update recomputes
         assert abs(r["update/ratio_mean"] - 1.0) < 1e-3
         assert r["rollout/time/generate/decode"] > 0
