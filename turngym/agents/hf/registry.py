@@ -110,7 +110,10 @@ def make_hf_backend(
         log.warning("the slots engine cannot serve here (%s); using the continuous engine", e)
         kwargs.pop("max_context", None)
         kwargs.pop("compile", None)
-        loaded, tok = getattr(e, "model", None), getattr(e, "tokenizer", None)  # see HFSlotBackend._refusal
+        loaded, tok = (
+            getattr(e, "model", None),
+            getattr(e, "tokenizer", None),
+        )  # set by HFSlotBackend when it refuses a model
         if loaded is not None:
             model, tokenizer = loaded, tok
             for loading_only in ("dtype", "device", "attn_implementation"):  # the model is loaded

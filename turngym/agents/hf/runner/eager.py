@@ -93,7 +93,7 @@ class EagerRunner:
         kind = "fused" if rows and feeds else "decode" if rows else "prefill"
         for r in [*resumes.values(), *joiners]:
             r.admitted = t0
-        if eng.trace is not None:  # the pass ended at the sync ``_sample`` does to read the tokens
+        if eng.trace is not None:  # the pass ended at the sync ``RowSampler.sample`` does to read the tokens
             shape = (len(batch.rows), len(resumes) + len(joiners), width, mask.shape[1])
             cpu = time.thread_time() - c0
             eng.trace.append(("pass", t0, time.perf_counter(), kind, *shape, cpu, t_fwd - t0))

@@ -113,7 +113,7 @@ class DecodeGraphs:
         t0 = time.perf_counter()
         try:
             # warm-up: one step of the block's own inputs (its kernels are every step's), so its KV
-            # write is the block's own; it samples into _ids, which get the block's inputs back after
+            # write is the block's own; it samples into ``ids``, which get the block's inputs back after
             pending = r.ids.clone()
             side = torch.cuda.Stream(device=r.device)
             side.wait_stream(torch.cuda.current_stream(r.device))

@@ -160,7 +160,7 @@ class SlotRunner:
         """A pass's inputs as two host tensors built from plain lists (one tensor op each, however
         many rows): int64 ``[n_rows, 2 * n_cols + PREFILL_INTS]`` (ids, columns, then slot,
         settings slot, top-k, greedy, the seed's low and high 32 bits) and float32 ``[n_rows, 3]``
-        (temperature, top-p, the first token's draw). Padding rows (``_prefill_padding``) feed the pad
+        (temperature, top-p, the first token's draw). Padding rows (``prefill_padding``) feed the pad
         id at the scratch column of slot 0 and keep their settings and token in the spare slot."""
         import torch
 
@@ -187,7 +187,7 @@ class SlotRunner:
         return ints, [1.0, 1.0, 0.5]
 
     def prefill_body(self, ints: Any, floats: Any, span: int, filtered: bool) -> Any:
-        """A prefill pass on the device, from its inputs (``_prefill_inputs``, on the device) to
+        """A prefill pass on the device, from its inputs (``prefill_inputs``, on the device) to
         ``[2, rows]`` first tokens and raw logprobs (float64): the rows' sampling settings and seeds
         into their slots' buffers, the forward over the first ``span`` columns, the first token of
         each row sampled and written to the next decode step's inputs; what a prefill graph
@@ -214,7 +214,7 @@ class SlotRunner:
     def prefill_logits(self, ids: Any, cols: Any, slots: Any, span: int) -> Any:
         """A prefill pass's logits (each row's last position): ``ids`` and ``cols`` ``[rows, feed]``
         on the device (a padded query's column is the scratch column), ``slots`` ``[rows]``, the
-        first ``span`` columns attended; the forward of ``_prefill_body``."""
+        first ``span`` columns attended; the forward of ``prefill_body``."""
         import torch
 
         cache = self.kv.cache
@@ -298,7 +298,7 @@ class SlotRunner:
 
     def decode_logits(self, w: int, k: int, pos: Any = None) -> Any:
         """The model's pass of a decode step over slots ``0..w-1`` and ``k`` columns, from the static
-        inputs (``_ids``; positions ``pos``, default ``_step_in``'s) to the last position's fp32
+        inputs (``ids``; positions ``pos``, default ``step_in``'s) to the last position's fp32
         logits: the part ``compile`` fuses."""
         cache = self.kv.cache
         assert cache is not None
@@ -320,9 +320,9 @@ class SlotRunner:
 
     def decode_body(self, w: int, k: int, filtered: bool, n: int = 1, logits_fn: Any = None) -> None:
         """``n`` decode steps of slots ``0..w-1`` over ``k`` columns, from the static inputs
-        (``_ids``; ``_step_in``: positions and token indices; the slots' seeds and sampling
-        settings) to the static outputs (``_step_out[j]``: step ``j``'s tokens and raw logprobs;
-        ``_ids``: the next block's inputs); what a graph captures. Step ``j`` writes column
+        (``ids``; ``step_in``: positions and token indices; the slots' seeds and sampling
+        settings) to the static outputs (``step_out[j]``: step ``j``'s tokens and raw logprobs;
+        ``ids``: the next block's inputs); what a graph captures. Step ``j`` writes column
         position + ``j`` (past ``max_context``: the scratch column) and samples with the draw of
         token index + ``j``. ``logits_fn``: the (compiled) model pass; sampling stays eager, since
         inductor cannot lower an argmax over a 49k vocabulary on every version (torch 2.11:

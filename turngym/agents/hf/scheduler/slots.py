@@ -134,7 +134,7 @@ class SlotScheduler:
         return placed
 
     def prefill(self, batch: SlotBatch, placed: list[tuple[int, Request]]) -> None:
-        """Feed the placed rows; forks whose donor was placed now too (``_after``) after it, from a
+        """Feed the placed rows; forks whose donor was placed now too (``after``) after it, from a
         copy of its row."""
         after, self.after = self.after, {}
         self.prefill_rows(batch, [(s, r) for s, r in placed if s not in after])
