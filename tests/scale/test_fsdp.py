@@ -86,6 +86,19 @@ def test_fsdp_update_equals_ddp_and_one_process(tmp_path):
 
 
 @pytest.mark.slow
+def test_fsdp_with_chunked_head_logprobs_equals_one_process(tmp_path):
+    """The output head applied in chunks of 16 positions outside the root's forward (the root unit
+    stays gathered until its backward): the ranks run different numbers of chunks, and the update
+    still equals one process's on the whole batch."""
+    chunk = "optim.logprob_chunk_tokens=16"
+    one = _step(tmp_path / "one", 1, chunk)
+    fsdp = _step(tmp_path / "fsdp", 2, "cluster.strategy=fsdp", chunk)
+    assert fsdp[0]["sharded"] and fsdp[0]["update/micro_batches"] >= 2
+    _assert_same_update(one, fsdp)
+    torch.testing.assert_close(fsdp[1]["full_copy"], fsdp[1]["weights"], rtol=0, atol=0)
+
+
+@pytest.mark.slow
 def test_fsdp_with_a_zero_work_rank_equals_one_process(tmp_path):
     """Rank 1 has no sequence: it runs as many zero-weight passes as rank 0 has micro-batches."""
     one = _step(tmp_path / "one", 1)

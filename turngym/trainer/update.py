@@ -11,6 +11,7 @@ passes, and gradients are reduce-scattered on the last pass only (:mod:`turngym.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -19,6 +20,7 @@ from turngym.core.types import Trajectory
 from turngym.trainer.config import TrainConfig
 from turngym.trainer.distributed import merge_metrics, sync_context, zero_backward
 from turngym.trainer.fsdp import gradient_sync as fsdp_gradient_sync
+from turngym.trainer.oom import explain_oom, update_knobs
 
 if TYPE_CHECKING:
     from turngym.trainer.policy import Policy
@@ -43,6 +45,7 @@ def policy_update(
     if not num_seqs:
         return {"update/skipped": 1.0}
     loss_cfg = LossConfig(**cfg.loss.model_dump())
+    policy.release_full_weights()  # cluster.fsdp.release_full_copy: the refresh after the update rebuilds it
     groups = micro_batches([len(t.token_ids) for t in seqs], cfg.optim.micro_batch_tokens)
     stats: dict[str, list[float]] = {}
     grad_norms = []
@@ -63,7 +66,8 @@ def policy_update(
                     pad_right([advs[k] for k in group], 0.0, torch.float32, dev),
                 )
                 # gradients are all-reduced (DDP) or reduce-scattered (FSDP) in the last pass only
-                with sync(policy.wrapped, last=g == passes - 1):
+                knobs = partial(update_knobs, cfg, policy.sharded, tensors[0].numel())
+                with sync(policy.wrapped, last=g == passes - 1), explain_oom("update", knobs, dev):
                     loss, s = _micro_batch_loss(policy, cfg, loss_cfg, tensors, num_tokens, num_seqs)
                     (loss * dist.loss_scale).backward()
                 # pg_loss and loss are this micro-batch's share of the batch loss; the rest are token
@@ -81,7 +85,8 @@ def policy_update(
                     else:
                         zero_backward(policy.wrapped, dev)
             grad_norms.append(policy.clip_grad_norm())
-            policy.optimizer.step()
+            with explain_oom("optimizer step", partial(update_knobs, cfg, policy.sharded), dev):
+                policy.optimizer.step()
             policy.scheduler.step()
     out = {f"update/{k}": float(sum(v)) / cfg.optim.ppo_epochs for k, v in stats.items()}
     out["update/micro_batches"] = float(len(groups))
@@ -110,17 +115,17 @@ def _micro_batch_loss(policy: Policy, cfg: TrainConfig, loss_cfg, tensors, num_t
     from turngym.trainer.loss import policy_loss
 
     ids, attn, mask, old, adv = tensors
-    chunk = cfg.optim.logprob_chunk_tokens
+    head = {"chunk_tokens": cfg.optim.logprob_chunk_tokens, "kernel": cfg.optim.logprob_kernel}
     with mixed_precision(policy.model, cfg.model.autocast):  # forward passes only
         logp, entropy = token_logprobs(
-            policy.wrapped, ids, attn, with_entropy=loss_cfg.entropy_coef > 0, chunk_tokens=chunk
+            policy.wrapped, ids, attn, with_entropy=loss_cfg.entropy_coef > 0, **head
         )
         ref = None
         if loss_cfg.kl_coef > 0:
             with torch.no_grad():
                 if policy.ref_model is not None:
-                    ref, _ = token_logprobs(policy.ref_model, ids, attn, chunk_tokens=chunk)
+                    ref, _ = token_logprobs(policy.ref_model, ids, attn, **head)
                 else:
                     with policy.model.disable_adapter():
-                        ref, _ = token_logprobs(policy.model, ids, attn, chunk_tokens=chunk)
+                        ref, _ = token_logprobs(policy.model, ids, attn, **head)
     return policy_loss(logp, old, adv, mask, loss_cfg, ref, entropy, num_tokens, num_seqs)

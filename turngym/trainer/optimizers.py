@@ -1,0 +1,47 @@
+"""The learner's optimizer (``optim.optimizer``) and what each choice costs in memory.
+
+    opt = make_optimizer(params, cfg.optim)           # torch's AdamW, or torchao's quantized-state AdamW
+    state_bytes_per_param("adamw_8bit", "float32")    # 2.03...: the two moments of one parameter
+
+``adamw`` is ``torch.optim.AdamW``: its two moments have the parameters' dtype (8 bytes a parameter
+for fp32 master weights). ``adamw_8bit`` and ``adamw_4bit`` are ``torchao.optim.AdamW8bit`` /
+``AdamW4bit``: each moment is stored block-wise quantized (one code a value, one fp32 scale per
+block), dequantized to fp32 for the step; tensors under 4096 values (or not a whole number of blocks)
+keep plain moments. They work on FSDP2's sharded (DTensor) parameters; their step is
+``torch.compile``d per parameter shape (the first step compiles).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: the quantized-state optimizers ``optim.optimizer`` names: (torchao class, block size, bytes a code)
+QUANTIZED = {"adamw_8bit": ("AdamW8bit", 256, 1.0), "adamw_4bit": ("AdamW4bit", 128, 0.5)}
+
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def state_bytes_per_param(optimizer: str, master_dtype: str) -> float:
+    """Bytes of optimizer state per (large) parameter: two moments, each a code per value plus an
+    fp32 scale per block for the quantized ones, or two values of the master dtype for torch's."""
+    if optimizer == "adamw":
+        return 2.0 * _DTYPE_BYTES[master_dtype]
+    _, block, code_bytes = QUANTIZED[optimizer]
+    return 2.0 * (code_bytes + 4.0 / block)
+
+
+def make_optimizer(params: list[Any], optim: Any) -> Any:
+    """The optimizer ``optim.optimizer`` names over ``params`` (lr, betas, weight decay from ``optim``)."""
+    import torch
+
+    kwargs = {"lr": optim.lr, "betas": tuple(optim.betas), "weight_decay": optim.weight_decay}
+    if optim.optimizer == "adamw":
+        return torch.optim.AdamW(params, **kwargs)
+    try:
+        import torchao.optim
+    except ImportError as e:
+        raise ImportError(
+            f"optim.optimizer={optim.optimizer} needs torchao (pip install 'turngym[train]'): {e}"
+        ) from e
+    name, block, _ = QUANTIZED[optim.optimizer]
+    return getattr(torchao.optim, name)(params, block_size=block, **kwargs)
