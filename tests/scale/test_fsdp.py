@@ -198,6 +198,7 @@ def test_benchmark_runs_the_tiny_shape_on_one_process(tmp_path):
         "--tiny",
         "--steps=1",
         "--warmup=0",
+        "--variants=base,nochunk",
         f"--out={out}",
     ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
@@ -205,7 +206,13 @@ def test_benchmark_runs_the_tiny_shape_on_one_process(tmp_path):
     assert "strategy" in proc.stdout and "MFU against a peak of 9.89e+14" in proc.stdout
     result = json.loads(out.read_text())
     assert result["card"] == "cpu" and result["peak_flops"] == 989e12
-    rows = {r["strategy"]: r for r in result["rows"]}
+    order = [(r["strategy"], r["variant"]) for r in result["rows"]]
+    assert order == [("fsdp", "base"), ("fsdp", "nochunk"), ("ddp", "base"), ("ddp", "nochunk")]
+    for r in result["rows"]:  # ratios to the first variant of the same strategy, in the same run
+        base = next(b for b in result["rows"] if b["strategy"] == r["strategy"] and b["variant"] == "base")
+        assert r["update_s_ratio"] == pytest.approx(r["update_s"] / base["update_s"])
+        assert r["chunk"] == (None if r["variant"] == "nochunk" else 4096)
+    rows = {r["strategy"]: r for r in result["rows"] if r["variant"] == "base"}
     assert sorted(rows) == ["ddp", "fsdp"]
     for r in rows.values():
         assert r["world"] == 1 and r["shape"] == "tiny" and r["params"] > 0
