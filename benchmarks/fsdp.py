@@ -17,6 +17,11 @@ reported. Master weights follow the trainer's defaults: DDP trains the model in 
 (bf16 on CUDA, as ``model.dtype`` defaults to), FSDP keeps fp32 master shards and computes in bf16
 (``cluster.fsdp.param_dtype``). A strategy that runs out of memory is reported as ``oom``.
 
+``expected GiB`` is the update's static memory per rank computed from the settings
+(``turngym.trainer.optimizers.static_bytes_per_param``: master weights, gradients, optimizer state,
+the full copy; not activations or logits); ``--memory-table`` prints it for both shapes, 1-8 GPUs and
+every setting (no GPU, no model weights: the parameters are counted on the meta device) and exits.
+
 Memory knobs: ``--optimizer``, ``--release-full-copy``, ``--logprob-kernel`` and
 ``--logprob-chunk-tokens`` set the trainer's keys for every row; ``--variants`` (comma-separated, each
 a ``+``-joined list of the names in ``KNOBS``) runs each strategy once per variant on top of those,
@@ -59,8 +64,58 @@ KNOBS = {
     "4bit": ["optim.optimizer=adamw_4bit"],
     "release": ["cluster.fsdp.release_full_copy=true"],
     "liger": ["optim.logprob_kernel=liger"],
+    "every": ["cluster.fsdp.reduce_every_micro_batch=true"],
 }
 H200_BF16_PEAK = 989e12
+
+
+def count_params(shape: str) -> int:
+    """The shape's parameter count, from a model made on the meta device (no memory)."""
+    return sum(p.numel() for p in build_model(shape, "meta", "float32").parameters())
+
+
+def expected_bytes(row: dict, micro_batches: int = 1) -> dict[str, float]:
+    from turngym.trainer.optimizers import static_bytes_per_param
+
+    sharded = row["strategy"] == "fsdp" and row["world"] > 1
+    return static_bytes_per_param(
+        world=row["world"],
+        optimizer=row["optimizer"],
+        master_dtype=row["master_dtype"],
+        sharded=sharded,
+        release_full_copy=row["release_full_copy"],
+        accumulate_unsharded=sharded and micro_batches > 1 and not row.get("reduce_every", False),
+    )
+
+
+MEMORY_SETTINGS = [  # (label, optimizer, release_full_copy)
+    ("adamw (fp32 state)", "adamw", False),
+    ("adamw + release", "adamw", True),
+    ("adamw_8bit", "adamw_8bit", False),
+    ("adamw_8bit + release", "adamw_8bit", True),
+    ("adamw_4bit + release", "adamw_4bit", True),
+]
+
+
+def memory_table() -> str:
+    """Markdown: bytes per parameter and GiB per rank of the update's static memory under FSDP2."""
+    from turngym.trainer.optimizers import static_bytes_per_param
+
+    worlds = (2, 4, 8)
+    lines = [
+        "| shape (params) | setting | bytes/param/rank at " + " / ".join(map(str, worlds)) + " GPUs "
+        "| GiB/rank at " + " / ".join(map(str, worlds)) + " GPUs |",
+        "| --- | --- | --- | --- |",
+    ]
+    for shape in ("1.5b", "7b"):
+        n = count_params(shape)
+        for label, optimizer, release in MEMORY_SETTINGS:
+            per = [static_bytes_per_param(w, optimizer, release_full_copy=release)["total"] for w in worlds]
+            lines.append(
+                f"| {shape} ({n / 1e9:.2f}B) | {label} | {' / '.join(f'{b:.2f}' for b in per)} "
+                f"| {' / '.join(f'{b * n / 2**30:.1f}' for b in per)} |"
+            )
+    return "\n".join(lines)
 
 
 def build_model(shape: str, device: str, dtype: str, seed: int = 0):
@@ -138,9 +193,12 @@ def run_strategy(args, strategy: str, dist, device: str, variant: str = "base") 
     ]
     if args.release_full_copy:
         overrides.append("cluster.fsdp.release_full_copy=true")
+    if args.reduce_every_micro_batch:
+        overrides.append("cluster.fsdp.reduce_every_micro_batch=true")
     overrides += variant_overrides(variant)
     if strategy != "fsdp" or not dist.enabled:  # only a sharded policy has a full copy to release
         overrides = [o for o in overrides if not o.startswith("cluster.fsdp.release_full_copy")]
+        overrides = [o for o in overrides if not o.startswith("cluster.fsdp.reduce_every")]
     cfg = load_config(None, overrides)
     master = args.ddp_dtype if strategy == "ddp" or not dist.enabled else "float32"
     if not cuda:
@@ -148,6 +206,7 @@ def run_strategy(args, strategy: str, dist, device: str, variant: str = "base") 
     row: dict = {"strategy": strategy, "variant": variant, "world": dist.world_size, "shape": shape}
     row.update(master_dtype=master, optimizer=cfg.optim.optimizer, logprob_kernel=cfg.optim.logprob_kernel)
     row.update(chunk=cfg.optim.logprob_chunk_tokens, release_full_copy=cfg.cluster.fsdp.release_full_copy)
+    row["reduce_every"] = cfg.cluster.fsdp.reduce_every_micro_batch
     policy = None
     try:
         model = build_model(shape, device, master, seed=args.seed)
@@ -184,6 +243,9 @@ def run_strategy(args, strategy: str, dist, device: str, variant: str = "base") 
             refresh_s=statistics.median(refresh) if refresh else None,
             grad_norm=metrics["update/grad_norm"],
         )
+        per_rank_batches = metrics["update/micro_batches"] / dist.world_size
+        static = expected_bytes(row, micro_batches=round(per_rank_batches))
+        row["expected_gib"] = static["total"] * row["params"] / 2**30
         if cuda:
             row["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
             row["reserved_gib"] = torch.cuda.max_memory_reserved() / 2**30
@@ -221,7 +283,8 @@ def add_ratios(rows: list[dict]) -> None:
 def table(rows: list[dict]) -> str:
     head = (
         f"{'strategy':8} {'variant':22} {'world':>5} {'shape':>5} {'params':>8} {'peak GiB':>9} "
-        f"{'peak GB':>8} {'x base':>6} {'update s':>9} {'x base':>6} {'MFU':>6} {'refresh s':>9}"
+        f"{'peak GB':>8} {'x base':>6} {'expected GiB':>12} {'update s':>9} {'x base':>6} {'MFU':>6} "
+        f"{'refresh s':>9}"
     )
     lines = [head]
     for r in rows:
@@ -235,7 +298,7 @@ def table(rows: list[dict]) -> str:
         refresh = f"{r['refresh_s']:.3f}" if r.get("refresh_s") is not None else "-"
         time_x = f"{r['update_s_ratio']:.2f}" if "update_s_ratio" in r else "-"
         lines.append(
-            f"{lead} {r['params'] / 1e9:7.2f}B {peak:>9} {peak_gb:>8} {peak_x:>6} "
+            f"{lead} {r['params'] / 1e9:7.2f}B {peak:>9} {peak_gb:>8} {peak_x:>6} {r['expected_gib']:12.1f} "
             f"{r['update_s']:9.3f} {time_x:>6} {100 * r['mfu']:5.1f}% {refresh:>9}"
         )
     return "\n".join(lines)
@@ -263,8 +326,17 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--peak-flops", type=float, default=H200_BF16_PEAK)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument(
+        "--reduce-every-micro-batch", action="store_true", help="cluster.fsdp.reduce_every_micro_batch"
+    )
+    ap.add_argument("--memory-table", action="store_true", help="print the computed static memory and exit")
+    ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
+    if args.memory_table:
+        print(memory_table())
+        return
+    if args.out is None:
+        ap.error("--out is required")
     if args.tiny:
         args.seq_len, args.seqs, args.micro_batch_tokens = min(args.seq_len, 32), min(args.seqs, 4), 64
 

@@ -99,6 +99,16 @@ def test_fsdp_with_chunked_head_logprobs_equals_one_process(tmp_path):
 
 
 @pytest.mark.slow
+def test_fsdp_reducing_every_micro_batch_equals_one_process(tmp_path):
+    """``cluster.fsdp.reduce_every_micro_batch``: gradients reduce-scattered after each of several
+    micro-batches and accumulated in the shards give the same update as one process's."""
+    one = _step(tmp_path / "one", 1)
+    fsdp = _step(tmp_path / "fsdp", 2, "cluster.strategy=fsdp", "cluster.fsdp.reduce_every_micro_batch=true")
+    assert fsdp[0]["sharded"] and fsdp[0]["update/micro_batches"] >= 2
+    _assert_same_update(one, fsdp)
+
+
+@pytest.mark.slow
 def test_fsdp_with_a_zero_work_rank_equals_one_process(tmp_path):
     """Rank 1 has no sequence: it runs as many zero-weight passes as rank 0 has micro-batches."""
     one = _step(tmp_path / "one", 1)

@@ -127,12 +127,19 @@ def test_release_full_copy_is_refused_where_it_cannot_work():
 
 
 def test_state_bytes_per_param_are_computed_from_the_formats():
-    from turngym.trainer.optimizers import state_bytes_per_param
+    from turngym.trainer.optimizers import state_bytes_per_param, static_bytes_per_param
 
     assert state_bytes_per_param("adamw", "float32") == 8.0
     assert state_bytes_per_param("adamw", "bfloat16") == 4.0
     assert state_bytes_per_param("adamw_8bit", "float32") == pytest.approx(2 * (1 + 4 / 256))
     assert state_bytes_per_param("adamw_4bit", "float32") == pytest.approx(2 * (0.5 + 4 / 128))
+    # per rank under FSDP on 2 GPUs: fp32 master + fp32 grads + state, halved, plus the bf16 full copy
+    assert static_bytes_per_param(2)["total"] == (4 + 4 + 8) / 2 + 2
+    small = static_bytes_per_param(2, "adamw_8bit", release_full_copy=True)
+    assert small["full_copy"] == 0 and small["total"] == pytest.approx((4 + 4 + 2 * (1 + 4 / 256)) / 2)
+    # several micro-batches without a reduce-scatter between them: FSDP2's whole-model fp32 gradient
+    assert static_bytes_per_param(4, accumulate_unsharded=True)["unsharded_grads"] == 4
+    assert static_bytes_per_param(1, "adamw", "bfloat16", sharded=False)["total"] == 2 + 2 + 4
 
 
 def _state_bytes(state: dict) -> int:

@@ -297,6 +297,11 @@ class FSDPSettings(_Strict):
     # rank) and rebuild them at the refresh after it; not with rollout.keep_backend (its CUDA graphs
     # read the copy's buffers at fixed addresses)
     release_full_copy: bool = False
+    # reduce-scatter gradients after every micro-batch's backward, not only the last: the shards then
+    # accumulate, instead of a whole-model unsharded gradient (fp32 under reduce_dtype float32: 4 bytes
+    # a parameter of the full model on every rank) kept between micro-batches; one reduce-scatter per
+    # micro-batch instead of one per optimizer step
+    reduce_every_micro_batch: bool = False
 
 
 class ClusterSettings(_Strict):

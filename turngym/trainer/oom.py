@@ -55,6 +55,9 @@ def update_knobs(cfg: Any, sharded: bool, tokens: int | None = None) -> dict[str
     }
     if sharded:
         knobs["cluster.fsdp.release_full_copy"] = f"{f.release_full_copy} (true: the rollout copy freed)"
+        knobs["cluster.fsdp.reduce_every_micro_batch"] = (
+            f"{f.reduce_every_micro_batch} (true: no whole-model gradient kept between micro-batches)"
+        )
         knobs["cluster.nproc"] = f"{cfg.cluster.nproc} (more ranks: smaller shards)"
     else:
         knobs["cluster.strategy"] = f"{cfg.cluster.strategy} (fsdp: shard weights, gradients and state)"

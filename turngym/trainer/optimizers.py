@@ -2,6 +2,7 @@
 
     opt = make_optimizer(params, cfg.optim)           # torch's AdamW, or torchao's quantized-state AdamW
     state_bytes_per_param("adamw_8bit", "float32")    # 2.03...: the two moments of one parameter
+    static_bytes_per_param(world=2, optimizer="adamw_8bit", release_full_copy=True)   # per rank
 
 ``adamw`` is ``torch.optim.AdamW``: its two moments have the parameters' dtype (8 bytes a parameter
 for fp32 master weights). ``adamw_8bit`` and ``adamw_4bit`` are ``torchao.optim.AdamW8bit`` /
@@ -28,6 +29,34 @@ def state_bytes_per_param(optimizer: str, master_dtype: str) -> float:
         return 2.0 * _DTYPE_BYTES[master_dtype]
     _, block, code_bytes = QUANTIZED[optimizer]
     return 2.0 * (code_bytes + 4.0 / block)
+
+
+def static_bytes_per_param(
+    world: int,
+    optimizer: str = "adamw",
+    master_dtype: str = "float32",
+    sharded: bool = True,
+    copy_dtype: str = "bfloat16",
+    release_full_copy: bool = False,
+    accumulate_unsharded: bool = False,
+    reduce_dtype: str = "float32",
+) -> dict[str, float]:
+    """Bytes per parameter of the whole model that one rank holds through the update, apart from
+    activations and logits: the master weights, their gradients and the optimizer state (divided by
+    ``world`` when sharded), the rollouts' full copy (FSDP; none when released for the update), and,
+    when gradients accumulate over micro-batches without a reduce-scatter between them, FSDP2's
+    whole-model unsharded gradient in ``reduce_dtype``."""
+    master = _DTYPE_BYTES[master_dtype]
+    div = world if sharded else 1
+    out = {
+        "master": master / div,
+        "grads": master / div,
+        "state": state_bytes_per_param(optimizer, master_dtype) / div,
+        "full_copy": _DTYPE_BYTES[copy_dtype] if sharded and not release_full_copy else 0.0,
+        "unsharded_grads": _DTYPE_BYTES[reduce_dtype] if sharded and accumulate_unsharded else 0.0,
+    }
+    out["total"] = sum(out.values())
+    return out
 
 
 def make_optimizer(params: list[Any], optim: Any) -> Any:

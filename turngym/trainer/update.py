@@ -53,6 +53,7 @@ def policy_update(
     # FSDP: the same number of passes on every rank; DDP: only the gradient all-reduce is collective
     passes = int(max(dist.all_gather(len(groups)))) if policy.sharded else max(len(groups), 1)
     sync = fsdp_gradient_sync if policy.sharded else sync_context
+    every = policy.sharded and cfg.cluster.fsdp.reduce_every_micro_batch  # no whole-model gradient kept
     with train_mode_without_dropout(policy.model):  # train mode, or gradient checkpointing is off
         for _ in range(cfg.optim.ppo_epochs):
             policy.optimizer.zero_grad(set_to_none=True)
@@ -67,7 +68,7 @@ def policy_update(
                 )
                 # gradients are all-reduced (DDP) or reduce-scattered (FSDP) in the last pass only
                 knobs = partial(update_knobs, cfg, policy.sharded, tensors[0].numel())
-                with sync(policy.wrapped, last=g == passes - 1), explain_oom("update", knobs, dev):
+                with sync(policy.wrapped, last=every or g == passes - 1), explain_oom("update", knobs, dev):
                     loss, s = _micro_batch_loss(policy, cfg, loss_cfg, tensors, num_tokens, num_seqs)
                     (loss * dist.loss_scale).backward()
                 # pg_loss and loss are this micro-batch's share of the batch loss; the rest are token
@@ -77,7 +78,7 @@ def policy_update(
                     stats.setdefault(k, []).append(v if k == "pg_loss" else v * weight)
                 stats.setdefault("loss", []).append(float(loss.detach()))
             for g in range(len(groups), passes):  # nothing left here, but this rank joins the collectives
-                with sync(policy.wrapped, last=g == passes - 1):
+                with sync(policy.wrapped, last=every or g == passes - 1):
                     if policy.sharded:  # the same forwards as a real pass (the LoRA reference's too)
                         empty = _empty_batch(dev)
                         loss, _ = _micro_batch_loss(policy, cfg, loss_cfg, empty, num_tokens, num_seqs)
