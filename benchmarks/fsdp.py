@@ -63,6 +63,7 @@ KNOBS = {
     "8bit": ["optim.optimizer=adamw_8bit"],
     "4bit": ["optim.optimizer=adamw_4bit"],
     "release": ["cluster.fsdp.release_full_copy=true"],
+    "chunk1024": ["optim.logprob_chunk_tokens=1024"],
     "liger": ["optim.logprob_kernel=liger"],
     "every": ["cluster.fsdp.reduce_every_micro_batch=true"],
 }

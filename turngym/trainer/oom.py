@@ -50,6 +50,8 @@ def update_knobs(cfg: Any, sharded: bool, tokens: int | None = None) -> dict[str
         "optim.micro_batch_tokens": f"{o.micro_batch_tokens} (lower it: activations and logits scale with it"
         + (f"; this micro-batch had {tokens} padded tokens)" if tokens is not None else ")"),
         "model.gradient_checkpointing": f"{m.gradient_checkpointing} (true: keep one layer's activations)",
+        "optim.logprob_chunk_tokens": f"{o.logprob_chunk_tokens} (lower it: the head's logits exist for "
+        "this many positions at a time)",
         "optim.logprob_kernel": f"{o.logprob_kernel} (liger on CUDA: no [tokens, vocab] logits)",
         "optim.optimizer": f"{o.optimizer} (adamw_8bit: ~2 bytes a parameter of state instead of 8)",
     }
