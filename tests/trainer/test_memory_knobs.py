@@ -244,3 +244,36 @@ def test_an_oom_in_the_rollout_engine_stops_the_step_with_its_knobs(tmp_path):
     assert "4/4 trajectories masked by it; first: BackendError: OutOfMemoryError: CUDA out of memory" in text
     assert "rollout.backend.max_batch_size = 64" in text and "rollout.max_context = 1536" in text
     assert trainer.run.step == 0  # nothing was trained on the surviving rows
+
+
+def test_a_full_checkpoint_of_quantized_adamw_state_loads_with_weights_only(tmp_path):
+    """torch.load(weights_only=True) refuses unknown tensor subclasses: torchao's state classes are
+    allowed, so a DDP/one-process run with adamw_8bit resumes its optimizer."""
+    from torchao.optim.subclass_8bit import OptimState8bit
+
+    from turngym.trainer.checkpoint import load_weights, save_weights
+
+    state = OptimState8bit.zeros((4, 256), signed=True, block_size=256)
+    state.codes.random_(0, 255, generator=torch.Generator().manual_seed(0))
+    state.scale.fill_(0.5)
+    save_weights(tmp_path / "optim.pt", {"state": {0: {"exp_avg": state}}})
+    loaded = load_weights(tmp_path / "optim.pt")["state"][0]["exp_avg"]
+    assert type(loaded) is OptimState8bit
+    torch.testing.assert_close(loaded.dequantize(), state.dequantize(), rtol=0, atol=0)
+
+
+def test_a_sharded_quantized_state_refuses_another_world_size_and_says_why(tmp_path):
+    import json
+
+    from turngym.trainer.optimizers import make_optimizer
+    from turngym.trainer.sharded_checkpoint import FORMAT, load_sharded
+
+    ckpt = tmp_path / "step-000001"
+    (ckpt / "dcp").mkdir(parents=True)  # refused before any shard is read
+    (ckpt / "state.json").write_text(json.dumps({"step": 1, "format": FORMAT, "world_size": 2}))
+    model = torch.nn.Linear(256, 64)
+    optim = load_config(None, ["optim.optimizer=adamw_8bit"]).optim
+    opt = make_optimizer(list(model.parameters()), optim)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    with pytest.raises(ValueError, match=r"written by 2 ranks with a quantized optimizer state .* has 1"):
+        load_sharded(ckpt, model, opt, sched)

@@ -59,6 +59,24 @@ def static_bytes_per_param(
     return out
 
 
+def state_tensor_classes() -> list[type]:
+    """torchao's quantized-state tensor classes, which a checkpoint of their optimizer holds: the
+    classes ``torch.load(weights_only=True)`` may rebuild (none when torchao is not installed)."""
+    try:
+        from torchao.optim.subclass_4bit import OptimState4bit
+        from torchao.optim.subclass_8bit import OptimState8bit
+    except ImportError:
+        return []
+    return [OptimState8bit, OptimState4bit]
+
+
+def is_quantized(optimizer: Any) -> bool:
+    """Whether ``optimizer`` keeps torchao's quantized state (``adamw_8bit``/``adamw_4bit``)."""
+    return type(optimizer).__name__ in {name for name, _, _ in QUANTIZED.values()} and type(
+        optimizer
+    ).__module__.startswith("torchao")
+
+
 def make_optimizer(params: list[Any], optim: Any) -> Any:
     """The optimizer ``optim.optimizer`` names over ``params`` (lr, betas, weight decay from ``optim``)."""
     import torch
