@@ -109,6 +109,20 @@ def test_fsdp_reducing_every_micro_batch_equals_one_process(tmp_path):
 
 
 @pytest.mark.slow
+def test_fsdp_with_the_full_copy_released_equals_one_process(tmp_path):
+    """``cluster.fsdp.release_full_copy``: the copy freed for the update (and the gradients after the
+    optimizer step) is rebuilt by the weight sync into exactly the updated weights."""
+    one = _step(tmp_path / "one", 1)
+    fsdp = _step(tmp_path / "fsdp", 2, "cluster.strategy=fsdp", "cluster.fsdp.release_full_copy=true")
+    (m1, t1), (m2, t2) = one, fsdp
+    assert m2["sharded"] and t2["grads"].numel() == 0 < t1["grads"].numel()  # freed for the refresh
+    for key in ("update/loss", "update/pg_loss", "update/grad_norm", "update/ratio_mean"):
+        assert m2[key] == pytest.approx(m1[key], rel=1e-4, abs=1e-7), key
+    torch.testing.assert_close(t2["weights"], t1["weights"], rtol=0, atol=5e-5)
+    torch.testing.assert_close(t2["full_copy"], t2["weights"], rtol=0, atol=0)
+
+
+@pytest.mark.slow
 def test_fsdp_with_a_zero_work_rank_equals_one_process(tmp_path):
     """Rank 1 has no sequence: it runs as many zero-weight passes as rank 0 has micro-batches."""
     one = _step(tmp_path / "one", 1)

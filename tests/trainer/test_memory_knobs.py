@@ -135,8 +135,11 @@ def test_state_bytes_per_param_are_computed_from_the_formats():
     assert state_bytes_per_param("adamw_4bit", "float32") == pytest.approx(2 * (0.5 + 4 / 128))
     # per rank under FSDP on 2 GPUs: fp32 master + fp32 grads + state, halved, plus the bf16 full copy
     assert static_bytes_per_param(2)["total"] == (4 + 4 + 8) / 2 + 2
-    small = static_bytes_per_param(2, "adamw_8bit", release_full_copy=True)
-    assert small["full_copy"] == 0 and small["total"] == pytest.approx((4 + 4 + 2 * (1 + 4 / 256)) / 2)
+    small = static_bytes_per_param(4, "adamw_8bit", release_full_copy=True)
+    state = 2 * (1 + 4 / 256)
+    assert small["update"] == pytest.approx((4 + 4 + state) / 4)  # no copy during the update
+    assert small["refresh"] == pytest.approx((4 + state) / 4 + 2)  # the copy back, the gradients freed
+    assert small["total"] == small["refresh"]
     # several micro-batches without a reduce-scatter between them: FSDP2's whole-model fp32 gradient
     assert static_bytes_per_param(4, accumulate_unsharded=True)["unsharded_grads"] == 4
     assert static_bytes_per_param(1, "adamw", "bfloat16", sharded=False)["total"] == 2 + 2 + 4

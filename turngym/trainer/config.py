@@ -294,8 +294,9 @@ class FSDPSettings(_Strict):
     cpu_offload: bool = False  # sharded parameters, gradients and optimizer state live on the CPU
     reshard_after_forward: bool = True  # free gathered layers after forward (ZeRO-3); False: ZeRO-2
     # free the rollouts' full bf16 copy's trainable weights for the update (2 bytes a parameter on every
-    # rank) and rebuild them at the refresh after it; not with rollout.keep_backend (its CUDA graphs
-    # read the copy's buffers at fixed addresses)
+    # rank) and rebuild them at the refresh after it (the gradients are freed after the optimizer step,
+    # to make room); not with rollout.keep_backend (its CUDA graphs read the copy's buffers at fixed
+    # addresses)
     release_full_copy: bool = False
     # reduce-scatter gradients after every micro-batch's backward, not only the last: the shards then
     # accumulate, instead of a whole-model unsharded gradient (fp32 under reduce_dtype float32: 4 bytes

@@ -41,21 +41,29 @@ def static_bytes_per_param(
     accumulate_unsharded: bool = False,
     reduce_dtype: str = "float32",
 ) -> dict[str, float]:
-    """Bytes per parameter of the whole model that one rank holds through the update, apart from
-    activations and logits: the master weights, their gradients and the optimizer state (divided by
-    ``world`` when sharded), the rollouts' full copy (FSDP; none when released for the update), and,
-    when gradients accumulate over micro-batches without a reduce-scatter between them, FSDP2's
-    whole-model unsharded gradient in ``reduce_dtype``."""
+    """Bytes per parameter of the whole model that one rank holds, apart from activations, logits
+    and the one parameter being gathered: the master weights, their gradients and the optimizer state
+    (divided by ``world`` when sharded); under FSDP the rollouts' full copy, and, when gradients
+    accumulate over micro-batches without a reduce-scatter between them, FSDP2's whole-model
+    unsharded gradient in ``reduce_dtype``.
+
+    Two phases: ``update`` (forward/backward and the optimizer step) and ``refresh`` (the copy
+    gathered from the shards after it). With ``release_full_copy`` the copy is absent from the
+    update and the gradients are freed before the refresh; ``total`` is the larger phase."""
     master = _DTYPE_BYTES[master_dtype]
     div = world if sharded else 1
     out = {
         "master": master / div,
         "grads": master / div,
         "state": state_bytes_per_param(optimizer, master_dtype) / div,
-        "full_copy": _DTYPE_BYTES[copy_dtype] if sharded and not release_full_copy else 0.0,
-        "unsharded_grads": _DTYPE_BYTES[reduce_dtype] if sharded and accumulate_unsharded else 0.0,
+        "full_copy": float(_DTYPE_BYTES[copy_dtype]) if sharded else 0.0,
+        "unsharded_grads": float(_DTYPE_BYTES[reduce_dtype]) if sharded and accumulate_unsharded else 0.0,
     }
-    out["total"] = sum(out.values())
+    shared = out["master"] + out["state"]
+    copy_in_update = 0.0 if release_full_copy else out["full_copy"]
+    out["update"] = shared + out["grads"] + out["unsharded_grads"] + copy_in_update
+    out["refresh"] = shared + out["full_copy"] + (0.0 if release_full_copy else out["grads"])
+    out["total"] = max(out["update"], out["refresh"])
     return out
 
 

@@ -89,6 +89,8 @@ def policy_update(
             with explain_oom("optimizer step", partial(update_knobs, cfg, policy.sharded), dev):
                 policy.optimizer.step()
             policy.scheduler.step()
+    if policy.sharded and cfg.cluster.fsdp.release_full_copy:  # room for the copy's refresh
+        policy.optimizer.zero_grad(set_to_none=True)
     out = {f"update/{k}": float(sum(v)) / cfg.optim.ppo_epochs for k, v in stats.items()}
     out["update/micro_batches"] = float(len(groups))
     out = merge_metrics(dist, out, summed=("update/",))  # shares of the global batch add up
