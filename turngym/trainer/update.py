@@ -6,7 +6,9 @@ Under data parallelism each rank's loss is its share of the global-batch loss (t
 summed over ranks first) and gradients are all-reduced once per optimizer step, so the update equals
 one process's on the whole batch (:mod:`turngym.trainer.distributed`). Under FSDP every rank runs
 as many passes as the busiest one (each pass all-gathers every layer): the others add zero-weight
-passes, and gradients are reduce-scattered on the last pass only (:mod:`turngym.trainer.fsdp`).
+passes, and gradients are reduce-scattered on the last pass only, or on every pass with
+``cluster.fsdp.reduce_every_micro_batch`` (:mod:`turngym.trainer.fsdp`). An out-of-memory error
+names the settings to turn (:mod:`turngym.trainer.oom`).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ def policy_update(
                     pad_right([advs[k] for k in group], 0.0, torch.float32, dev),
                 )
                 # gradients are all-reduced (DDP) or reduce-scattered (FSDP) in the last pass only
+                # (FSDP with cluster.fsdp.reduce_every_micro_batch: in every pass)
                 knobs = partial(update_knobs, cfg, policy.sharded, tensors[0].numel())
                 with sync(policy.wrapped, last=every or g == passes - 1), explain_oom("update", knobs, dev):
                     loss, s = _micro_batch_loss(policy, cfg, loss_cfg, tensors, num_tokens, num_seqs)
