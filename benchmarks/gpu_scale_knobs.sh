@@ -1,3 +1,8 @@
+#!/usr/bin/env bash
+# Issue 37's memory knobs at the 7B shape on one machine of 4 GPUs (device tool, carry .whl):
+#   two 2-rank runs side by side (GPUs 0-1, 2-3), then one 4-rank run; tables in $OUT/k{2,3,4}.log.
+# Results: benchmarks/gpu_results.md (issue 37, session 2), docs/scaling.md section 4a.
+set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH TOKENIZERS_PARALLELISM=false
 nvidia-smi -L
