@@ -24,10 +24,7 @@ SKIP_DIRS = {"templates", "__pycache__"}  # turngym/sdk/templates: scaffold sour
 
 #: Lazy (function-level) cycles known today, each a sorted tuple of module names. A fix may drop
 #: one from this list; nothing may be added without a reason written beside it.
-KNOWN_LAZY_CYCLES: set[tuple[str, ...]] = {
-    # IGPO builds its information-gain scorer lazily; the scorer imports IGPO's constants
-    ("turngym.trainer.credit.igpo", "turngym.trainer.credit.info_gain"),
-}
+KNOWN_LAZY_CYCLES: set[tuple[str, ...]] = set()
 
 
 def modules(package: Path) -> dict[str, tuple[Path, bool]]:

@@ -34,7 +34,6 @@ KNOWN_UPWARD: set[tuple[str, str]] = {
 KNOWN_CYCLES: set[tuple[str, ...]] = {
     ("turngym.agents.hf_slot_share", "turngym.agents.hf_slots"),  # the HF engine package step
     ("turngym.remote.mcp", "turngym.remote.server"),
-    ("turngym.trainer.credit.igpo", "turngym.trainer.credit.info_gain"),
 }
 
 MAX_MODULE_LINES, MAX_CLASS_LINES, MAX_DOC_LINES = 600, 400, 30
