@@ -349,7 +349,8 @@ def test_hop_targets_are_a_config_key(tiny):
     ).method.scorer
     assert (scorer.gain_targets, scorer.hops_key) == ("hops", "hop_answers")
     assert (
-        build_credit(load_config(None, ["credit.method=igpo"]), model, tok).method.scorer.gain_targets == "answer"
+        build_credit(load_config(None, ["credit.method=igpo"]), model, tok).method.scorer.gain_targets
+        == "answer"
     )
     with pytest.raises(Exception, match="gain_targets"):
         build_credit(load_config(None, ["credit.method=igpo", "credit.igpo.gain_targets=chain"]), model, tok)
