@@ -33,7 +33,6 @@ KNOWN_UPWARD: set[tuple[str, str]] = {
 #: import cycles counting type-only and lazy imports, known today; none may be added
 KNOWN_CYCLES: set[tuple[str, ...]] = {
     ("turngym.agents.hf_slot_share", "turngym.agents.hf_slots"),  # the HF engine package step
-    ("turngym.remote.mcp", "turngym.remote.server"),
 }
 
 MAX_MODULE_LINES, MAX_CLASS_LINES, MAX_DOC_LINES = 600, 400, 30
