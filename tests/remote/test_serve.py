@@ -21,12 +21,13 @@ from websockets.asyncio.client import connect  # noqa: E402
 
 import turngym  # noqa: E402
 from turngym.agents.scripted import ScriptedAgent  # noqa: E402
-from turngym.core.env import Env, NotForkable, Task  # noqa: E402
+from turngym.core.env import NotForkable, Task  # noqa: E402
 from turngym.core.types import Message  # noqa: E402
 from turngym.remote import RemoteEnv, RemoteEnvError, RemoteEnvLost  # noqa: E402
 from turngym.remote.server import SessionManager  # noqa: E402
 from turngym.rollout import RolloutConfig, RolloutEngine  # noqa: E402
 from turngym.tools import tool  # noqa: E402
+from turngym.tools.env import Env  # noqa: E402
 
 from .serving import (  # noqa: E402
     AUTH,

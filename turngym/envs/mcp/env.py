@@ -49,7 +49,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from turngym.core.env import INVALID_KINDS, Env, Task, pick_task_index
+from turngym.core.env import INVALID_KINDS, Task, pick_task_index
 from turngym.core.spaces import ActionSpace
 from turngym.core.types import Message, ToolResult, ToolSpec
 from turngym.envs.mcp.client import McpConnection, ServerLost, acquire_shared, release_shared
@@ -58,6 +58,7 @@ from turngym.envs.mcp.schema import ArgumentValidator, UnsupportedSchema, saniti
 from turngym.envs.mcp.tasks import McpTask, load_tasks
 from turngym.envs.search.metrics import best_exact_match, best_f1, contains_answer
 from turngym.tools import BadArguments, BoundTool, ToolBox, ToolDef, ToolError, ToolOutput, tool
+from turngym.tools.env import Env
 
 SYSTEM_PROMPT = (
     "You solve the user's task with the tools below, which are provided by MCP servers. Call tools as "

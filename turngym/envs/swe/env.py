@@ -41,13 +41,14 @@ from typing import Any
 
 import numpy as np
 
-from turngym.core.env import Env, Task
+from turngym.core.env import Task
 from turngym.core.types import Message, ToolResult
 from turngym.envs.swe.packages import REPO_DIR
 from turngym.envs.swe.prompts import HARBOR_USER_PROMPT, SYSTEM_PROMPT, USER_PROMPT
 from turngym.envs.swe.tasks import SweTask
 from turngym.envs.swe.tools import SweTools, gold_command
 from turngym.tools import ToolError
+from turngym.tools.env import Env
 
 _MALFORMED = frozenset({"parse_error", "no_call", "bad_arguments", "unknown_tool", "too_many_calls"})
 _IMAGE_CACHE: dict[tuple[Any, ...], str] = {}
