@@ -200,7 +200,9 @@ def test_commands_receive_typed_option_models():
         ["u1", "u2"],
         "scripted",
     )  # n: this command's default
-    assert tree.config().k == 4 and run.agent_spec().urls == ["u1", "u2"]
+    spec = run.agent_spec()
+    assert tree.config().k == 4 and spec.urls == ["u1", "u2"] and spec.max_batch_size == run.concurrency
+    assert (spec.kind, spec.max_context, spec.seed, spec.temperature) == ("scripted", 4096, 0, 1.0)
     with pytest.raises(ValueError):  # frozen: a command cannot rewrite its options
         run.n = 9
     for args, flag in (

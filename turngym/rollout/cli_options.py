@@ -158,20 +158,8 @@ class RunOptions(CommandOptions):
         kind = self.backend
         if kind == "hf" and use_hf_worker(self.hf_worker):
             kind = "hf_worker"
-        return AgentSpec(
-            kind=kind,
-            model=self.model,
-            urls=self.url or [],
-            base_url=self.base_url,
-            dtype=self.dtype,
-            hf_engine=self.hf_engine,
-            hf_compile=self.hf_compile,
-            max_batch_size=self.concurrency,
-            max_context=self.max_context,
-            max_tokens=self.max_tokens,
-            temperature=self.temperature,
-            seed=self.seed,
-        )
+        same = self.model_dump(include=set(AgentSpec.model_fields) - {"kind"})  # the options named alike
+        return AgentSpec(kind=kind, urls=self.url or [], max_batch_size=self.concurrency, **same)
 
 
 class TreeOptions(CommandOptions):
