@@ -176,3 +176,22 @@ def test_split_rooms_stay_small(module):
 
 def test_turngym_is_the_package_checked():
     assert Path(turngym.__file__).parent == PACKAGE
+
+
+def test_limit_turns_is_written_once():
+    """Every env kind inherits ``limit_turns`` from ``core.env.TurnLimited``; the only other definitions
+    are the protocol's stub and the wrappers' forwarding to the env they wrap."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if SKIP_DIRS & set(path.parts):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, ast.FunctionDef) and item.name == "limit_turns":
+                        found.append(f"{path.relative_to(PACKAGE.parent).as_posix()}:{node.name}")
+    assert sorted(found) == [
+        "turngym/core/env.py:EnvProtocol",
+        "turngym/core/env.py:TurnLimited",
+        "turngym/core/wrappers.py:AsyncWrapper",
+    ]
