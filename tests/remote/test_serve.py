@@ -534,7 +534,7 @@ def test_remote_env_passes_the_conformance_suite(served):
 
     report = check_env("remote", url=served.url, env_id="arith")
     report.raise_for_failures()  # sync API, determinism, hostile actions, turn limit, fork, gymnasium, close
-    assert {r.name for r in report.results} >= {"fork", "gymnasium", "close", "determinism"}
+    assert {r.name for r in report.results} >= {"surface", "fork", "gymnasium", "close", "determinism"}
     wait_for(lambda: served.manager.sessions == {})  # every env it opened (forks included) was closed
 
 
