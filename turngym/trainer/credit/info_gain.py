@@ -194,28 +194,31 @@ class InfoGainScorer:
     # -------------------------------------------------------------- scoring
     def answer_logprobs(self, items: list[tuple[list[int], int, int]]) -> list[float]:
         """ℓ for each ``(ids, start, end)``: mean log p of ids[start:end], batched by length."""
+        device = next(self.model.parameters()).device
+        return self._batched([len(it[0]) for it in items], lambda batch: self._forward(batch, items, device))
+
+    def _batched(self, lengths: list[int], forward: Any) -> list[Any]:
+        """``forward(batch)`` over batches of indices (sorted by length, each batch's rows times its
+        longest length within ``batch_tokens``), in eval mode without gradients; the results in the
+        order of ``lengths``. The module's training mode is restored after."""
         import torch
 
-        model = self.model
-        device = next(model.parameters()).device
-        out = [math.nan] * len(items)
-        order = sorted(range(len(items)), key=lambda k: len(items[k][0]))
+        out: list[Any] = [None] * len(lengths)
         batches: list[list[int]] = []
-        for k in order:
-            longest = len(items[k][0])
-            if batches and longest * (len(batches[-1]) + 1) <= self.batch_tokens:
+        for k in sorted(range(len(lengths)), key=lambda k: lengths[k]):
+            if batches and lengths[k] * (len(batches[-1]) + 1) <= self.batch_tokens:
                 batches[-1].append(k)
             else:
                 batches.append([k])
-        was_training = model.training
-        model.eval()
+        was_training = self.model.training
+        self.model.eval()
         try:
             with torch.no_grad():
                 for batch in batches:
-                    for k, value in zip(batch, self._forward(batch, items, device), strict=True):
+                    for k, value in zip(batch, forward(batch), strict=True):
                         out[k] = value
         finally:
-            model.train(was_training)
+            self.model.train(was_training)
         return out
 
     def _forward(self, batch: list[int], items, device) -> list[float]:
@@ -255,28 +258,10 @@ class InfoGainScorer:
         return self.packed_logprobs([_Pack.of(items) for items in groups])
 
     def packed_logprobs(self, packs: list[_Pack]) -> list[list[float]]:
-        import torch
-
         device = next(self.model.parameters()).device
-        out: list[list[float]] = [[math.nan] * len(p.reads) for p in packs]
-        batches: list[list[int]] = []
-        for k in sorted(range(len(packs)), key=lambda k: len(packs[k].ids)):
-            if batches and len(packs[k].ids) * (len(batches[-1]) + 1) <= self.batch_tokens:
-                batches[-1].append(k)
-            else:
-                batches.append([k])
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with torch.no_grad():
-                for batch in batches:
-                    for k, values in zip(
-                        batch, self._forward_packed([packs[k] for k in batch], device), strict=True
-                    ):
-                        out[k] = values
-        finally:
-            self.model.train(was_training)
-        return out
+        return self._batched(
+            [len(p.ids) for p in packs], lambda batch: self._forward_packed([packs[k] for k in batch], device)
+        )
 
     def _forward_packed(self, packs: list[_Pack], device) -> list[list[float]]:
         import torch
