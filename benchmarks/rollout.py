@@ -53,7 +53,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from turngym.agents import Generation, LLMAgent, SamplingParams  # noqa: E402
-from turngym.core.env import Env  # noqa: E402
+from turngym import Env  # noqa: E402
 from turngym.core.registry import make  # noqa: E402
 from turngym.core.wrappers import AsyncWrapper  # noqa: E402
 from turngym.rollout import RolloutConfig, RolloutEngine  # noqa: E402
