@@ -40,12 +40,13 @@ def main() -> None:
     for targets in ("answer", "hops", "answer"):  # the first pass also warms up
         scorer = InfoGainScorer(model, tok, gain_targets=targets)
         t0 = time.perf_counter()
-        metrics = scorer(trajs)
+        found = scorer.score(trajs)
+        metrics = found.metrics
         seconds = time.perf_counter() - t0
         per_turn: dict[int, list[float]] = {}
-        for t in trajs:
-            for k, turn in enumerate(t.turns[:-1]):
-                per_turn.setdefault(k, []).append(turn.info["info_gain"])
+        for gains in found.gains:
+            for k, g in enumerate(gains or []):
+                per_turn.setdefault(k, []).append(g)
         means = {k: round(statistics.mean(v), 3) for k, v in sorted(per_turn.items())}
         print(f"{targets:>6}: mean IG by turn {means}, tokens {metrics['ig/tokens']:.0f}, {seconds:.1f} s")
 

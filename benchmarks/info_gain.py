@@ -40,7 +40,7 @@ def main() -> None:
             scorer = InfoGainScorer(model, tok, share_prefix=mode == "packed")
             copies = [t.model_copy(deep=True) for t in trajs]
             t0 = time.perf_counter()
-            metrics[mode] = scorer(copies)
+            metrics[mode] = scorer.score(copies).metrics
             times[mode].append(time.perf_counter() - t0)
     for mode in ("separate", "packed"):
         m = metrics[mode]

@@ -30,8 +30,8 @@ from benchmarks.rollout_common import (  # noqa: E402
     taken_trace,
     timeline,
 )
+from turngym import Env  # noqa: E402
 from turngym.agents import Generation, LLMAgent, SamplingParams  # noqa: E402
-from turngym.core.env import Env  # noqa: E402
 from turngym.core.registry import make  # noqa: E402
 from turngym.core.wrappers import AsyncWrapper  # noqa: E402
 from turngym.rollout import RolloutConfig, RolloutEngine  # noqa: E402

@@ -6,8 +6,7 @@ Importing turngym stays light: heavy dependencies load when an env is made.
 """
 
 from turngym.core import (
-    AsyncEnv,
-    Env,
+    EnvProtocol,
     EnvSpec,
     ForkError,
     Message,
@@ -26,12 +25,14 @@ from turngym.core import (
 )
 from turngym.envs import catalog as _catalog  # noqa: F401  (registers the built-in envs, lazily)
 from turngym.tools import ToolBox, ToolError, ToolOutput, tool
+from turngym.tools.env import AsyncEnv, Env
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AsyncEnv",
     "Env",
+    "EnvProtocol",
     "EnvSpec",
     "ForkError",
     "Message",

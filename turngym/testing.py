@@ -1,6 +1,8 @@
 """Conformance suite for turngym environments: ``check_env(env_or_id)``.
 
 Checks, each reported separately:
+  * ``surface``: the env has the typed surface of :class:`turngym.core.env.EnvProtocol` (async episode
+    calls, tools, parser, turn limit, forking, expert) and ``limit_turns`` only ever tightens the limit;
   * ``gymnasium``: Gymnasium's own ``env_checker.check_env``;
   * ``determinism``: the same seed gives the same task, first observation and first step;
   * ``tool_schemas``: every tool has a name, a description and a valid JSON schema;
@@ -33,10 +35,11 @@ from typing import Any
 
 import jsonschema
 
-from turngym.core.env import Env, ForkError, NotForkable, _render_messages
+from turngym.core.env import EnvProtocol, ForkError, NotForkable, missing_surface
 from turngym.core.registry import make
 from turngym.core.types import Message, ToolCall, Trajectory
 from turngym.core.wrappers import fork_env
+from turngym.tools.env import Env, _render_messages
 
 Opener = Callable[[], AbstractContextManager[Env]]
 
@@ -151,6 +154,7 @@ def check_env(
                 env.close()
 
     checks: list[tuple[str, Callable[[Opener], str]]] = [
+        ("surface", _check_surface),
         ("tool_schemas", _check_tool_schemas),
         ("determinism", lambda o: _check_determinism(o, seeds)),
         ("malformed_actions", _check_malformed),
@@ -185,6 +189,26 @@ def _run_check(name: str, fn: Callable[[Opener], str], open_env: Opener, attempt
     return CheckResult(
         name, False, f"inconclusive after {attempts} attempts, each spoilt by a timeout: {spoilt[-1]}"
     )
+
+
+def _check_surface(open_env: Opener) -> str:
+    with open_env() as env:
+        missing = missing_surface(env)
+        assert not missing, f"the env lacks the env protocol's {', '.join(missing)}"
+        assert isinstance(env, EnvProtocol)
+        limit = env.max_turns
+        env.limit_turns(limit + 1)  # a looser cap leaves the limit in force
+        assert env.max_turns == limit, (
+            f"limit_turns({limit + 1}) changed max_turns {limit} to {env.max_turns}"
+        )
+        try:
+            env.limit_turns(0)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("limit_turns(0) did not raise ValueError")
+        assert env.max_turns == limit, "a refused limit_turns(0) changed max_turns"
+        return f"the env protocol's {len(missing_surface(object))} members; max_turns {limit}"
 
 
 def _check_tool_schemas(open_env: Opener) -> str:

@@ -10,9 +10,10 @@ from hypothesis import strategies as st
 import turngym
 from turngym.agents import AgentError, RandomAgent, ScriptedAgent
 from turngym.agents.scripted import random_value
-from turngym.core.env import Env, Task
+from turngym.core.env import Task
 from turngym.rollout import RolloutConfig, RolloutEngine
 from turngym.tools import tool
+from turngym.tools.env import Env
 
 
 async def test_scripted_expert_solves_arith():

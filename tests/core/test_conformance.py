@@ -24,9 +24,10 @@ def test_registered_env_conforms(env_id):
 
 
 def test_suite_catches_a_broken_env():
-    from turngym.core.env import Env, Task
+    from turngym.core.env import Task
     from turngym.core.types import Message
     from turngym.tools import tool
+    from turngym.tools.env import Env
 
     class Nondeterministic(Env):
         count = 0
@@ -96,3 +97,76 @@ def test_a_real_difference_without_a_timeout_fails_at_once():
     assert (
         not det.passed and "inconclusive" not in det.detail and "first-step observations differ" in det.detail
     )
+
+
+def test_the_surface_check_names_what_an_env_lacks_and_a_loosening_limit():
+    from turngym.core.env import Task
+    from turngym.core.types import Message
+    from turngym.tools import tool
+    from turngym.tools.env import Env
+
+    class Loose(Env):
+        """An env whose limit_turns loosens the limit: the surface check refuses it."""
+
+        @tool
+        def noop(self) -> str:
+            """Nothing."""
+            return ""
+
+        def _reset(self, rng, options):
+            return Task([Message(role="user", content="hi")], task_id="t")
+
+        def limit_turns(self, max_turns):
+            self.max_turns = int(max_turns)
+
+    class NoAsync(Loose):
+        def astep(self, action):  # the rollout engine awaits this: a plain function breaks it
+            return self.step(action)
+
+    surface = next(r for r in check_env(Loose()).results if r.name == "surface")
+    assert not surface.passed and "changed max_turns 10 to 11" in surface.detail
+    surface = next(r for r in check_env(NoAsync()).results if r.name == "surface")
+    assert not surface.passed and "astep (not async)" in surface.detail
+
+
+def test_ray_and_remote_envs_and_wrappers_have_the_env_surface():
+    """``RayEnv`` and ``RemoteEnv`` live elsewhere and cannot be opened here without a cluster or a
+    server (tests/remote runs the whole suite on a served env); their classes carry the surface, and
+    they inherit ``limit_turns`` from the one ``TurnLimited`` instead of writing their own."""
+    from turngym.core.env import TurnLimited, missing_surface
+    from turngym.core.wrappers import RecordRewardComponents, TurnLimit
+    from turngym.remote.client import RemoteEnv
+    from turngym.rollout.ray_envs import RayEnv
+    from turngym.tools.env import Env
+
+    for cls in (Env, RemoteEnv, RayEnv):
+        assert missing_surface(cls) == [], cls
+        assert issubclass(cls, TurnLimited) and cls.limit_turns is TurnLimited.limit_turns, cls
+    assert missing_surface(object) and "areset" in missing_surface(object)
+    env = turngym.make("arith")
+    try:
+        for wrapped in (TurnLimit(env, 3), RecordRewardComponents(env)):
+            assert missing_surface(wrapped) == [] and isinstance(wrapped, turngym.EnvProtocol)
+            assert wrapped.parser is env.parser and wrapped.tool_instructions() == env.tool_instructions()
+    finally:
+        env.close()
+
+
+def test_turn_limited_tightens_once_and_reports_a_pending_cap_once():
+    from turngym.core.env import TurnLimited
+
+    class Far(TurnLimited):  # an env that lives elsewhere: its cap is sent with the next reset
+        max_turns = 10
+
+    far = Far()
+    assert far.pending_turn_cap() is None
+    far.limit_turns(6)
+    far.limit_turns(8)  # looser: the 6 stays
+    assert far.max_turns == 6 and far.pending_turn_cap() == 6 and far.pending_turn_cap() is None
+    far.limit_turns(7)
+    assert far.pending_turn_cap() is None  # nothing tighter than what was sent
+    far.limit_turns(2)
+    assert far.max_turns == 2 and far.pending_turn_cap() == 2
+    with pytest.raises(ValueError, match="max_turns must be >= 1"):
+        far.limit_turns(0)
+    assert far.max_turns == 2

@@ -4,9 +4,10 @@ import warnings
 import pytest
 
 import turngym
-from turngym.core.env import AsyncEnv, Env, Task
+from turngym.core.env import Task
 from turngym.core.types import Message
 from turngym.tools import tool
+from turngym.tools.env import AsyncEnv, Env
 
 
 def play_expert(env, seed=0):

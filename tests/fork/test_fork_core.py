@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import turngym
-from turngym.core.env import Env, ForkError, NotForkable, Task
+from turngym.core.env import ForkError, NotForkable, Task
 from turngym.core.types import Message
 from turngym.core.wrappers import (
     RecordRewardComponents,
@@ -26,6 +26,7 @@ from turngym.core.wrappers import (
 )
 from turngym.envs.arith.env import ArithEnv
 from turngym.tools import tool
+from turngym.tools.env import Env
 
 
 def summary(step):

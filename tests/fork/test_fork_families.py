@@ -10,9 +10,10 @@ import os
 import pytest
 
 import turngym
-from turngym.core.env import Env, NotForkable
+from turngym.core.env import NotForkable
 from turngym.envs.arith.env import ArithEnv
 from turngym.testing import check_env
+from turngym.tools.env import Env
 
 #: families that need a service: docker, browsers, or (interop) external MCP servers and remote envs
 #: served by `turngym serve` (tests/remote covers both, conformance included)

@@ -21,12 +21,13 @@ from websockets.asyncio.client import connect  # noqa: E402
 
 import turngym  # noqa: E402
 from turngym.agents.scripted import ScriptedAgent  # noqa: E402
-from turngym.core.env import Env, NotForkable, Task  # noqa: E402
+from turngym.core.env import NotForkable, Task  # noqa: E402
 from turngym.core.types import Message  # noqa: E402
 from turngym.remote import RemoteEnv, RemoteEnvError, RemoteEnvLost  # noqa: E402
 from turngym.remote.server import SessionManager  # noqa: E402
 from turngym.rollout import RolloutConfig, RolloutEngine  # noqa: E402
 from turngym.tools import tool  # noqa: E402
+from turngym.tools.env import Env  # noqa: E402
 
 from .serving import (  # noqa: E402
     AUTH,
@@ -533,7 +534,7 @@ def test_remote_env_passes_the_conformance_suite(served):
 
     report = check_env("remote", url=served.url, env_id="arith")
     report.raise_for_failures()  # sync API, determinism, hostile actions, turn limit, fork, gymnasium, close
-    assert {r.name for r in report.results} >= {"fork", "gymnasium", "close", "determinism"}
+    assert {r.name for r in report.results} >= {"surface", "fork", "gymnasium", "close", "determinism"}
     wait_for(lambda: served.manager.sessions == {})  # every env it opened (forks included) was closed
 
 

@@ -7,9 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from turngym.core.env import Env, Task
+from turngym.core.env import Task
 from turngym.core.types import Message, ToolResult
 from turngym.tools import tool
+from turngym.tools.env import Env
 
 
 class FaultyEnv(Env):

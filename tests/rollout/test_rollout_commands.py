@@ -172,3 +172,50 @@ def test_rollout_tree_of_a_non_forkable_env_fails_before_any_episode(tmp_path):
         assert len(load_trajectories(tmp_path)) == 2  # a flat group of K=2
     finally:
         registry.unregister("unforkable-toy-v0")
+
+
+def test_commands_receive_typed_option_models():
+    """``with_options`` hands a command validated pydantic models (no packed dicts), with the
+    command's own defaults, and a value the model refuses is an error naming the flag."""
+    from turngym.rollout.cli_options import RunOptions, TreeOptions, with_options
+
+    seen = {}
+
+    @with_options(RunOptions, TreeOptions, after=1, n=5)
+    def probe(env: str, *, run: RunOptions, tree: TreeOptions) -> None:
+        seen.update(env=env, run=run, tree=tree)
+
+    probe_app = typer.Typer()
+    probe_app.command("probe")(probe)
+    probe_app.command("other")(lambda: None)  # two commands: typer keeps the name
+    res = runner.invoke(
+        probe_app, ["probe", "arith", "-g", "3", "--url", "u1", "--url", "u2", "--tree", "--tree-k", "4"]
+    )
+    assert res.exit_code == 0, res.output
+    run, tree = seen["run"], seen["tree"]
+    assert isinstance(run, RunOptions) and isinstance(tree, TreeOptions) and seen["env"] == "arith"
+    assert (run.n, run.g, run.url, run.backend) == (
+        5,
+        3,
+        ["u1", "u2"],
+        "scripted",
+    )  # n: this command's default
+    spec = run.agent_spec()
+    assert tree.config().k == 4 and spec.urls == ["u1", "u2"] and spec.max_batch_size == run.concurrency
+    assert (spec.kind, spec.max_context, spec.seed, spec.temperature) == ("scripted", 4096, 0, 1.0)
+    with pytest.raises(ValueError):  # frozen: a command cannot rewrite its options
+        run.n = 9
+    for args, flag in (
+        (["-n", "0"], "-n"),
+        (["--turn-timeout", "-1"], "--turn-timeout"),
+        (["-g", "0"], "-g"),
+    ):
+        res = runner.invoke(probe_app, ["probe", "arith", *args])
+        assert res.exit_code != 0 and flag in res.output and "greater than" in res.output, res.output
+    with pytest.raises(TypeError, match="no option"):
+        with_options(RunOptions, after=1, nope=1)
+
+
+def test_rollout_with_a_bad_tree_schedule_is_a_clear_error(tmp_path):
+    res = runner.invoke(app, ["rollout", "arith", "--out", str(tmp_path), "--tree", "--tree-turns", "x,1"])
+    assert res.exit_code != 0 and "--tree" in res.output

@@ -4,7 +4,7 @@
     torchrun --standalone --nproc-per-node 2 tests/scale/ddp_step.py OUT    # two (gloo on CPU, NCCL on GPU)
 
 Rank 0 writes ``OUT/world-N.json`` (loss, grad norm, backend, device, strategy) and ``OUT/world-N.pt``
-(the clipped gradient vector, the updated parameters and the rollouts' full copy of them after the
+(the clipped gradient vector, empty when the update freed it, the updated parameters and the rollouts' full copy of them after the
 weight sync); each rank updates on its shard of the batch. ``cluster.strategy=fsdp`` shards the
 model (FSDP2); ``optim.ppo_epochs=K`` makes K optimizer steps on the batch; ``--all-on-rank-0`` gives
 the whole batch to rank 0 (the other ranks have nothing to train on but must join every collective).
@@ -97,7 +97,12 @@ def main() -> None:
     else:
         metrics = policy_update(trainer.policy, trainer.cfg, shard(trajs, ctx), shard(advs, ctx))
     params = [p for p in trainer.policy.model.parameters() if p.requires_grad]
-    grads = torch.cat([_full(p.grad).detach().float().flatten().cpu() for p in params])
+    freed = any(p.grad is None for p in params)  # cluster.fsdp.release_full_copy frees them after the step
+    grads = (
+        torch.empty(0)
+        if freed
+        else torch.cat([_full(p.grad).detach().float().flatten().cpu() for p in params])
+    )
     weights = torch.cat([_full(p).detach().float().flatten().cpu() for p in params])
     trainer.policy.sync_weights(updates)  # under FSDP: the rollouts' full copy gathered from the shards
     copy = dict(trainer.policy.full_model.named_parameters())

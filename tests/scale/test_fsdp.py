@@ -86,6 +86,43 @@ def test_fsdp_update_equals_ddp_and_one_process(tmp_path):
 
 
 @pytest.mark.slow
+def test_fsdp_with_chunked_head_logprobs_equals_one_process(tmp_path):
+    """The output head applied in chunks of 16 positions outside the root's forward (the root unit
+    stays gathered until its backward): the ranks run different numbers of chunks, and the update
+    still equals one process's on the whole batch."""
+    chunk = "optim.logprob_chunk_tokens=16"
+    one = _step(tmp_path / "one", 1, chunk)
+    fsdp = _step(tmp_path / "fsdp", 2, "cluster.strategy=fsdp", chunk)
+    assert fsdp[0]["sharded"] and fsdp[0]["update/micro_batches"] >= 2
+    _assert_same_update(one, fsdp)
+    torch.testing.assert_close(fsdp[1]["full_copy"], fsdp[1]["weights"], rtol=0, atol=0)
+
+
+@pytest.mark.slow
+def test_fsdp_reducing_every_micro_batch_equals_one_process(tmp_path):
+    """``cluster.fsdp.reduce_every_micro_batch``: gradients reduce-scattered after each of several
+    micro-batches and accumulated in the shards give the same update as one process's."""
+    one = _step(tmp_path / "one", 1)
+    fsdp = _step(tmp_path / "fsdp", 2, "cluster.strategy=fsdp", "cluster.fsdp.reduce_every_micro_batch=true")
+    assert fsdp[0]["sharded"] and fsdp[0]["update/micro_batches"] >= 2
+    _assert_same_update(one, fsdp)
+
+
+@pytest.mark.slow
+def test_fsdp_with_the_full_copy_released_equals_one_process(tmp_path):
+    """``cluster.fsdp.release_full_copy``: the copy freed for the update (and the gradients after the
+    optimizer step) is rebuilt by the weight sync into exactly the updated weights."""
+    one = _step(tmp_path / "one", 1)
+    fsdp = _step(tmp_path / "fsdp", 2, "cluster.strategy=fsdp", "cluster.fsdp.release_full_copy=true")
+    (m1, t1), (m2, t2) = one, fsdp
+    assert m2["sharded"] and t2["grads"].numel() == 0 < t1["grads"].numel()  # freed for the refresh
+    for key in ("update/loss", "update/pg_loss", "update/grad_norm", "update/ratio_mean"):
+        assert m2[key] == pytest.approx(m1[key], rel=1e-4, abs=1e-7), key
+    torch.testing.assert_close(t2["weights"], t1["weights"], rtol=0, atol=5e-5)
+    torch.testing.assert_close(t2["full_copy"], t2["weights"], rtol=0, atol=0)
+
+
+@pytest.mark.slow
 def test_fsdp_with_a_zero_work_rank_equals_one_process(tmp_path):
     """Rank 1 has no sequence: it runs as many zero-weight passes as rank 0 has micro-batches."""
     one = _step(tmp_path / "one", 1)
@@ -185,6 +222,7 @@ def test_benchmark_runs_the_tiny_shape_on_one_process(tmp_path):
         "--tiny",
         "--steps=1",
         "--warmup=0",
+        "--variants=base,nochunk",
         f"--out={out}",
     ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
@@ -192,7 +230,13 @@ def test_benchmark_runs_the_tiny_shape_on_one_process(tmp_path):
     assert "strategy" in proc.stdout and "MFU against a peak of 9.89e+14" in proc.stdout
     result = json.loads(out.read_text())
     assert result["card"] == "cpu" and result["peak_flops"] == 989e12
-    rows = {r["strategy"]: r for r in result["rows"]}
+    order = [(r["strategy"], r["variant"]) for r in result["rows"]]
+    assert order == [("fsdp", "base"), ("fsdp", "nochunk"), ("ddp", "base"), ("ddp", "nochunk")]
+    for r in result["rows"]:  # ratios to the first variant of the same strategy, in the same run
+        base = next(b for b in result["rows"] if b["strategy"] == r["strategy"] and b["variant"] == "base")
+        assert r["update_s_ratio"] == pytest.approx(r["update_s"] / base["update_s"])
+        assert r["chunk"] == (None if r["variant"] == "nochunk" else 4096)
+    rows = {r["strategy"]: r for r in result["rows"] if r["variant"] == "base"}
     assert sorted(rows) == ["ddp", "fsdp"]
     for r in rows.values():
         assert r["world"] == 1 and r["shape"] == "tiny" and r["params"] > 0

@@ -89,19 +89,18 @@ def test_scorer_with_hop_targets_scores_every_target(tiny):
     )
     plain = make_traj([0.0, 1.0], reference={"answer": "Sammun"})
     s = InfoGainScorer(model, tok, gain_targets="hops")
-    metrics = s([hops, plain])
+    found = s.score([hops, plain])
+    metrics = found.metrics
     assert metrics["ig/contexts"] == 3 * 2 + 2 and metrics["ig/failed"] == 0
     rows = [
         s.answer_logprobs([s.encode(s.render(c), t) for t in ("Asbrael Holdings", "Sammun")])
         for c in s.contexts(hops)
     ]
-    gains = [t.info["info_gain"] for t in hops.turns[:-1]]
+    gains = found.gains[0]
     assert gains == pytest.approx(hop_information_gain(rows, "prob_diff"), abs=1e-5)
     assert hops.metrics["ig_v0"] == pytest.approx(rows[0][1], abs=1e-5)  # the answer's, as before
     alone = s.answer_logprobs([s.encode(s.render(c), "Sammun") for c in s.contexts(plain)])
-    assert plain.turns[0].info["info_gain"] == pytest.approx(
-        max(0.0, math.exp(alone[1]) - math.exp(alone[0])), abs=1e-5
-    )
+    assert found.gains[1] == pytest.approx([max(0.0, math.exp(alone[1]) - math.exp(alone[0]))], abs=1e-5)
 
 
 def test_search_qa_tasks_carry_hop_answers():
@@ -155,7 +154,7 @@ def test_batched_scoring_equals_one_by_one_and_a_plain_forward(tiny):
     assert tiny_batches == pytest.approx(single, abs=1e-4)
 
 
-def test_scorer_writes_ig_into_tool_turns(tiny):
+def test_scorer_returns_ig_of_the_tool_turns_and_writes_nothing_into_them(tiny):
     model, tok = tiny
     ref = {"answer": ["Dirkerge", "Dirk"]}
     three = make_traj([0.0, 0.0, 1.0], reference=ref)
@@ -163,25 +162,28 @@ def test_scorer_writes_ig_into_tool_turns(tiny):
     unknown = make_traj([0.0, 1.0])  # no gold answer
     for ig_type in ("prob_diff", "log_prob_diff"):
         s = InfoGainScorer(model, tok, ig_type=ig_type)
-        metrics = s([three, one, unknown])
-        assert metrics["ig/contexts"] == 3 and metrics["ig/failed"] == 0
-        gains = [t.info["info_gain"] for t in three.turns[:-1]]
-        assert len(gains) == 2 and "info_gain" not in three.turns[-1].info
+        before = [[dict(t.info) for t in x.turns] for x in (three, one, unknown)]
+        found = s.score([three, one, unknown])
+        assert found.metrics["ig/contexts"] == 3 and found.metrics["ig/failed"] == 0
+        gains, none_one, none_unknown = found.gains
+        assert len(gains) == 2 and none_one is None and none_unknown is None
         values = s.answer_logprobs([s.encode(s.render(c), "Dirkerge") for c in s.contexts(three)])
         assert gains == pytest.approx(information_gain(values, ig_type), abs=1e-5)
-        assert "info_gain" not in unknown.turns[0].info
+        assert [[dict(t.info) for t in x.turns] for x in (three, one, unknown)] == before  # no side channel
     model.train()
-    s([three])
+    s.score([three])
     assert model.training  # the scorer restores the module's mode
 
 
 def test_contexts_over_long_limit_fall_back(tiny):
     model, tok = tiny
     t = make_traj([0.0, 1.0], reference={"answer": "x"})
-    metrics = InfoGainScorer(model, tok, max_length=5)([t])
-    assert metrics["ig/failed"] == 1 and "info_gain" not in t.turns[0].info
-    out = CreditPipeline(IGPO())([t])
-    assert out.metrics["igpo/ig_fallback"] == 1
+    scorer = InfoGainScorer(model, tok, max_length=5)
+    found = scorer.score([t])
+    assert found.metrics["ig/failed"] == 1 and found.gains == [None]
+    method = IGPO(scorer=scorer)
+    out = CreditPipeline(method, prepare=method.prepare)([t])
+    assert out.metrics["igpo/ig_fallback"] == 1 and out.metrics["ig/failed"] == 1
 
 
 @pytest.mark.slow
@@ -194,12 +196,12 @@ def test_igpo_on_search_qa_expert_trajectories(tiny):
     assert trajs
     for t in trajs:
         t.group = "g"
-    pipe = CreditPipeline(IGPO(), prepare=InfoGainScorer(model, tok))
-    out = pipe(trajs)
+    method = IGPO(scorer=InfoGainScorer(model, tok))
+    out = CreditPipeline(method, prepare=method.prepare)(trajs)
     assert out.metrics["ig/contexts"] == sum(len(t.turns) for t in trajs if len(t.turns) > 1)
     assert out.metrics.get("igpo/ig_fallback", 0) == 0
     for t in trajs:
-        assert all(math.isfinite(x.info["info_gain"]) for x in t.turns[:-1])
+        assert all(math.isfinite(g) for g in method.gains(t)) and len(method.gains(t)) == len(t.turns) - 1
 
 
 def test_shared_prefix_scoring_equals_separate_forwards_on_real_trajectories(tiny):
@@ -221,8 +223,8 @@ def test_shared_prefix_scoring_equals_separate_forwards_on_real_trajectories(tin
     for small in (1, 10**9):  # one trajectory per forward, or all in one (left padding between them)
         again = InfoGainScorer(model, tok, batch_tokens=small).shared_prefix_logprobs(groups)
         assert [v for values in again for v in values] == pytest.approx(flat, abs=1e-4)
-    m_packed = packed([t.model_copy(deep=True) for t in trajs])
-    m_separate = separate([t.model_copy(deep=True) for t in trajs])
+    m_packed = packed.score([t.model_copy(deep=True) for t in trajs]).metrics
+    m_separate = separate.score([t.model_copy(deep=True) for t in trajs]).metrics
     assert m_packed["ig/contexts"] == m_separate["ig/contexts"]
     assert m_packed["ig/mean"] == pytest.approx(m_separate["ig/mean"], abs=1e-4)
     assert m_packed["ig/tokens"] < 0.7 * m_separate["ig/tokens"]
@@ -255,14 +257,13 @@ def test_packing_any_prefix_structure_matches_separate_forwards(tiny, base, tail
 
 
 def test_ig_diagnostics_measure_spread_per_turn_and_separation():
-    from turngym.trainer.credit.igpo import IG_KEY
     from turngym.trainer.credit.info_gain import ig_diagnostics
 
     def traj(task, outcome, gains, masked=False):
-        t = make_traj([0.0] * len(gains) + [outcome], group=task, masked=masked)
-        for turn, g in zip(t.turns, gains, strict=False):
-            turn.info[IG_KEY] = g
-        return t
+        return make_traj([0.0] * len(gains or [0]) + [outcome], group=task, masked=masked), gains
+
+    def diagnostics(batch):
+        return ig_diagnostics([t for t, _ in batch], [g for _, g in batch])
 
     batch = [
         traj("a", 1.0, [0.5, 0.3]),  # better outcome, more IG: agrees
@@ -272,7 +273,7 @@ def test_ig_diagnostics_measure_spread_per_turn_and_separation():
         traj("b", 0.5, [0.4]),
         traj("b", 0.0, [0.4], masked=True),  # masked: ignored
     ]
-    d = ig_diagnostics(batch)
+    d = diagnostics(batch)
     assert d["ig/separation_pairs"] == 3  # a: (1.0 vs 0.0) twice; b: (1.0 vs 0.5)
     assert d["ig/separation"] == pytest.approx(2 / 3)
     assert d["ig/turn0_mean"] == pytest.approx((0.5 + 0.1 + 0.2 + 0.0 + 0.4) / 5)
@@ -285,7 +286,7 @@ def test_ig_diagnostics_measure_spread_per_turn_and_separation():
     assert d["ig/total_success_mean"] == pytest.approx(0.4)
     assert d["ig/total_failure_mean"] == pytest.approx(0.25)
     assert d["ig/failure_paid_frac"] == pytest.approx(0.25 / 0.4)
-    assert ig_diagnostics([traj("c", 1.0, [0.1]), traj("c", 1.0, [0.2])]) == {
+    assert diagnostics([traj("c", 1.0, [0.1]), traj("c", 1.0, [0.2]), traj("c", 0.0, None)]) == {
         "ig/std": pytest.approx(0.05),
         "ig/turn0_mean": pytest.approx(0.15),
         "ig/separation_pairs": 0.0,
@@ -323,16 +324,16 @@ def test_igpo_scores_the_answer_in_the_envs_own_protocol(tiny):
     cfg = load_config(
         None, ["credit.method=igpo", "rollout.env=search-qa", "rollout.env_kwargs={parser: tags}"]
     )
-    scorer = build_credit(cfg, model, tok).prepare
+    scorer = build_credit(cfg, model, tok).method.scorer
     assert (scorer.prefix, scorer.suffix) == ("<answer> ", " </answer><|im_end|>")
     registered = load_config(None, ["credit.method=igpo", "rollout.env=search-r1"])  # tags by default
-    assert build_credit(registered, model, tok).prepare.prefix == "<answer> "
-    hermes = build_credit(load_config(None, ["credit.method=igpo"]), model, tok).prepare
+    assert build_credit(registered, model, tok).method.scorer.prefix == "<answer> "
+    hermes = build_credit(load_config(None, ["credit.method=igpo"]), model, tok).method.scorer
     assert hermes.prefix.startswith('<tool_call>{"name": "answer"')
     explicit = load_config(
         None, ["credit.method=igpo", "credit.igpo.prefix='ANSWER: '", "credit.igpo.suffix=''"]
     )
-    assert build_credit(explicit, model, tok).prepare.prefix == "ANSWER: "  # settings win
+    assert build_credit(explicit, model, tok).method.scorer.prefix == "ANSWER: "  # settings win
     assert TagParser().parse(scorer.prefix + "Paris" + " </answer>").valid_calls[0].arguments == {
         "text": "Paris"
     }
@@ -345,10 +346,11 @@ def test_hop_targets_are_a_config_key(tiny):
     model, tok = tiny
     scorer = build_credit(
         load_config(None, ["credit.method=igpo", "credit.igpo.gain_targets=hops"]), model, tok
-    ).prepare
+    ).method.scorer
     assert (scorer.gain_targets, scorer.hops_key) == ("hops", "hop_answers")
     assert (
-        build_credit(load_config(None, ["credit.method=igpo"]), model, tok).prepare.gain_targets == "answer"
+        build_credit(load_config(None, ["credit.method=igpo"]), model, tok).method.scorer.gain_targets
+        == "answer"
     )
     with pytest.raises(Exception, match="gain_targets"):
         build_credit(load_config(None, ["credit.method=igpo", "credit.igpo.gain_targets=chain"]), model, tok)

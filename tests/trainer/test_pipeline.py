@@ -1,6 +1,7 @@
 """The credit pipeline over trajectories: grouping, masking, token broadcast, each method's adapter."""
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from turngym.trainer.credit import (
     igpo,
     token_advantages,
 )
+from turngym.trainer.credit.info_gain import InfoGains
 from turngym.trainer.judges import outcome_judge
 
 from .helpers import make_traj
@@ -58,31 +60,69 @@ def test_empty_batch_and_turnless_trajectories():
     assert out.turn_advantages == [[]] and out.token_advantages[0].tolist() == [0.0] * 4
 
 
-def test_igpo_pipeline_reads_info_gain_and_falls_back():
+def gains_scorer(pairs):
+    """A scorer that knows each trajectory's gains: ``pairs`` = [(trajectory, gains or None)]."""
+
+    def score(trajs):
+        known = {id(t): g for t, g in pairs}
+        return InfoGains([known.get(id(t)) for t in trajs], {"ig/scored": float(len(trajs))})
+
+    return SimpleNamespace(score=score)
+
+
+def igpo_pipeline(pairs, **kw):
+    method = IGPO(scorer=gains_scorer(pairs), **kw)
+    return CreditPipeline(method, prepare=method.prepare)
+
+
+def test_igpo_pipeline_reads_the_scorers_gains_and_falls_back():
     ref = {"answer": "Paris"}
-    good = make_traj([0.0, 0.0, 1.0], reference=ref, infos=[{"info_gain": 0.2}, {"info_gain": 0.0}, {}])
-    bad = make_traj([0.0, 0.5], reference=ref, infos=[{"info_gain": float("nan")}, {}])
+    good = make_traj([0.0, 0.0, 1.0], reference=ref)
+    bad = make_traj([0.0, 0.5], reference=ref)
     missing = make_traj([0.0, 0.0], reference=ref, terminated=False)  # no answer: outcome -2
-    out = CreditPipeline(IGPO())([good, bad, missing])
-    expect = igpo([[0.2, 0.0], [None], [None]], [1.0, 0.5, -2.0])
+    short = make_traj([0.0, 0.0, 1.0], reference=ref)  # one gain for two tool turns
+    pairs = [(good, [0.2, 0.0]), (bad, [float("nan")]), (missing, None), (short, [0.4])]
+    out = igpo_pipeline(pairs)([good, bad, missing, short])
+    expect = igpo([[0.2, 0.0], [None], [None], [None, None]], [1.0, 0.5, -2.0, 1.0])
     assert out.turn_advantages == [pytest.approx(e) for e in expect]
-    assert out.metrics["igpo/ig_fallback"] == 2.0
+    assert out.metrics["igpo/ig_fallback"] == 3.0 and out.metrics["ig/scored"] == 4.0
     assert out.metrics["igpo/flat_groups"] == 0.0 and out.metrics["igpo/flat_adv_mean"] == 0.0
+
+
+def test_igpo_reads_no_gain_from_the_turns_info():
+    """The old side channel (``turn.info["info_gain"]``) is not read: without a scorer every
+    trajectory is paid its outcome only."""
+    ref = {"answer": "Paris"}
+    trajs = [
+        make_traj([0.0, 1.0], reference=ref, infos=[{"info_gain": 0.9}, {}]),
+        make_traj([0.0, 0.0], reference=ref, infos=[{"info_gain": 0.1}, {}]),
+    ]
+    method = IGPO()
+    out = CreditPipeline(method, prepare=method.prepare)(trajs)
+    assert out.metrics["igpo/ig_fallback"] == 2.0
+    assert out.turn_advantages == [pytest.approx(e) for e in igpo([[None], [None]], [1.0, 0.0])]
+
+
+def test_igpo_refuses_a_scorer_that_loses_trajectories():
+    t = make_traj([0.0, 1.0], reference={"answer": "Paris"})
+    method = IGPO(scorer=SimpleNamespace(score=lambda trajs: InfoGains([], {})))
+    with pytest.raises(ValueError, match="0 gain lists for 1 trajectories"):
+        CreditPipeline(method, prepare=method.prepare)([t])
 
 
 def test_igpo_reports_groups_with_equal_outcomes_and_their_advantage_offset():
     ref = {"answer": "Paris"}
 
     def traj(group, igs):  # tool turns with these IGs, then a correct answer
-        infos = [{"info_gain": v} for v in igs] + [{}]
-        return make_traj([0.0] * len(igs) + [1.0], reference=ref, infos=infos, group=group)
+        return make_traj([0.0] * len(igs) + [1.0], reference=ref, group=group), igs
 
-    trajs = [traj("a", [0.01, 0.45]), traj("a", [0.01, 0.45, 0.0]), traj("b", [0.3]), traj("b", [0.3])]
-    trajs.append(make_traj([0.0, 0.0], reference=ref, infos=[{"info_gain": 0.3}, {}], group="b"))
-    raw = CreditPipeline(IGPO())(trajs).metrics
+    pairs = [traj("a", [0.01, 0.45]), traj("a", [0.01, 0.45, 0.0]), traj("b", [0.3]), traj("b", [0.3])]
+    pairs.append((make_traj([0.0, 0.0], reference=ref, group="b"), [0.3]))
+    trajs = [t for t, _ in pairs]
+    raw = igpo_pipeline(pairs)(trajs).metrics
     assert raw["igpo/flat_groups"] == 0.5  # group a: both correct; group b: one wrong answer
     assert raw["igpo/flat_adv_mean"] > 0.25  # group a's common offset, averaged over the 2 groups
-    centred = CreditPipeline(IGPO(returns="depth_center"))(trajs).metrics
+    centred = igpo_pipeline(pairs, returns="depth_center")(trajs).metrics
     assert centred["igpo/flat_groups"] == 0.5 and centred["igpo/flat_adv_mean"] == pytest.approx(
         0.0, abs=1e-9
     )

@@ -16,15 +16,8 @@ trajectory's token sequence as it grows turn by turn:
 
 The sequence tiles as ``prompt | gen_0 | obs_0 | gen_1 | obs_1 | ... | gen_last``: each turn's
 ``gen_span``/``obs_span`` are half-open ranges into ``token_ids``; the final observation (after the
-episode ended) is not tokenised, so the last turn has ``obs_span = None``.
-
-Cost per turn (the rollout engine's event loop runs this for every trajectory at every turn
-boundary): ``ChatFormat`` renders the compiled template directly (``_DirectTemplate``: transformers'
-sandbox and variables, minus ``apply_chat_template``'s per-call work), encodes text piece by piece
-between anchor tokens through an LRU cache (``PieceCache``: the shared system prompt, generation
-prompts and recurring observations are tokenized once), and ``ChatTokens.add_observation`` encodes
-only the text after the previous rendering's last anchor and compares only the new ids. All of it
-gives exactly the ids of ``tokenizer.encode(apply_chat_template(...))`` (property-tested).
+episode ended) is not tokenised, so the last turn has ``obs_span = None``. How the per-turn cost is
+kept low (a direct template render, a piece cache, encoding only the new text) is in docs/api.md.
 
 Tool instructions: by default the environment writes them into its system prompt
 (``tools_in_prompt=True``) and no ``tools`` are passed to the template. To use a template's native

@@ -1,6 +1,6 @@
-"""The core contract: types, env base classes, spaces, registry and wrappers."""
+"""The core contract: types, the env protocol, spaces, registry and wrappers."""
 
-from turngym.core.env import AsyncEnv, Env, ForkError, NotForkable, Task
+from turngym.core.env import EnvProtocol, ForkError, NotForkable, Task, TurnLimited
 from turngym.core.registry import EnvSpec, UnknownEnvError, make, register, registry, spec
 from turngym.core.spaces import ActionSpace, MessagesSpace
 from turngym.core.types import Message, ToolCall, ToolResult, ToolSpec, Trajectory, Turn
@@ -15,9 +15,8 @@ from turngym.core.wrappers import (
 
 __all__ = [
     "ActionSpace",
-    "AsyncEnv",
     "AsyncWrapper",
-    "Env",
+    "EnvProtocol",
     "EnvSpec",
     "ForkError",
     "Message",
@@ -32,6 +31,7 @@ __all__ = [
     "Trajectory",
     "Turn",
     "TurnLimit",
+    "TurnLimited",
     "UnknownEnvError",
     "afork_env",
     "fork_env",

@@ -52,6 +52,16 @@ class AsyncWrapper(gymnasium.Wrapper):
         return self.env.get_wrapper_attr("tools")
 
     @property
+    def parser(self) -> Any:
+        return self.env.get_wrapper_attr("parser")
+
+    def tool_instructions(self) -> str:
+        return self.env.get_wrapper_attr("tool_instructions")()
+
+    def expert_action(self) -> Any:
+        return self.env.get_wrapper_attr("expert_action")()
+
+    @property
     def max_turns(self) -> int:
         """The turn limit in force: the wrapped env's own (``Env.max_turns``)."""
         return _turngym_env(self).max_turns

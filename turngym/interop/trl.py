@@ -14,27 +14,16 @@ or with the building blocks, for a trainer set up by hand::
         args=GRPOConfig(reward_weights=[0.0], ...),    # weight 0: logged, not trained on
     )
 
-How a turngym episode maps onto TRL's multi-turn loop:
+* **Prompts**: :func:`prompt_dataset` stores each seed's first messages as the ``prompt`` column;
+  TRL's ``reset(**row)`` resets the env on that seed and refuses a row built for another task.
+  Tools are rendered by the chat template, so the env uses ``parser="openai"``.
+* **Tools**: each env tool becomes a method with a signature and docstring built from its schema;
+  one call is one turngym step, and turngym's validation errors come back as ``Error: ...``.
+* **Rewards**: ``get_reward`` is the episode's return; :func:`component_reward` makes one reward
+  component a TRL reward function. An env that raises mid-episode makes the completion unscorable
+  (every reward ``None``: TRL gives it zero advantage).
 
-* **Prompts.** :func:`prompt_dataset` resets the env on each seed and stores the task's first messages
-  as the ``prompt`` column (conversational format), with ``seed`` and ``task_id`` columns. TRL passes a
-  row's columns to the environment's ``reset``, which resets the turngym env on the same seed and checks
-  that it drew the same task (a mismatch, e.g. a dataset built with other env arguments, is an error,
-  never a reward for another task). Tools are rendered by the model's chat template (TRL's ``tools``), so
-  the env is made with ``parser="openai"`` and no tool text in its system prompt.
-* **Tools.** Each tool of the env becomes a method of the environment class TRL gets, with a signature,
-  type hints and a Google docstring built from the tool's JSON schema (what ``transformers`` renders into
-  the prompt). A call runs one turngym step with that single call (one tool call = one turn, so the env's
-  turn limit counts calls); the step's observation text is the tool's result. turngym's own validation
-  applies: bad arguments, tool errors and timeouts come back to the model as ``Error: ...`` observations.
-  A call after the episode ended, or after the env failed, raises, which TRL turns into an error result.
-* **Rewards.** ``get_reward`` (the environment owns the reward, logged as ``rewards/turngym_<env>/mean``)
-  is the episode's return: the sum of the step rewards so far. An episode the model abandons (it stops
-  calling tools before the env ends it) is paid what it earned; ``episode_done``/``invalid_actions``
-  metrics say how often that happens. :func:`component_reward` turns one turngym reward component
-  (``correct``, ``format``, ...) into a TRL reward function. An env that raises mid-episode (in reset,
-  a tool or a reward hook) makes that completion unscorable: every turngym reward returns ``None``,
-  which TRL excludes from the group baseline and gives zero advantage, and the error is logged.
+docs/interop.md maps a turngym episode onto TRL's loop in full.
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@
   at ``make``); the first async call opens a websocket on the caller's event loop and ``attach``-es the
   session to it, so the server closes the env if this client goes away mid-episode.
 * ``areset``/``astep``/``aclose``, ``expert_action()`` (awaitable: the scripted expert runs server-side),
-  ``limit_turns()`` (applied at the next ``areset``), and ``afork()``/``fork()`` (the server forks the
+  ``limit_turns()`` (:class:`~turngym.core.env.TurnLimited`; sent with the next ``areset``), and ``afork()``/``fork()`` (the server forks the
   env; the child is a new ``RemoteEnv`` on a session of its own). The sync ``reset``/``step``/``close``
-  of :class:`~turngym.core.env.Env` run these on the env's own loop.
+  of :class:`~turngym.tools.env.Env` run these on the env's own loop.
 * Every request carries the server's token (``token=``, else ``$TURNGYM_SERVE_TRAINER_TOKEN``, else
   ``$TURNGYM_SERVE_TOKEN``) as ``Authorization: Bearer``; a trainer token also brings the privileged
   info (``info["reference"]``) and the expert's action. A refused token is a :class:`RemoteEnvError`
@@ -32,7 +32,7 @@ from typing import Any
 import gymnasium
 from pydantic import BaseModel
 
-from turngym.core.env import Env, ForkError, NotForkable, Task
+from turngym.core.env import ForkError, NotForkable, Task
 from turngym.core.types import Message, ToolSpec
 from turngym.remote.protocol import (
     CreateSession,
@@ -43,6 +43,7 @@ from turngym.remote.protocol import (
     StepReply,
     WsReply,
 )
+from turngym.tools.env import Env
 from turngym.tools.parsers import get_parser
 
 
@@ -120,7 +121,6 @@ class RemoteEnv(Env):
         self._ws: Any = None
         self._ws_lock: asyncio.Lock | None = None
         self._ids = itertools.count()
-        self._turn_cap: int | None = None
         if _session is None:
             request = CreateSession(env_id=env_id, kwargs=env_kwargs, max_turns=max_turns)
             _session = SessionInfo.model_validate(self._http("POST", "/sessions", request))
@@ -149,24 +149,14 @@ class RemoteEnv(Env):
     def tool_instructions(self) -> str:
         return self.session.instructions if self.tools_in_prompt else ""
 
-    def limit_turns(self, max_turns: int) -> None:
-        """Tighten the remote env's turn limit; sent with the next ``areset``."""
-        if int(max_turns) < 1:
-            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-        cap = int(max_turns)
-        self._turn_cap = cap if self._turn_cap is None else min(self._turn_cap, cap)
-        self.max_turns = min(self.max_turns, cap)
-
     async def areset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[list[Message], dict[str, Any]]:
         self._check_open()
-        if self._turn_cap is not None:
-            capped = LimitTurnsReply.model_validate(
-                await self._op("limit_turns", {"max_turns": self._turn_cap})
-            )
+        cap = self.pending_turn_cap()  # limit_turns (TurnLimited) tightened the local limit already
+        if cap is not None:
+            capped = LimitTurnsReply.model_validate(await self._op("limit_turns", {"max_turns": cap}))
             self.max_turns = capped.max_turns
-            self._turn_cap = None
         reply = ResetReply.model_validate(await self._op("reset", {"seed": seed, "options": options}))
         gymnasium.Env.reset(self, seed=seed)  # the local np_random follows the seed, as for any Env
         self.turn, self._done = 0, False

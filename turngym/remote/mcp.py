@@ -36,7 +36,7 @@ from turngym.remote.protocol import CreateSession, ResetRequest, ServeError, Ste
 from turngym.remote.security import caller_is_trainer
 
 if TYPE_CHECKING:
-    from turngym.remote.server import SessionManager
+    from turngym.remote.sessions import SessionManager
 
 EPISODE_ARG = {
     "type": "string",

@@ -18,8 +18,6 @@ Heavy imports happen inside the functions.
 from __future__ import annotations
 
 import asyncio
-import functools
-import inspect
 import json
 import math
 from contextlib import AsyncExitStack
@@ -29,227 +27,44 @@ from typing import Annotated, Any
 import typer
 
 from turngym.cli_args import parse_key_values
+from turngym.rollout.cli_options import RunOptions, TreeOptions, use_hf_worker, with_options
+
+__all__ = ["RunOptions", "TreeOptions", "eval", "rollout", "summarize", "use_hf_worker", "wilson_interval"]
 
 EnvArg = Annotated[str, typer.Argument(help="Environment id (see `turngym envs`).")]
-BackendOpt = Annotated[
-    str,
-    typer.Option(
-        "--backend",
-        "-b",
-        help="vllm | hf | openai | scripted | random, or a kind registered with @agent_kind.",
-    ),
-]
-ModelOpt = Annotated[
-    str | None, typer.Option("--model", "-m", help="Model path or hub id; 'tiny' builds a tiny random model.")
-]
-NOpt = Annotated[int, typer.Option("-n", help="Number of tasks (seeds seed..seed+n-1).")]
-GOpt = Annotated[int, typer.Option("-g", help="Samples per task (group size).")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="First task seed.")]
-ConcOpt = Annotated[int, typer.Option("--concurrency", "-c", help="Live trajectories at most.")]
-MaxTokOpt = Annotated[int, typer.Option("--max-tokens", help="Tokens per generation at most.")]
-TempOpt = Annotated[float, typer.Option("--temperature", help="Sampling temperature (0 = greedy).")]
-CtxOpt = Annotated[int, typer.Option("--max-context", help="Context length (prompt + all turns) at most.")]
-UrlOpt = Annotated[list[str] | None, typer.Option("--url", help="vLLM server URL (repeat for several).")]
-BaseUrlOpt = Annotated[str | None, typer.Option("--base-url", help="OpenAI-compatible API base URL.")]
-EnvKwOpt = Annotated[
-    list[str] | None,
-    typer.Option("--env-arg", help="Env constructor argument KEY=VALUE (VALUE parsed as JSON)."),
-]
-TurnTOpt = Annotated[float, typer.Option("--turn-timeout", help="Seconds per turn (generation + step).")]
-TrajTOpt = Annotated[float, typer.Option("--trajectory-timeout", help="Seconds per trajectory.")]
-DtypeOpt = Annotated[str, typer.Option("--dtype", help="Model dtype (auto, float32, bfloat16).")]
-TreeOpt = Annotated[
-    bool,
-    typer.Option(
-        "--tree",
-        help="Grow a tree per task (K children from env forks at branching turns) instead of -g samples.",
-    ),
-]
-TreeKOpt = Annotated[int, typer.Option("--tree-k", help="Children per branch point.")]
-TreeBranchOpt = Annotated[
-    str,
-    typer.Option(
-        "--tree-branch",
-        help="Where to branch: schedule (the --tree-turns), tool_call (every turn after a tool result) or "
-        "entropy (turns whose sampled tokens' mean -logprob >= --tree-entropy; token-level backends).",
-    ),
-]
-TreeTurnsOpt = Annotated[
-    str, typer.Option("--tree-turns", help="schedule: branching turns, comma-separated.")
-]
-TreeEntropyOpt = Annotated[
-    float,
-    typer.Option("--tree-entropy", help="entropy: mean sampled-token NLL (nats) that triggers a branch."),
-]
-TreeNodesOpt = Annotated[
-    int | None, typer.Option("--tree-max-nodes", help="Branch only while a tree has fewer nodes (turns).")
-]
-TreeTokensOpt = Annotated[
-    int | None, typer.Option("--tree-max-tokens", help="Branch only while a tree sampled fewer tokens.")
-]
-TreeFlatOpt = Annotated[
-    bool,
-    typer.Option(
-        "--tree-fallback-flat", help="An env that cannot fork runs flat groups of K instead of failing."
-    ),
-]
 
 
-def tree_config(a: dict[str, Any]) -> Any:
-    """The ``TreeConfig`` of the ``--tree*`` options (None without ``--tree``)."""
-    if not a.get("tree"):
-        return None
-    from turngym.rollout.tree import TreeConfig
-
-    try:
-        turns = tuple(int(x) for x in str(a["tree_turns"]).split(",") if x.strip())
-        return TreeConfig(
-            k=a["tree_k"],
-            branch=a["tree_branch"],
-            turns=turns,
-            entropy_threshold=a["tree_entropy"],
-            max_nodes=a["tree_max_nodes"],
-            max_tokens=a["tree_max_tokens"],
-            fallback_flat=a["tree_fallback_flat"],
-        )
-    except ValueError as e:
-        raise typer.BadParameter(str(e)) from e
-
-
-def use_hf_worker(flag: bool | None) -> bool:
-    """``--hf-worker/--hf-in-process``, or without either a worker exactly when CUDA is available."""
-    if flag is not None:
-        return flag
-    import torch
-
-    return torch.cuda.is_available()
-
-
-WorkerOpt = Annotated[
-    bool | None,
-    typer.Option(
-        "--hf-worker/--hf-in-process",
-        help="hf backend: run the model in a worker process with its own GIL, or in this process. "
-        "Default: a worker when CUDA is available (on an H100 the engine kept 99% of the bare "
-        "backend tokens/s with a worker, 86% in-process), in-process on CPU.",
-        show_default=False,
-    ),
-]
-
-EngineOpt = Annotated[
-    str,
-    typer.Option(
-        "--hf-engine",
-        help="hf backend engine: auto (slots on CUDA, else continuous), continuous (growing KV cache, "
-        "eager passes) or slots (fixed KV slots, decode steps replayed as CUDA graphs).",
-    ),
-]
-
-CompileOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--hf-compile",
-        help="slots engine: torch.compile its decode step before capturing it (default, "
-        "max-autotune-no-cudagraphs or dynamic; turngym.agents.hf.registry.COMPILE_SETTINGS). Off when unset.",
-        show_default=False,
-    ),
-]
-
-
-def agent_run_options(
-    backend: BackendOpt = "scripted",
-    model: ModelOpt = None,
-    n: NOpt = 8,
-    g: GOpt = 1,
-    seed: SeedOpt = 0,
-    concurrency: ConcOpt = 64,
-    max_tokens: MaxTokOpt = 256,
-    temperature: TempOpt = 1.0,
-    max_context: CtxOpt = 4096,
-    url: UrlOpt = None,
-    base_url: BaseUrlOpt = None,
-    env_arg: EnvKwOpt = None,
-    turn_timeout: TurnTOpt = 300.0,
-    trajectory_timeout: TrajTOpt = 3600.0,
-    dtype: DtypeOpt = "auto",
-    hf_worker: WorkerOpt = None,
-    hf_engine: EngineOpt = "auto",
-    hf_compile: CompileOpt = None,
-) -> None:
-    """The options of an agent run (which agent, which tasks, how to sample), one home for every
-    command that runs one: :func:`with_run_options` adds them to a command."""
-
-
-def with_run_options(after: int, **defaults: Any) -> Any:
-    """Add :func:`agent_run_options`' parameters to a command's signature, after its first ``after``
-    parameters and with this command's ``defaults``; the command receives them in ``**run``."""
-    shared = inspect.signature(agent_run_options, eval_str=True).parameters
-    unknown = set(defaults) - set(shared)
-    if unknown:
-        raise TypeError(f"no run option(s) {sorted(unknown)}")
-    options = [p.replace(default=defaults.get(name, p.default)) for name, p in shared.items()]
-
-    def decorate(fn: Any) -> Any:
-        own = [p for p in inspect.signature(fn, eval_str=True).parameters.values() if p.kind != p.VAR_KEYWORD]
-
-        @functools.wraps(fn)
-        def command(**kwargs: Any) -> Any:
-            return fn(**kwargs)
-
-        command.__signature__ = inspect.Signature(own[:after] + options + own[after:])  # type: ignore[attr-defined]
-        return command
-
-    return decorate
-
-
-@with_run_options(after=2)
+@with_options(RunOptions, TreeOptions, after=2)
 def rollout(
     env: EnvArg,
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")],
-    tree: TreeOpt = False,
-    tree_k: TreeKOpt = 2,
-    tree_branch: TreeBranchOpt = "schedule",
-    tree_turns: TreeTurnsOpt = "0",
-    tree_entropy: TreeEntropyOpt = 1.0,
-    tree_max_nodes: TreeNodesOpt = 64,
-    tree_max_tokens: TreeTokensOpt = None,
-    tree_fallback_flat: TreeFlatOpt = False,
-    **run: Any,
+    *,
+    run: RunOptions,
+    tree: TreeOptions,
 ) -> None:
     """Generate trajectories and save them as JSONL and parquet (--tree: a tree per task)."""
-    stats, _ = _run(
-        env=env,
-        out=out,
-        tree=tree,
-        tree_k=tree_k,
-        tree_branch=tree_branch,
-        tree_turns=tree_turns,
-        tree_entropy=tree_entropy,
-        tree_max_nodes=tree_max_nodes,
-        tree_max_tokens=tree_max_tokens,
-        tree_fallback_flat=tree_fallback_flat,
-        **run,
-    )
+    stats, _ = _run(env, run, out=out, tree=tree.config())
     typer.echo(json.dumps(stats, indent=2))
 
 
-@with_run_options(after=1, n=32, temperature=0.0)
+@with_options(RunOptions, after=1, n=32, temperature=0.0)
 def eval(  # noqa: A001 - the command is called eval
     env: EnvArg,
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="Also save trajectories and eval.json.")
     ] = None,
     threshold: Annotated[float, typer.Option("--threshold", help="Success: outcome reward >= this.")] = 1.0,
-    **run: Any,
+    *,
+    run: RunOptions,
 ) -> None:
     """Success rate (Wilson 95% interval) and mean reward (95% interval) of an agent on an env."""
     from rich.console import Console
     from rich.table import Table
 
-    stats, trajectories = _run(env=env, out=out, **run)
+    stats, trajectories = _run(env, run, out=out)
     report = summarize(trajectories, threshold)
     report["stats"] = stats
-    backend, model = run["backend"], run["model"]
+    backend, model = run.backend, run.model
     table = Table(title=f"{env} — {backend}{' ' + model if model else ''}")
     for col in ("episodes", "success", "95% CI", "mean reward (unmasked)", "95% CI ", "masked"):
         table.add_column(col)
@@ -307,47 +122,55 @@ def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return (lo, hi)
 
 
-def _run(**a: Any) -> tuple[dict[str, Any], list[Any]]:
+def _run(
+    env: str, run: RunOptions, *, out: Path | None = None, tree: Any = None
+) -> tuple[dict[str, Any], list[Any]]:
     from turngym.agents.factory import NEEDS_MODEL, agent_kinds
 
-    if a["backend"] not in agent_kinds():  # the built-in kinds and any registered with @agent_kind
+    if run.backend not in agent_kinds():  # the built-in kinds and any registered with @agent_kind
         raise typer.BadParameter(f"--backend must be one of {', '.join(agent_kinds())}")
-    if a["backend"] in NEEDS_MODEL and not a["model"]:
-        raise typer.BadParameter(f"--backend {a['backend']} needs --model")
+    if run.backend in NEEDS_MODEL and not run.model:
+        raise typer.BadParameter(f"--backend {run.backend} needs --model")
     from turngym.core.env import NotForkable
     from turngym.rollout.tree import TreeError
 
     try:
-        return asyncio.run(_run_async(a))
+        return asyncio.run(_run_async(env, run, out, tree))
     except NotForkable as e:  # --tree on an env that cannot fork: said before any episode ran
         raise typer.BadParameter(str(e), param_hint="--tree") from e
     except TreeError as e:  # a tree that cannot grow as configured (k above the env's max_live, ...)
         raise typer.BadParameter(str(e), param_hint="--tree") from e
 
 
-async def _run_async(a: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
+async def _run_async(
+    env: str, run: RunOptions, out: Path | None, tree: Any
+) -> tuple[dict[str, Any], list[Any]]:
+    from turngym.agents.factory import make_agent
     from turngym.rollout.engine import RolloutConfig, RolloutEngine
     from turngym.rollout.store import TrajectoryWriter
 
-    env_kwargs = parse_key_values(a["env_arg"])
-    if a["backend"] == "openai":
+    env_kwargs = parse_key_values(run.env_arg)
+    if run.backend == "openai":
         env_kwargs.setdefault("tools_in_prompt", False)
     config = RolloutConfig(
-        group_size=a["g"],
-        max_concurrency=a["concurrency"],
-        turn_timeout=a["turn_timeout"],
-        trajectory_timeout=a["trajectory_timeout"],
-        tree=tree_config(a),
+        group_size=run.g,
+        max_concurrency=run.concurrency,
+        turn_timeout=run.turn_timeout,
+        trajectory_timeout=run.trajectory_timeout,
+        tree=tree,
     )
     async with AsyncExitStack() as stack:
-        agent = await _make_agent(a, stack)
-        writer = TrajectoryWriter(a["out"]) if a.get("out") else None
+        spec = run.agent_spec()
+        if spec.kind == "vllm" and not spec.urls:
+            typer.echo(f"starting a vLLM server for {spec.model} ...", err=True)
+        agent = await make_agent(spec, stack)
+        writer = TrajectoryWriter(out) if out else None
         if writer is not None:
             stack.callback(writer.close)
         engine = RolloutEngine(
-            a["env"], agent, config, env_kwargs=env_kwargs, on_trajectory=writer.write if writer else None
+            env, agent, config, env_kwargs=env_kwargs, on_trajectory=writer.write if writer else None
         )
-        trajectories = await _with_progress(engine, range(a["seed"], a["seed"] + a["n"]))
+        trajectories = await _with_progress(engine, range(run.seed, run.seed + run.n))
     stats = engine.stats.as_dict()
     examples: dict[str, str] = {}
     for t in trajectories:
@@ -355,42 +178,9 @@ async def _run_async(a: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
             examples.setdefault(t.mask_reason, t.metadata.get("error", ""))
     if examples:
         stats["example_errors"] = examples
-    if a.get("out"):
-        (Path(a["out"]) / "stats.json").write_text(json.dumps(stats, indent=2))
+    if out:
+        (Path(out) / "stats.json").write_text(json.dumps(stats, indent=2))
     return stats, trajectories
-
-
-def agent_spec(a: dict[str, Any]) -> Any:
-    """The command line's ``AgentSpec`` (``turngym.agents.factory``): ``--backend hf`` is the
-    ``hf_worker`` kind under ``--hf-worker`` (by default when CUDA is available)."""
-    from turngym.agents.factory import AgentSpec
-
-    kind = a["backend"]
-    if kind == "hf" and use_hf_worker(a["hf_worker"]):
-        kind = "hf_worker"
-    return AgentSpec(
-        kind=kind,
-        model=a["model"],
-        urls=a["url"] or [],
-        base_url=a["base_url"],
-        dtype=a["dtype"],
-        hf_engine=a["hf_engine"],
-        hf_compile=a.get("hf_compile"),
-        max_batch_size=a["concurrency"],
-        max_context=a["max_context"],
-        max_tokens=a["max_tokens"],
-        temperature=a["temperature"],
-        seed=a["seed"],
-    )
-
-
-async def _make_agent(a: dict[str, Any], stack: AsyncExitStack) -> Any:
-    from turngym.agents.factory import make_agent
-
-    spec = agent_spec(a)
-    if spec.kind == "vllm" and not spec.urls:
-        typer.echo(f"starting a vLLM server for {spec.model} ...", err=True)
-    return await make_agent(spec, stack)
 
 
 async def _with_progress(engine: Any, seeds: range) -> list[Any]:

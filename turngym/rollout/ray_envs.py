@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from turngym.core.env import NotForkable, TurnLimited, tightened
+
 
 class EnvActorLost(RuntimeError):
     """The Ray actor hosting an env died; the episode cannot continue."""
@@ -175,7 +177,7 @@ class RayEnvPool:
         self.actors = []
 
 
-class RayEnv:
+class RayEnv(TurnLimited):
     """Client-side proxy of one env living in a pool actor (async interface only).
 
     Not forkable for now: ``forkable`` is False and ``fork()``/``afork()`` raise
@@ -192,8 +194,6 @@ class RayEnv:
         self._meta: dict[str, Any] | None = None
         self._generation = -1
         self._closed = False
-        self._turn_cap: int | None = None  # from limit_turns, applied to the remote env at areset
-        self._cap_pending = False
 
     # ------------------------------------------------------- env interface
     @property
@@ -216,24 +216,20 @@ class RayEnv:
     def max_turns(self) -> int | None:
         return self._require_meta()["max_turns"]
 
-    def limit_turns(self, max_turns: int) -> None:
-        """Tighten the remote env's own turn limit (``Env.limit_turns``), at the next ``areset``."""
-        if int(max_turns) < 1:
-            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-        cap = int(max_turns)
-        self._turn_cap = cap if self._turn_cap is None else min(self._turn_cap, cap)
-        self._cap_pending = True
+    def _tighten_turns(self, cap: int) -> None:
+        """``limit_turns`` (:class:`TurnLimited`): the actor's env gets the cap at the next ``areset``."""
+        if self._meta is not None:
+            self._meta["max_turns"] = tightened(self._meta["max_turns"], cap)
 
     def tool_instructions(self) -> str:
         return self._require_meta()["instructions"]
 
     async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        cap = self.pending_turn_cap()
         if self._meta is None:
-            await self._open()
-        elif self._cap_pending:
-            await self._call("limit_turns", self._turn_cap)
-            self._meta["max_turns"] = min(self._meta["max_turns"], self._turn_cap)
-        self._cap_pending = False
+            await self._open()  # the actor opens the env with ``turn_cap`` applied
+        elif cap is not None:
+            await self._call("limit_turns", cap)
         return await self._call("areset", seed=seed, options=options)
 
     async def astep(self, action: Any):
@@ -243,8 +239,6 @@ class RayEnv:
         return await self._call("expert_action")
 
     def fork(self) -> Any:
-        from turngym.core.env import NotForkable
-
         raise NotForkable(
             f"RayEnv ({self.pool.__name__!r} in a Ray actor) cannot fork: forking envs that live in Ray "
             "actors is not implemented yet; fork a local env instead"
@@ -280,7 +274,7 @@ class RayEnv:
         self._generation = self.pool._generation[self.slot]
         self.pool.stats.opened += 1
         self._meta = await self._await(
-            self.actor.open.remote(self.key, self.kwargs, self._turn_cap), self.slot
+            self.actor.open.remote(self.key, self.kwargs, self.turn_cap), self.slot
         )
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:

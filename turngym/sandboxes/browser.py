@@ -17,236 +17,47 @@ pool's thread.
   is closed and any browser a pool launched and did not close is killed; browsers left behind by
   a dead process can be reaped by label (:func:`reap_orphan_browsers`; the label names the owner
   by pid and start time, so a reused pid is not taken for the owner); a browser that was killed
-  leaves no temp files (its singleton dir is removed, :func:`singleton_dir`). Ownership, the exit
-  cleanup and the process helpers are :mod:`turngym.sandboxes.reaping`'s, shared with the Docker
-  sandboxes.
+  leaves no temp files (its singleton dir is removed, :func:`singleton_dir`).
 
-The browser is the Debian ``chromium`` package (``/usr/bin/chromium``), never a
-playwright-downloaded build.
+One browser's launch, spare page and teardown are :mod:`turngym.sandboxes.browser_slot`'s; the
+Chromium binary, flags, labels and reaping are :mod:`turngym.sandboxes.chromium`'s (re-exported here).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import itertools
 import os
-import shutil
 import threading
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from turngym.sandboxes import reaping
+from turngym.sandboxes.browser_slot import BrowserSlot, LoopThread, on_loop, open_page
+from turngym.sandboxes.chromium import (
+    CHROMIUM_ARGS,
+    BrowserCrashed,
+    BrowserError,
+    BrowserUnavailable,
+    chromium_available,
+    find_chromium,
+    labelled_browser_pids,
+    reap_orphan_browsers,
+    remove_singleton_dir,
+    singleton_dir,
+    tree_memory_bytes,
+)
 from turngym.sandboxes.reaping import Owner, process_tree
-from turngym.sandboxes.reaping import all_pids as _all_pids
-from turngym.sandboxes.reaping import cmdline as _cmdline
-from turngym.sandboxes.reaping import kill_tree as _kill_tree
-from turngym.sandboxes.reaping import parent_pid as _ppid
-from turngym.sandboxes.reaping import pid_running as _running
 
 if TYPE_CHECKING:
-    from playwright.async_api import Browser, BrowserContext, Page, Playwright
+    from playwright.async_api import BrowserContext, Page, Playwright
 
 T = TypeVar("T")
 
-#: Flags that work for headless Debian Chromium on these machines (no GPU, no sandbox, no network chatter).
-CHROMIUM_ARGS: tuple[str, ...] = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-    "--hide-scrollbars",
-    "--mute-audio",
-)
-#: Every browser we launch carries this flag (``=<owner pid>@<owner start>:<pool id>:<slot>:<launch>``,
-#: the owner as :meth:`Owner.token`), so it can be found and reaped.
-LABEL_FLAG = "--turngym-browser"
 #: JavaScript errors kept per page (a page that throws in a loop must not grow memory).
 MAX_PAGE_ERRORS = 200
-_CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-
-
-class BrowserError(RuntimeError):
-    """A browser-side failure the caller should report (not a bug in the caller)."""
-
-
-class BrowserCrashed(BrowserError):
-    """The browser (or the page's renderer) died while a lease was using it."""
-
-
-class BrowserUnavailable(BrowserError):
-    """No browser could be launched (missing binary, launch failure)."""
-
-
-def find_chromium(executable: str | None = None) -> str:
-    """Path of the Chromium binary: the argument, ``$TURNGYM_CHROMIUM``, or the first one on ``$PATH``."""
-    for cand in (executable, os.environ.get("TURNGYM_CHROMIUM")):
-        if cand:
-            if not Path(cand).is_file():
-                raise BrowserUnavailable(f"Chromium binary {cand!r} does not exist")
-            return cand
-    for name in _CANDIDATES:
-        found = shutil.which(name)
-        if found:
-            return found
-    raise BrowserUnavailable(
-        "no Chromium binary found: install the Debian package (`apt-get install chromium`) "
-        "or set TURNGYM_CHROMIUM to a Chromium/Chrome executable"
-    )
-
-
-def chromium_available() -> bool:
-    try:
-        find_chromium()
-        import playwright.async_api  # noqa: F401
-    except (BrowserUnavailable, ImportError):
-        return False
-    return True
-
-
-# --------------------------------------------------------------------------- process helpers
-def labelled_browser_pids(label: str | None = None) -> dict[int, str]:
-    """Main Chromium processes we launched (pid -> label value), optionally only one label."""
-    out = {}
-    for pid in _all_pids():
-        for arg in _cmdline(pid):
-            if arg.startswith(LABEL_FLAG + "="):
-                value = arg.split("=", 1)[1]
-                if label is None or value == label:
-                    out[pid] = value
-                break
-    # keep the top of each tree: children may inherit the flag on some builds
-    return {pid: v for pid, v in out.items() if _ppid(pid) not in out}
-
-
-def tree_memory_bytes(pid: int) -> int:
-    """Proportional set size (PSS, shared pages split fairly) of a process tree, in bytes."""
-    total = 0
-    for p in process_tree(pid):
-        try:
-            text = Path(f"/proc/{p}/smaps_rollup").read_text()
-        except OSError:
-            continue
-        for line in text.splitlines():
-            if line.startswith("Pss:"):
-                total += int(line.split()[1]) * 1024
-                break
-    return total
-
-
-def singleton_dir(pid: int) -> Path | None:
-    """The temp directory the running Chromium ``pid`` made for its process singleton, or None.
-
-    Chromium creates ``$TMPDIR/org.chromium.Chromium.XXXXXX`` (``SingletonSocket``, ``SingletonCookie``)
-    and links to it from its user-data dir; a clean exit removes it, a SIGKILL leaves it behind. The
-    link attributes the directory to this browser alone, so it can be removed once the browser is dead.
-    """
-    for arg in _cmdline(pid):
-        if arg.startswith("--user-data-dir="):
-            try:
-                target = Path(os.readlink(Path(arg.split("=", 1)[1]) / "SingletonSocket"))
-            except OSError:
-                return None
-            return target.parent if target.name == "SingletonSocket" and target.is_absolute() else None
-    return None
-
-
-def remove_singleton_dir(path: Path) -> bool:
-    """Remove a dead browser's singleton directory: only Chromium's ``Singleton*`` entries, then the
-    directory (anything else in it is left alone). True if it is gone."""
-    try:
-        for entry in path.iterdir():
-            if entry.name.startswith("Singleton") and not entry.is_dir():
-                entry.unlink(missing_ok=True)
-        path.rmdir()
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
-    return True
-
-
-def reap_orphan_browsers() -> list[int]:
-    """Kill labelled browsers whose owning Python process is gone (and remove their singleton temp
-    directories); returns the killed pids."""
-    killed = []
-    for pid, value in labelled_browser_pids().items():
-        owner = Owner.from_token(value.split(":", 1)[0])
-        if owner.pid > 0 and not owner.alive():
-            leftover = singleton_dir(pid)
-            _kill_tree(pid)
-            if leftover is not None:
-                remove_singleton_dir(leftover)
-            killed.append(pid)
-    return killed
-
-
-# --------------------------------------------------------------------------- loop thread
-class _LoopThread:
-    """An event loop running forever on a daemon thread."""
-
-    def __init__(self, name: str):
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
-        self._thread.start()
-
-    def _main(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
-
-    def submit(self, coro: Awaitable[T]) -> concurrent.futures.Future[T]:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
-
-    def in_thread(self) -> bool:
-        return threading.current_thread() is self._thread
-
-    def stop(self) -> None:
-        if self.loop.is_closed():
-            return
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=10)
-        if not self._thread.is_alive():
-            self.loop.close()
-
-
-async def _on_loop(lt: _LoopThread, coro: Awaitable[T]) -> T:
-    """Await ``coro`` on the pool's loop from any other loop (cancellation propagates)."""
-    if lt.in_thread():
-        return await coro
-    return await asyncio.wrap_future(lt.submit(coro))
-
-
-# --------------------------------------------------------------------------- pool
-@dataclass
-class _Slot:
-    """One browser process and its bookkeeping (touched only on the pool thread)."""
-
-    index: int
-    browser: Browser | None = None
-    label: str = ""
-    leases: int = 0
-    crashed: bool = False
-    closing: bool = False
-    launched_at: float = 0.0
-    spare: asyncio.Future[Any] | None = None
-    spare_key: Any = None
-    pid: int | None = None
-    #: the browser's singleton temp dir (see :func:`singleton_dir`), removed once the browser is gone
-    tempdir: Path | None = None
-
-    @property
-    def live(self) -> bool:
-        return self.browser is not None and not self.crashed and self.browser.is_connected()
 
 
 @dataclass
@@ -300,8 +111,8 @@ class BrowserPool:
         self.prewarm = prewarm
         self.id = f"{Owner.current().token()}:{uuid.uuid4().hex[:8]}"
         self.stats = PoolStats()
-        self._slots = [_Slot(i) for i in range(size)]
-        self._lt: _LoopThread | None = None
+        self._slots = [BrowserSlot(i) for i in range(size)]
+        self._lt: LoopThread | None = None
         self._pw: Playwright | None = None
         self._sem: asyncio.Semaphore | None = None
         self._launch_lock: asyncio.Lock | None = None
@@ -320,12 +131,12 @@ class BrowserPool:
     def closed(self) -> bool:
         return self._closed
 
-    def _thread(self) -> _LoopThread:
+    def _thread(self) -> LoopThread:
         if self._closed:
             raise BrowserError("the browser pool is closed")
         with self._start_lock:
             if self._lt is None:
-                self._lt = _LoopThread(f"turngym-browser-pool-{next(self._ids)}")
+                self._lt = LoopThread(f"turngym-browser-pool-{next(self._ids)}")
             return self._lt
 
     async def _ensure_started(self) -> None:
@@ -341,53 +152,30 @@ class BrowserPool:
         self._launch_lock = asyncio.Lock()
         self._pw = await async_playwright().start()
 
-    async def _launch(self, slot: _Slot) -> None:
+    async def _launch(self, slot: BrowserSlot) -> None:
         assert self._pw is not None
-        exe = find_chromium(self.executable)
-        slot.label = f"{self.id}:{slot.index}:{self.stats.launches}"
-        args = [a for a in CHROMIUM_ARGS if self.headless or a != "--headless"]
-        args += [*self.extra_args, f"{LABEL_FLAG}={slot.label}"]
-        t0 = time.perf_counter()
-        try:
-            browser = await self._pw.chromium.launch(
-                executable_path=exe,
-                headless=self.headless,
-                args=args,
-                timeout=self.launch_timeout * 1000,
-                handle_sigint=False,
-                handle_sigterm=False,
-                handle_sighup=False,
-            )
-        except Exception as e:  # noqa: BLE001 - surfaced as a clear error
-            raise BrowserUnavailable(f"could not launch Chromium ({exe}): {e}") from e
-        self.stats.launch_s.append(time.perf_counter() - t0)
+
+        def crashed() -> None:
+            self.stats.crashes += 1
+
+        took = await slot.launch(
+            self._pw,
+            f"{self.id}:{slot.index}:{self.stats.launches}",
+            executable=self.executable,
+            headless=self.headless,
+            extra_args=self.extra_args,
+            timeout=self.launch_timeout,
+            on_crash=crashed,
+        )
+        self.stats.launch_s.append(took)
         self.stats.launches += 1
-        slot.browser, slot.crashed, slot.closing, slot.launched_at = browser, False, False, time.time()
-        self._note_tempdir(slot)
 
-        def on_disconnect(_: Any, s: _Slot = slot, b: Any = browser) -> None:
-            if s.browser is b and not s.closing:
-                s.crashed = True
-                self.stats.crashes += 1
-
-        browser.on("disconnected", on_disconnect)
-
-    @staticmethod
-    def _note_tempdir(slot: _Slot) -> None:
-        """Remember the live browser's singleton dir (read from its user-data dir while it exists)."""
-        if slot.pid is None:
-            slot.pid = next(iter(labelled_browser_pids(slot.label)), None)
-            if slot.pid is not None:
-                reaping.own_process(slot.pid)  # killed at exit if the pool never closes it
-        if slot.tempdir is None and slot.pid is not None:
-            slot.tempdir = singleton_dir(slot.pid)
-
-    async def _pick_slot(self) -> _Slot:
+    async def _pick_slot(self) -> BrowserSlot:
         assert self._launch_lock is not None
         async with self._launch_lock:
             for slot in self._slots:  # relaunch dead browsers lazily; their leases see the crash
                 if slot.browser is not None and not slot.live:
-                    await self._discard(slot)
+                    await slot.discard()
             live = [s for s in self._slots if s.live]
             free = [s for s in live if s.leases < self.contexts_per_browser]
             idle = [s for s in self._slots if s.browser is None]
@@ -397,94 +185,9 @@ class BrowserPool:
                 return idle[0]
             if free:
                 best = min(free, key=lambda s: s.leases)
-                self._note_tempdir(best)  # in case it was not there yet right after the launch
+                best.note_tempdir()  # in case it was not there yet right after the launch
                 return best
             raise BrowserError("no browser available (all crashed and still in use)")
-
-    async def _discard(self, slot: _Slot) -> None:
-        spare, slot.spare = slot.spare, None
-        await self._drop_spare(spare)
-        browser, slot.browser = slot.browser, None
-        slot.closing = True
-        if browser is not None:
-            try:
-                await asyncio.wait_for(browser.close(), 10)
-            except Exception:  # noqa: BLE001 - it may already be dead
-                pass
-            self._kill_label(slot.label)
-        self._remove_tempdir(slot)
-
-    @staticmethod
-    def _remove_tempdir(slot: _Slot) -> None:
-        """After the browser is gone: its singleton dir (a clean exit removed it, a killed browser did not)."""
-        tempdir, slot.tempdir, pid, slot.pid = slot.tempdir, None, slot.pid, None
-        if pid is not None:
-            reaping.disown(pid)
-        if tempdir is not None:
-            remove_singleton_dir(tempdir)
-
-    @staticmethod
-    def _kill_label(label: str) -> None:
-        for pid in labelled_browser_pids(label):
-            _kill_tree(pid)
-
-    async def _new_page(
-        self,
-        browser: Browser,
-        viewport: tuple[int, int],
-        dsf: float,
-        warm_url: str | None,
-        warm_timeout_s: float,
-    ) -> tuple[BrowserContext, Page, str | None]:
-        """A new context and page; with ``warm_url``, the page has loaded it (returned when it did).
-        Every step is bounded (``open_timeout``): a browser that stops answering raises TimeoutError."""
-        w, h = viewport
-        bound = self.open_timeout
-        context = await asyncio.wait_for(
-            browser.new_context(
-                viewport={"width": w, "height": h}, device_scale_factor=dsf, reduced_motion="reduce"
-            ),
-            bound,
-        )
-        try:
-            page = await asyncio.wait_for(context.new_page(), bound)
-            loaded = None
-            if warm_url:
-                try:
-                    await page.goto(warm_url, timeout=warm_timeout_s * 1000)
-                    # the page's script context is ready for the first call
-                    await asyncio.wait_for(page.evaluate("0"), bound)
-                    loaded = warm_url
-                except Exception:  # noqa: BLE001 - a warm-up that fails only costs the saving
-                    await page.goto("about:blank", timeout=10_000)
-            return context, page, loaded
-        except BaseException:  # failed or cancelled (a dropped spare): never leave the context open
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(context.close()), 10)
-            raise
-
-    async def _take_spare(self, slot: _Slot, key: Any) -> tuple[BrowserContext, Page, str | None] | None:
-        spare, slot.spare = slot.spare, None
-        if spare is None:
-            return None
-        if slot.spare_key != key:
-            await self._drop_spare(spare)
-            return None
-        try:
-            return await spare
-        except Exception:  # noqa: BLE001 - a failed spare just means opening a page now
-            return None
-
-    @staticmethod
-    async def _drop_spare(spare: asyncio.Future[Any] | None) -> None:
-        if spare is None:
-            return
-        spare.cancel()
-        try:
-            context, _, _ = await spare
-            await asyncio.wait_for(context.close(), 10)
-        except BaseException:  # noqa: BLE001 - cancelled (it closed its own context), failed or gone
-            pass
 
     async def _lease(
         self,
@@ -498,7 +201,7 @@ class BrowserPool:
         await self._ensure_started()
         assert self._sem is not None
         await self._sem.acquire()
-        slot: _Slot | None = None
+        slot: BrowserSlot | None = None
         key = (viewport, device_scale_factor)
         try:
             for attempt in (0, 1):  # a browser found dead here (killed a moment ago) is relaunched once
@@ -506,13 +209,13 @@ class BrowserPool:
                 slot.leases += 1
                 assert slot.browser is not None
                 try:
-                    context, page, loaded = await self._take_spare(slot, key) or await self._new_page(
-                        slot.browser, viewport, device_scale_factor, None, 0
+                    context, page, loaded = await slot.take_spare(key) or await open_page(
+                        slot.browser, viewport, device_scale_factor, None, 0, self.open_timeout
                     )
                     break
                 except Exception as e:
                     # dead (not yet reported by playwright) or not answering: _pick_slot relaunches it
-                    if attempt == 1 or not (self._gone(slot) or isinstance(e, TimeoutError)):
+                    if attempt == 1 or not (slot.gone() or isinstance(e, TimeoutError)):
                         raise
                     slot.leases -= 1
                     slot.crashed = True
@@ -536,11 +239,6 @@ class BrowserPool:
         self.stats.active += 1
         return lease
 
-    @staticmethod
-    def _gone(slot: _Slot) -> bool:
-        """The slot's browser died (whether or not playwright has noticed yet)."""
-        return not slot.live or (slot.pid is not None and not _running(slot.pid))
-
     def _start_spare(self, lease: PageLease) -> None:
         """Open the next lease's page for ``lease``'s browser (once; only if it has none coming)."""
         request, lease._spare_request = lease._spare_request, None
@@ -549,7 +247,9 @@ class BrowserPool:
             return
         (viewport, dsf), warm_url, warm_timeout_s = request
         assert slot.browser is not None
-        spare = asyncio.ensure_future(self._new_page(slot.browser, viewport, dsf, warm_url, warm_timeout_s))
+        spare = asyncio.ensure_future(
+            open_page(slot.browser, viewport, dsf, warm_url, warm_timeout_s, self.open_timeout)
+        )
         spare.add_done_callback(
             lambda f: f.cancelled() or f.exception()
         )  # a dead browser's spare: no warning
@@ -600,7 +300,7 @@ class BrowserPool:
         lease's close), so it does not compete with the work of starting this lease's page.
         """
         lt = self._thread()
-        return await _on_loop(
+        return await on_loop(
             lt, self._lease(viewport, device_scale_factor, timeout_s, warm_url, warm_timeout_s, defer_spare)
         )
 
@@ -612,7 +312,7 @@ class BrowserPool:
         lt = self._lt
         if lt is not None:
             try:
-                await _on_loop(lt, self._shutdown())
+                await on_loop(lt, self._shutdown())
             finally:
                 self._closed = True
                 lt.stop()
@@ -631,8 +331,8 @@ class BrowserPool:
             lt.submit(self._shutdown()).result(timeout=60)
         except Exception:  # noqa: BLE001 - kill what is left below
             for slot in self._slots:
-                self._kill_label(slot.label)
-                self._remove_tempdir(slot)
+                slot.kill()
+                slot.remove_tempdir()
         finally:
             lt.stop()
 
@@ -644,7 +344,7 @@ class BrowserPool:
             lease.closed = True
         await asyncio.gather(*self._closing, return_exceptions=True)
         for slot in self._slots:
-            await self._discard(slot)
+            await slot.discard()
         if self._pw is not None:
             try:
                 await asyncio.wait_for(self._pw.stop(), 10)
@@ -691,7 +391,7 @@ class PageLease:
     def __init__(
         self,
         pool: BrowserPool,
-        slot: _Slot,
+        slot: BrowserSlot,
         context: BrowserContext,
         page: Page,
         preloaded: str | None = None,
@@ -733,7 +433,7 @@ class PageLease:
         if self.crashed:
             raise BrowserCrashed("the browser crashed")
         lt = self.pool._thread()
-        return await _on_loop(lt, self._guarded(fn, args, kwargs, timeout))
+        return await on_loop(lt, self._guarded(fn, args, kwargs, timeout))
 
     async def _guarded(
         self,
@@ -774,7 +474,7 @@ class PageLease:
         self.closed = True
         if self.pool.closed:
             return
-        await _on_loop(self.pool._thread(), self.pool._release(self))
+        await on_loop(self.pool._thread(), self.pool._release(self))
 
     async def __aenter__(self) -> PageLease:
         return self

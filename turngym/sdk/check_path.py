@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from turngym.core.env import Env
 from turngym.core.registry import registry
+from turngym.tools.env import Env
 
 
 def load_envs_from_path(path: str | Path) -> list[str | Env]:

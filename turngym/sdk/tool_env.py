@@ -24,8 +24,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from turngym.core.env import Env, Task
+from turngym.core.env import Task
 from turngym.core.types import Message, ToolResult
+from turngym.tools.env import Env
 
 
 class ToolEnv(Env):

@@ -1,4 +1,5 @@
-"""Tools: ``@tool`` -> ``ToolSpec``, call parsers, and the ``ToolBox`` dispatcher."""
+"""Tools: ``@tool`` -> ``ToolSpec``, call parsers, the ``ToolBox`` dispatcher, and (``turngym.tools.env``) the
+chat-and-tools ``Env`` built on them."""
 
 from turngym.tools.decorator import BoundTool, ToolDef, tool, tool_def, tools_of
 from turngym.tools.parsers import (

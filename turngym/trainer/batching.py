@@ -100,6 +100,7 @@ def token_logprobs(
     attention_mask: Any,
     with_entropy: bool = False,
     chunk_tokens: int | None = None,
+    kernel: str = "torch",
 ):
     """``logp[:, t]`` = log π(input_ids[:, t] | input_ids[:, :t]) for t >= 1 (column 0 is 0).
 
@@ -108,17 +109,27 @@ def token_logprobs(
     ``chunk_tokens``: apply the output head to at most this many positions at a time, each chunk
     recomputed in the backward pass, so the full ``[B, L, vocab]`` fp32 logits (and their
     log-softmax) never exist at once — for a 49k vocabulary and 16k tokens that is 3 GB a copy. The
-    values equal the unchunked ones up to float rounding. Models wrapped in DDP or sharded by FSDP, or without
-    ``logits_to_keep``/hidden states, take the unchunked path.
+    values equal the unchunked ones up to float rounding. Models wrapped in DDP, or without
+    ``logits_to_keep``/hidden states, take the unchunked path. Under FSDP2 the head belongs to the
+    root unit, which stays gathered from its forward to its backward, so the chunks make no
+    collective of their own (ranks may run different numbers of them).
+
+    ``kernel="liger"``: liger-kernel's fused linear + cross-entropy (Triton, CUDA only) gives the
+    picked log-probs without the logits ever existing beyond its own chunk, forward or backward; on
+    CPU, or when the entropy is asked for (the kernel does not return it), the torch path runs.
     """
     import torch
-    from torch.distributed.fsdp import FSDPModule
 
-    # DDP hides the head; under FSDP the number of head calls (collectives) would differ across ranks
-    if chunk_tokens and not isinstance(model, (torch.nn.parallel.DistributedDataParallel, FSDPModule)):
+    # DDP hides the head (and calls it inside its own forward, where DDP's hooks see it)
+    if (chunk_tokens or kernel != "torch") and not isinstance(
+        model, torch.nn.parallel.DistributedDataParallel
+    ):
         head = _output_head(model)
         if head is not None:
-            return _chunked_logprobs(model, head, input_ids, attention_mask, with_entropy, chunk_tokens)
+            fused = kernel == "liger" and not with_entropy and input_ids.device.type == "cuda"
+            return _chunked_logprobs(
+                model, head, input_ids, attention_mask, with_entropy, chunk_tokens or input_ids.numel(), fused
+            )
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
     logp_all = torch.log_softmax(logits, dim=-1)
     picked = logp_all.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
@@ -149,7 +160,29 @@ def _head_logprobs(head: Any, hidden: Any, targets: Any, with_entropy: bool):
     return picked, lse - (p * logits).sum(-1)
 
 
-def _chunked_logprobs(model, head, input_ids, attention_mask, with_entropy: bool, chunk: int):
+def liger_linear_cross_entropy() -> Any:
+    """liger-kernel's fused linear + cross-entropy function, or an ImportError that says what to install."""
+    try:
+        from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+    except ImportError as e:
+        raise ImportError(
+            f"optim.logprob_kernel=liger needs liger-kernel (pip install 'turngym[train]'): {e}"
+        ) from e
+    return liger_fused_linear_cross_entropy
+
+
+def _liger_logprobs(head: Any, hidden: Any, targets: Any) -> Any:
+    """The picked log-probs through liger-kernel's fused linear + cross-entropy (per-token losses,
+    ``reduction="none"``; its backward recomputes the logits chunk by chunk)."""
+    weight = head.weight
+    bias = getattr(head, "bias", None)
+    if hidden.dtype != weight.dtype:  # autocast is not seen inside the Triton kernel: one dtype
+        hidden = hidden.to(weight.dtype)
+    loss = liger_linear_cross_entropy()(hidden, weight, targets, bias=bias, reduction="none")
+    return -loss.float()
+
+
+def _chunked_logprobs(model, head, input_ids, attention_mask, with_entropy: bool, chunk: int, fused=False):
     import torch
     from torch.utils.checkpoint import checkpoint
 
@@ -159,6 +192,9 @@ def _chunked_logprobs(model, head, input_ids, attention_mask, with_entropy: bool
     hidden = out.hidden_states[-1][:, :-1]
     b, n, d = hidden.shape
     flat, targets = hidden.reshape(b * n, d), input_ids[:, 1:].reshape(b * n)
+    zero = hidden.new_zeros((b, 1), dtype=torch.float32)
+    if fused:
+        return torch.cat([zero, _liger_logprobs(head, flat, targets).reshape(b, n)], dim=1), None
     picked, ents = [], []
     grad = torch.is_grad_enabled() and flat.requires_grad
     for lo in range(0, b * n, chunk):
@@ -169,7 +205,6 @@ def _chunked_logprobs(model, head, input_ids, attention_mask, with_entropy: bool
             p, e = _head_logprobs(*args)
         picked.append(p)
         ents.append(e)
-    zero = hidden.new_zeros((b, 1), dtype=torch.float32)
     logp = torch.cat([zero, torch.cat(picked).reshape(b, n)], dim=1)
     entropy = torch.cat([zero, torch.cat(ents).reshape(b, n)], dim=1) if with_entropy else None
     return logp, entropy

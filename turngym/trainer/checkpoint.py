@@ -103,7 +103,11 @@ def _torch_save(obj: Any, path: Path) -> None:
 def _torch_load(path: Path) -> Any:
     import torch
 
-    return torch.load(path, map_location="cpu", weights_only=True)
+    from turngym.trainer.optimizers import state_tensor_classes
+
+    # torchao's quantized optimizer state (optim.optimizer: adamw_8bit/4bit) is a tensor subclass
+    with torch.serialization.safe_globals(state_tensor_classes()):
+        return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def save_weights(path: Path, weights: dict[str, Any]) -> None:

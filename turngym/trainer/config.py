@@ -232,6 +232,15 @@ class OptimSettings(_Strict):
     # output head applied to this many positions at a time (never the full [tokens, vocab] fp32 logits);
     # null: all at once
     logprob_chunk_tokens: int | None = Field(default=4096, gt=0)
+    # how the output head's log-probs are computed: "torch" (the head in chunks of logprob_chunk_tokens,
+    # each recomputed in backward) or "liger" (liger-kernel's fused linear + cross-entropy on CUDA: the
+    # [tokens, vocab] logits never exist beyond one chunk, forward or backward; CPU, and micro-batches
+    # that need the entropy, take the torch path). turngym.trainer.batching.token_logprobs
+    logprob_kernel: Literal["torch", "liger"] = "torch"
+    # the optimizer: "adamw" (torch's; its state has the master weights' dtype), "adamw_8bit" /
+    # "adamw_4bit" (torchao's block-wise quantized AdamW state: ~2 / ~1 bytes a parameter instead of 8
+    # for fp32 masters). Bytes per parameter of each: docs/scaling.md. turngym.trainer.optimizers
+    optimizer: Literal["adamw", "adamw_8bit", "adamw_4bit"] = "adamw"
 
 
 class SFTSettings(_Strict):
@@ -284,6 +293,16 @@ class FSDPSettings(_Strict):
     reduce_dtype: Literal["float32", "bfloat16"] = "float32"  # gradient reduce-scatter
     cpu_offload: bool = False  # sharded parameters, gradients and optimizer state live on the CPU
     reshard_after_forward: bool = True  # free gathered layers after forward (ZeRO-3); False: ZeRO-2
+    # free the rollouts' full bf16 copy's trainable weights for the update (2 bytes a parameter on every
+    # rank) and rebuild them at the refresh after it (the gradients are freed after the optimizer step,
+    # to make room); not with rollout.keep_backend (its CUDA graphs read the copy's buffers at fixed
+    # addresses)
+    release_full_copy: bool = False
+    # reduce-scatter gradients after every micro-batch's backward, not only the last: the shards then
+    # accumulate, instead of a whole-model unsharded gradient (fp32 under reduce_dtype float32: 4 bytes
+    # a parameter of the full model on every rank) kept between micro-batches; one reduce-scatter per
+    # micro-batch instead of one per optimizer step
+    reduce_every_micro_batch: bool = False
 
 
 class ClusterSettings(_Strict):
@@ -378,6 +397,18 @@ class TrainConfig(_Strict):
         settings = get_credit_method(self.credit.method).settings
         if getattr(settings, "needs_tree_rollouts", False) and self.rollout.tree is None:
             raise ValueError(f"credit.method={self.credit.method} needs tree rollouts: set rollout.tree")
+        fsdp = self.cluster.fsdp
+        if fsdp.release_full_copy and self.cluster.strategy != "fsdp":
+            raise ValueError(
+                "cluster.fsdp.release_full_copy needs cluster.strategy=fsdp (only FSDP keeps a full copy "
+                "beside the trained shards)"
+            )
+        if fsdp.release_full_copy and self.rollout.keep_backend:
+            raise ValueError(
+                "cluster.fsdp.release_full_copy frees the full copy's weights during the update, but "
+                "rollout.keep_backend keeps an engine whose CUDA graphs read them at fixed addresses: "
+                "set one of them"
+            )
         if self.keep_best is not None and (self.rollout.eval_tasks <= 0 or self.rollout.eval_every <= 0):
             raise ValueError(
                 "keep_best needs a held-out eval during RL: set rollout.eval_tasks and rollout.eval_every"

@@ -20,6 +20,8 @@ pass of an optimizer step (:func:`gradient_sync`).
 The full copy is a plain module on this rank's device; its trainable parameters are refreshed from
 the shards one parameter at a time (``DTensor.full_tensor``: one all-gather each, so at most one
 gathered parameter beyond the copy exists at a time) and cast into the copy's own buffers.
+``copy.release()`` frees those buffers' memory for the update (``cluster.fsdp.release_full_copy``);
+the next refresh allocates them again before filling them.
 """
 
 from __future__ import annotations
@@ -170,12 +172,31 @@ class FullWeights:
             for p in model.parameters()
         }
         self.module = copy.deepcopy(model, memo).eval()
+        self.released = False  # the trainable parameters' memory is freed until the next refresh
+
+    def _trainable(self) -> list[Any]:
+        return [p for p in self.module.parameters() if p.requires_grad]
+
+    def release(self) -> int:
+        """Free the memory of the copy's trainable parameters (their shapes stay; their values are
+        gone until :meth:`refresh`); returns the bytes freed. Frozen parameters (a LoRA base) stay."""
+        freed = 0
+        for p in self._trainable():
+            storage = p.untyped_storage()
+            freed += storage.nbytes()
+            storage.resize_(0)
+        self.released = True
+        return freed
 
     def refresh(self, sharded: Any) -> None:
         """Gather each trainable parameter from the shards into the copy (a collective: every rank
         calls it, in the same order). Frozen parameters never change, so they are not moved."""
         import torch
 
+        if self.released:  # memory back first (new addresses), then every value is written below
+            for p in self._trainable():
+                p.untyped_storage().resize_(p.numel() * p.element_size())
+            self.released = False
         own = dict(self.module.named_parameters())
         with torch.no_grad():
             for name, param in sharded.named_parameters():

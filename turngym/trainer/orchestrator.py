@@ -16,6 +16,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,7 @@ from turngym.trainer.credit.registry import build_credit_pipeline
 from turngym.trainer.distributed import merge_metrics, shard
 from turngym.trainer.judges import judge_win_rate
 from turngym.trainer.metrics import backend_counters, breakdown_metrics, reward_metrics, sampled_metrics
+from turngym.trainer.oom import check_rollout_oom, explain_oom, rollout_knobs
 
 if TYPE_CHECKING:
     from turngym.trainer.policy import Policy
@@ -177,8 +179,10 @@ class Orchestrator:
                 if backend is not self.kept_backend and hasattr(backend, "free_buffers"):
                     backend.free_buffers()  # the slots engine's KV and graphs: the update needs the room
 
-        with matmul_precision(r.matmul_precision):
+        knobs = partial(rollout_knobs, self.cfg)
+        with matmul_precision(r.matmul_precision), explain_oom("rollout", knobs, self.policy.device):
             trajs = asyncio.run(run())
+        check_rollout_oom(trajs, knobs, self.policy.device)  # an engine's OOM masks rows: say it, stop
         masked = [t for t in trajs if t.masked]
         if masked:  # say why, once per rollout: a silent fully-masked run trains nothing
             reasons = Counter(t.mask_reason for t in masked)

@@ -22,6 +22,7 @@ from typing import Any
 
 from turngym.trainer.config import TrainConfig
 from turngym.trainer.distributed import DistContext, wrap_ddp
+from turngym.trainer.optimizers import make_optimizer
 
 
 def lr_schedule(kind: str, warmup: int, total: int) -> Callable[[int], float]:
@@ -104,9 +105,13 @@ class Policy:
         self.device = next(model.parameters()).device  # where the update's batches go
         if self.sharded:  # the mesh's device, also when the shards are offloaded to the CPU
             self.device = torch.device(dist.device(cfg.model.device) or default_device())
+        if cfg.optim.logprob_kernel == "liger" and self.device.type == "cuda":
+            from turngym.trainer.batching import liger_linear_cross_entropy
+
+            liger_linear_cross_entropy()  # missing: an ImportError now, not at the first update
         self.refresh_seconds = 0.0  # the last full-copy refresh (FSDP)
         o = cfg.optim
-        self.optimizer = torch.optim.AdamW(self.params(), lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
+        self.optimizer = make_optimizer(self.params(), o)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_schedule(o.schedule, o.warmup_steps, cfg.steps * o.ppo_epochs)
         )
@@ -128,6 +133,13 @@ class Policy:
         """The module with the whole current weights on this rank: what rollouts generate from,
         credit scores with and exports save (the trained module itself unless it is sharded)."""
         return self.full_copy.module if self.full_copy is not None else self.model
+
+    def release_full_weights(self) -> int:
+        """FSDP with ``cluster.fsdp.release_full_copy``: free the full copy's trainable weights for the
+        update (the refresh after it rebuilds them); the bytes freed (0 when nothing is released)."""
+        if self.full_copy is None or not self.cfg.cluster.fsdp.release_full_copy:
+            return 0
+        return self.full_copy.release()
 
     def refresh_full_weights(self) -> float:
         """FSDP: gather the shards into the full copy (every rank); seconds taken (0 unsharded)."""

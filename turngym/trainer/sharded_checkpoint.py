@@ -102,6 +102,25 @@ def save_sharded(
     return final
 
 
+def _check_quantized_world(path: Path, optimizer: Any) -> None:
+    """torchao's quantized optimizer state is stored in blocks; DCP reshards by rows, which need not
+    fall on block boundaries: such a checkpoint resumes only on the world size that wrote it."""
+    import torch.distributed as tdist
+
+    from turngym.trainer.optimizers import is_quantized
+
+    if not is_quantized(optimizer):
+        return
+    saved = json.loads((path / "state.json").read_text()).get("world_size")
+    world = tdist.get_world_size() if tdist.is_available() and tdist.is_initialized() else 1
+    if saved is not None and saved != world:
+        raise ValueError(
+            f"{path} was written by {saved} ranks with a quantized optimizer state (optim.optimizer="
+            f"adamw_8bit/4bit) and this job has {world}: that state is stored in blocks that resharding "
+            f"would cut (torchao refuses shards off its block boundaries); resume on {saved} ranks"
+        )
+
+
 def load_sharded(path: Path, model: Any, optimizer: Any, scheduler: Any) -> dict:
     """Load a sharded checkpoint into ``model`` (sharded or not) and ``optimizer``, resharding to
     this job's world size; every rank calls it. Returns its ``state.json``."""
@@ -114,6 +133,7 @@ def load_sharded(path: Path, model: Any, optimizer: Any, scheduler: Any) -> dict
     path = Path(path)
     if not is_sharded(path):
         raise ValueError(f"{path} is not a sharded (DCP) checkpoint: no state.json with format {FORMAT!r}")
+    _check_quantized_world(path, optimizer)
     model_sd, optim_sd = get_state_dict(model, optimizer, options=_options())
     want = set(model_sd)
     have = {

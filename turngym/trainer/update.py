@@ -6,11 +6,14 @@ Under data parallelism each rank's loss is its share of the global-batch loss (t
 summed over ranks first) and gradients are all-reduced once per optimizer step, so the update equals
 one process's on the whole batch (:mod:`turngym.trainer.distributed`). Under FSDP every rank runs
 as many passes as the busiest one (each pass all-gathers every layer): the others add zero-weight
-passes, and gradients are reduce-scattered on the last pass only (:mod:`turngym.trainer.fsdp`).
+passes, and gradients are reduce-scattered on the last pass only, or on every pass with
+``cluster.fsdp.reduce_every_micro_batch`` (:mod:`turngym.trainer.fsdp`). An out-of-memory error
+names the settings to turn (:mod:`turngym.trainer.oom`).
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -19,6 +22,7 @@ from turngym.core.types import Trajectory
 from turngym.trainer.config import TrainConfig
 from turngym.trainer.distributed import merge_metrics, sync_context, zero_backward
 from turngym.trainer.fsdp import gradient_sync as fsdp_gradient_sync
+from turngym.trainer.oom import explain_oom, update_knobs
 
 if TYPE_CHECKING:
     from turngym.trainer.policy import Policy
@@ -43,6 +47,7 @@ def policy_update(
     if not num_seqs:
         return {"update/skipped": 1.0}
     loss_cfg = LossConfig(**cfg.loss.model_dump())
+    policy.release_full_weights()  # cluster.fsdp.release_full_copy: the refresh after the update rebuilds it
     groups = micro_batches([len(t.token_ids) for t in seqs], cfg.optim.micro_batch_tokens)
     stats: dict[str, list[float]] = {}
     grad_norms = []
@@ -50,6 +55,7 @@ def policy_update(
     # FSDP: the same number of passes on every rank; DDP: only the gradient all-reduce is collective
     passes = int(max(dist.all_gather(len(groups)))) if policy.sharded else max(len(groups), 1)
     sync = fsdp_gradient_sync if policy.sharded else sync_context
+    every = policy.sharded and cfg.cluster.fsdp.reduce_every_micro_batch  # no whole-model gradient kept
     with train_mode_without_dropout(policy.model):  # train mode, or gradient checkpointing is off
         for _ in range(cfg.optim.ppo_epochs):
             policy.optimizer.zero_grad(set_to_none=True)
@@ -63,7 +69,9 @@ def policy_update(
                     pad_right([advs[k] for k in group], 0.0, torch.float32, dev),
                 )
                 # gradients are all-reduced (DDP) or reduce-scattered (FSDP) in the last pass only
-                with sync(policy.wrapped, last=g == passes - 1):
+                # (FSDP with cluster.fsdp.reduce_every_micro_batch: in every pass)
+                knobs = partial(update_knobs, cfg, policy.sharded, tensors[0].numel())
+                with sync(policy.wrapped, last=every or g == passes - 1), explain_oom("update", knobs, dev):
                     loss, s = _micro_batch_loss(policy, cfg, loss_cfg, tensors, num_tokens, num_seqs)
                     (loss * dist.loss_scale).backward()
                 # pg_loss and loss are this micro-batch's share of the batch loss; the rest are token
@@ -73,7 +81,7 @@ def policy_update(
                     stats.setdefault(k, []).append(v if k == "pg_loss" else v * weight)
                 stats.setdefault("loss", []).append(float(loss.detach()))
             for g in range(len(groups), passes):  # nothing left here, but this rank joins the collectives
-                with sync(policy.wrapped, last=g == passes - 1):
+                with sync(policy.wrapped, last=every or g == passes - 1):
                     if policy.sharded:  # the same forwards as a real pass (the LoRA reference's too)
                         empty = _empty_batch(dev)
                         loss, _ = _micro_batch_loss(policy, cfg, loss_cfg, empty, num_tokens, num_seqs)
@@ -81,8 +89,11 @@ def policy_update(
                     else:
                         zero_backward(policy.wrapped, dev)
             grad_norms.append(policy.clip_grad_norm())
-            policy.optimizer.step()
+            with explain_oom("optimizer step", partial(update_knobs, cfg, policy.sharded), dev):
+                policy.optimizer.step()
             policy.scheduler.step()
+    if policy.sharded and cfg.cluster.fsdp.release_full_copy:  # room for the copy's refresh
+        policy.optimizer.zero_grad(set_to_none=True)
     out = {f"update/{k}": float(sum(v)) / cfg.optim.ppo_epochs for k, v in stats.items()}
     out["update/micro_batches"] = float(len(groups))
     out = merge_metrics(dist, out, summed=("update/",))  # shares of the global batch add up
@@ -110,17 +121,17 @@ def _micro_batch_loss(policy: Policy, cfg: TrainConfig, loss_cfg, tensors, num_t
     from turngym.trainer.loss import policy_loss
 
     ids, attn, mask, old, adv = tensors
-    chunk = cfg.optim.logprob_chunk_tokens
+    head = {"chunk_tokens": cfg.optim.logprob_chunk_tokens, "kernel": cfg.optim.logprob_kernel}
     with mixed_precision(policy.model, cfg.model.autocast):  # forward passes only
         logp, entropy = token_logprobs(
-            policy.wrapped, ids, attn, with_entropy=loss_cfg.entropy_coef > 0, chunk_tokens=chunk
+            policy.wrapped, ids, attn, with_entropy=loss_cfg.entropy_coef > 0, **head
         )
         ref = None
         if loss_cfg.kl_coef > 0:
             with torch.no_grad():
                 if policy.ref_model is not None:
-                    ref, _ = token_logprobs(policy.ref_model, ids, attn, chunk_tokens=chunk)
+                    ref, _ = token_logprobs(policy.ref_model, ids, attn, **head)
                 else:
                     with policy.model.disable_adapter():
-                        ref, _ = token_logprobs(policy.model, ids, attn, chunk_tokens=chunk)
+                        ref, _ = token_logprobs(policy.model, ids, attn, **head)
     return policy_loss(logp, old, adv, mask, loss_cfg, ref, entropy, num_tokens, num_seqs)

@@ -14,9 +14,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from turngym.core.env import Env, Task
+from turngym.core.env import Task
 from turngym.core.types import Message, ToolResult
 from turngym.tools import ToolError, tool
+from turngym.tools.env import Env
 
 _OPS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 

@@ -39,12 +39,13 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from turngym.core.env import Env, ForkError
+from turngym.core.env import ForkError
 from turngym.core.types import Message, ToolCall, ToolResult
 from turngym.envs.browser.dom import Snapshot
 from turngym.envs.browser.fork import PageLog, PageOp, replay
 from turngym.sandboxes.browser import BrowserCrashed, BrowserError, BrowserPool, PageLease
 from turngym.tools import ToolError
+from turngym.tools.env import Env
 from turngym.tools.parsers import render_calls
 
 T = TypeVar("T")
@@ -127,7 +128,7 @@ class BrowserEnv(Env):
             capacity (its contexts at once). See :attr:`max_live`.
         live_wait_s: how long a reset waits for a live place when the pool has ``max_live`` live envs
             (None: until one closes, as a lease waits for a full pool); past it, a clear error.
-        max_turns, parser, ...: as for every :class:`~turngym.core.env.Env`.
+        max_turns, parser, ...: as for every :class:`~turngym.tools.env.Env`.
 
     A subclass implements ``_reset`` (lease a page with :attr:`pool`, load it, return the task),
     ``_page_message(initial)`` (the observation of the current page; set :attr:`snap`), and may

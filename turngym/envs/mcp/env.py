@@ -5,36 +5,21 @@
 
 Tools: every tool the servers list (through the official ``mcp`` SDK), plus the env's own terminal
 ``answer(text)``. Each MCP tool's input schema becomes a ``ToolSpec`` (``turngym.envs.mcp.schema``); a tool
-whose schema turngym cannot express is **dropped with a warning** by default (listed in the reset
-``info["mcp_dropped_tools"]`` and ``env.dropped_tools``), or refused at connect with
-``on_unsupported_schema="error"``. A tool name used by two servers (or equal to ``answer``) is exposed as
-``<server>__<tool>``; ``prefix: true`` in a server's config prefixes all of its tools.
+whose schema turngym cannot express is dropped with a warning (``info["mcp_dropped_tools"]``) or refused
+with ``on_unsupported_schema="error"``. A tool name used by two servers is exposed as ``<server>__<tool>``.
 
-Calls: arguments are validated against the tool's schema first (``bad_arguments``), then routed to the
-owning server with that server's ``timeout``; an ``isError`` result is a ``tool_error`` observation, a
-timeout a ``timeout`` one, an output over ``max_output_chars`` is cut with a marker (``truncated``). None of
-these ends the episode. A server that dies mid-episode gives a ``server_lost`` observation, ends the
-episode at once with no reward, and sets ``info["masked"]``/``info["mask_reason"]``, so the rollout engine
-masks the trajectory (``env_error``, the reason in ``metadata["error"]``) instead of training on it.
+Calls are validated against the tool's schema, then routed to the owning server with its ``timeout``;
+errors, timeouts and long outputs become observations and never end the episode. A server that dies
+mid-episode ends it with no reward and ``info["masked"]``, so the rollout engine masks the trajectory.
 
-Servers: ``lifecycle="shared"`` (the default; read-only tools) connect when the env is built, through a
-per-process pool shared by every env with the same config, and stop when the last such env closes;
-``"per_episode"`` (stateful tools) start at every ``reset`` and stop at the next reset or ``close`` (their
-tools join ``env.tools`` at the first reset). Each reset pings the shared servers and reconnects a dead one.
+Servers: ``lifecycle="shared"`` (the default; read-only tools) connect once per process and config;
+``"per_episode"`` (stateful tools) start at every ``reset``. Tasks (``turngym.envs.mcp.tasks``): a JSONL/JSON
+file or a list (``prompt``, ``answer``(s), optional ``metadata`` and expert ``solution``); without servers
+and tasks the env runs ``turngym.envs.mcp.demo_server``.
 
-Tasks (``turngym.envs.mcp.tasks``): a JSONL/JSON file or a list, each with a ``prompt``, the ``answer``(s)
-and optional ``metadata`` and expert ``solution``. With no ``servers`` and no ``tasks`` the env runs the
-demo server and tasks of ``turngym.envs.mcp.demo_server``.
-
-Reward (paid on the last turn): ``reward = <metric> + format`` where the metric is ``reward=`` — ``em``
-(default), ``f1`` or ``contains`` — computed with the SQuAD-normalised answer metrics of the search family
-(best over the reference answers); ``reward_components`` reports all three, ``format`` is
-``-format_penalty`` when the episode ended without an answer. Per turn, ``invalid`` is
-``-invalid_penalty`` per call the model got wrong (unknown tool, bad arguments, a tool error), when the
-penalty is set. The pairwise judge of the family (``turngym.envs.mcp.judge``) scores process and answer with
-a ``Rubric`` for the arena credit method.
-
-Not forkable: the servers hold state outside the process that a copy of the env cannot branch.
+Reward (last turn): ``<metric> + format`` with the metric ``em`` (default), ``f1`` or ``contains``; per
+turn an optional ``invalid`` penalty. The family's pairwise judge is ``turngym.envs.mcp.judge``. Not
+forkable: the servers hold state outside the process. docs/envs/mcp.md has the details.
 """
 
 from __future__ import annotations
@@ -49,7 +34,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from turngym.core.env import INVALID_KINDS, Env, Task, pick_task_index
+from turngym.core.env import INVALID_KINDS, Task, pick_task_index
 from turngym.core.spaces import ActionSpace
 from turngym.core.types import Message, ToolResult, ToolSpec
 from turngym.envs.mcp.client import McpConnection, ServerLost, acquire_shared, release_shared
@@ -58,6 +43,7 @@ from turngym.envs.mcp.schema import ArgumentValidator, UnsupportedSchema, saniti
 from turngym.envs.mcp.tasks import McpTask, load_tasks
 from turngym.envs.search.metrics import best_exact_match, best_f1, contains_answer
 from turngym.tools import BadArguments, BoundTool, ToolBox, ToolDef, ToolError, ToolOutput, tool
+from turngym.tools.env import Env
 
 SYSTEM_PROMPT = (
     "You solve the user's task with the tools below, which are provided by MCP servers. Call tools as "

@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from turngym.core.env import Env, Task, pick_task_index
+from turngym.core.env import Task, pick_task_index
 from turngym.core.types import Message, ToolCall, ToolResult
 from turngym.envs.search.corpus import Corpus
 from turngym.envs.search.data import load_corpus, load_task_file, select_tasks, synthetic_dataset
@@ -35,6 +35,7 @@ from turngym.envs.search.retriever import Doc, Retriever, RetrieverError, shared
 from turngym.envs.search.server import shared_remote
 from turngym.envs.search.tasks import QATask
 from turngym.tools import ToolError, tool
+from turngym.tools.env import Env
 from turngym.tools.parsers import ToolCallParser, get_parser
 
 SEARCH_R1_PROMPT = (

@@ -41,26 +41,18 @@ from typing import Any
 
 import numpy as np
 
-from turngym.core.env import Env, Task
+from turngym.core.env import Task
 from turngym.core.types import Message, ToolResult
+from turngym.envs.swe.container import copy_container, grade_in_fresh_container, repository_digest
 from turngym.envs.swe.packages import REPO_DIR
 from turngym.envs.swe.prompts import HARBOR_USER_PROMPT, SYSTEM_PROMPT, USER_PROMPT
 from turngym.envs.swe.tasks import SweTask
 from turngym.envs.swe.tools import SweTools, gold_command
 from turngym.tools import ToolError
+from turngym.tools.env import Env
 
 _MALFORMED = frozenset({"parse_error", "no_call", "bad_arguments", "unknown_tool", "too_many_calls"})
 _IMAGE_CACHE: dict[tuple[Any, ...], str] = {}
-#: one command, run in /testbed after each reset and step, whose output is a sha256 of the repository's
-#: state: HEAD, the index (modes, blob ids, paths), the working tree against the index (binary diff,
-#: modes included) and the path and content hash of every untracked file git does not ignore (a file
-#: sha256sum cannot read, e.g. a dangling symlink, adds its error line instead). Only the 64-hex digest
-#: comes back, whatever the repository's size; git reads files it finds stat-dirty.
-_REPO_DIGEST = (
-    "set -o pipefail; { git rev-parse HEAD && git ls-files -s -z && printf '\\0--\\0' && "
-    "git diff --binary --no-color --no-ext-diff --no-renames && printf '\\0--\\0' && "
-    "{ git ls-files -z -o --exclude-standard | xargs -0 -r sha256sum -- 2>&1; true; }; } | sha256sum"
-)
 
 
 class SweDockerEnv(SweTools, Env):
@@ -334,89 +326,35 @@ class SweDockerEnv(SweTools, Env):
         return await self._grade_patch(patch, task, pool)
 
     async def _grade_patch(self, patch: str, task: SweTask | None = None, pool: Any = None) -> Any:
-        """The verdict on ``patch`` from a fresh container. A grading container the patch's own code runs
-        out of memory is a failed grade (``SandboxDead`` with cause ``"oom"``); a container killed from
-        outside raises, and the rollout engine masks the episode."""
-        from turngym.envs.swe.repo import Grade, grade_patch, run_verifier
-        from turngym.sandboxes.docker import SandboxDead, run_blocking
-
-        task = task or self._swe
-        pool = pool or self._pool
+        """The verdict on ``patch`` from a fresh container (:func:`~.container.grade_in_fresh_container`)."""
+        task, pool = task or self._swe, pool or self._pool
         assert task is not None and pool is not None
-        sb = await pool.aacquire(bounded=False)
-        try:
-            if task.harbor is not None:
-                return await run_blocking(
-                    run_verifier,
-                    sb,
-                    task.files(),
-                    patch,
-                    tests=task.harbor["tests"],
-                    env=task.harbor["verifier_env"],
-                    timeout=task.harbor["verifier_timeout"],
-                    workdir=task.harbor["workdir"],
-                )
-            return await run_blocking(
-                grade_patch,
-                sb,
-                task.files(),
-                patch,
-                fail_to_pass=task.fail_to_pass,
-                pass_to_pass=task.pass_to_pass,
-                test_files=task.test_files,
-                test_patch=task.test_patch,
-                timeout=self.test_timeout,
-                staged=self._staged.get(id(pool)),
-                grader=task.grader,
-                is_test_path=task.is_test_path,
-            )
-        except SandboxDead as e:
-            if e.cause != "oom":
-                raise
-            return Grade(False, applied=True, grader=task.grader, detail=f"the grading container died: {e}")
-        finally:
-            pool.release_later(sb)
+        staged = self._staged.get(id(pool))
+        return await grade_in_fresh_container(pool, task, patch, staged=staged, timeout=self.test_timeout)
 
     def _state_key(self) -> str:
         """The key of the repository state after the last reset or step (``_refresh_key``)."""
         return self._key
 
     async def _refresh_key(self) -> None:
-        """Key the repository as it is now: the task plus a digest, made in the container by one command
-        (``_REPO_DIGEST``), of HEAD, git's index, the working tree's changes against it and the content
-        of untracked files not ignored (``__pycache__``, ``*.pyc``, ... are: ``_GIT_INIT``). However a
-        change was made (the editor, ``sed -i`` or ``echo >`` through bash, ``git add``), equal
-        repositories give equal keys and different ones different keys. Files outside ``/testbed``
-        (``/tmp``, ``/root``) are not part of it.
+        """Key the repository as it is now: the task plus :func:`~.container.repository_digest`. A digest
+        that cannot be made (the container is gone, git fails) gives a key no other state can have (a
+        fresh random one) and says why in ``info["state_key_error"]``: GiGPO and tree credit then group
+        the turn with nothing, which is right, where a stale key would group it wrongly."""
+        from turngym.sandboxes.docker import SandboxDead
 
-        A digest that cannot be made (the container is gone, git fails) gives a key no other state can
-        have (a fresh random one) and says why in ``info["state_key_error"]``: GiGPO and tree credit
-        then group the turn with nothing, which is right, where a stale key would group it wrongly.
-        """
-        from turngym.sandboxes.docker import SandboxDead, SandboxError, run_blocking
-
-        self._key_error = None
-        digest = ""
+        self._key_error, digest = None, ""
         if self._dead:
             self._key_error = f"the sandbox is gone ({self._dead})"
         elif self._sb is None:
             self._key_error = "the episode holds no container"
         else:
             try:
-                res = await run_blocking(
-                    self._sb.exec, _REPO_DIGEST, timeout=min(self.command_timeout, 30.0), workdir=REPO_DIR
-                )
-                digest = res.output.split()[0] if res.exit_code == 0 and res.output.strip() else ""
-                if not digest:
-                    self._key_error = (
-                        f"the repository digest failed (exit {res.exit_code}): {res.output[-300:]}"
-                    )
+                digest, self._key_error = await repository_digest(self._sb, min(self.command_timeout, 30.0))
             except SandboxDead as e:
                 self._dead, self._dead_cause = str(e), e.cause  # the episode ends this turn (``_step_info``)
                 self.end_episode()
                 self._key_error = f"the sandbox container died ({e})"
-            except SandboxError as e:
-                self._key_error = f"the repository digest failed ({e})"
         if self._key_error is not None:
             self._key = f"unkeyed-{uuid.uuid4().hex}"
             return
@@ -452,65 +390,24 @@ class SweDockerEnv(SweTools, Env):
         return self.max_active
 
     async def _fork(self) -> SweDockerEnv:
-        """The fork: a copy of the Python-side state (``Env._fork_copy``) and a container of its own
-        whose writable mounts (``/testbed``, ``/tmp``, ``/root``; a Harbor task's ``/tests``, ``/logs``)
-        hold what the parent's hold now. The root file system is read-only and the same image, so that
-        is the whole file system; processes are not copied (each ``bash`` call is a fresh shell anyway).
-
-        The new container is a slot of the parent's pool (``max_active``): with none free within
-        ``fork_wait`` seconds (default 0) the fork is a :class:`ForkError`, never a wait without end.
-        The snapshot is a tar archive made inside the parent's container (``docker commit`` does not
-        see tmpfs mounts); nothing is written to the parent and no image is made, so a failed fork
-        leaves the parent as it was and nothing behind.
-        """
+        """The fork: a copy of the Python-side state (``Env._fork_copy``) and a container of its own, a
+        slot of the parent's pool, holding what the parent's writable mounts hold now
+        (:func:`~.container.copy_container`); no slot free within ``fork_wait`` seconds (default 0), a
+        dead parent container or a failed copy is a :class:`ForkError` that leaves the parent as it was."""
         from turngym.core.env import ForkError
-        from turngym.sandboxes.docker import SandboxDead, SandboxError, run_blocking
 
         name = f"{self.spec.id if self.spec is not None else type(self).__name__}"
         if self._dead:
             raise ForkError(f"{name}: cannot fork, its container died ({self._dead}); the episode is over")
         if self._sb is None or self._pool is None:
             raise ForkError(f"{name}: cannot fork, the episode holds no container")
-        parent_sb, pool = self._sb, self._pool
         self._busy = "fork"
         try:
             child = self._fork_copy()  # the Python-side state, at the same instant as the files
-            if not await run_blocking(parent_sb.alive):
-                raise ForkError(
-                    f"{name}: cannot fork, its container {parent_sb.name} is not running (killed or removed "
-                    "from outside); the parent's next step ends its episode with a sandbox error"
-                )
-            try:
-                sb = await pool.aacquire(timeout=self.fork_wait)
-            except SandboxError as e:
-                raise ForkError(
-                    f"{name}: cannot fork, no container slot for the fork ({e}); every fork holds one of the "
-                    "pool's max_active containers until it is closed"
-                ) from e
-            paths = list(pool.limits.writable)
-            try:
-                try:
-                    archive = await run_blocking(
-                        parent_sb.snapshot, paths, max_bytes=(pool.limits.tmpfs_mb << 20) * len(paths)
-                    )
-                except SandboxDead as e:
-                    raise ForkError(
-                        f"{name}: cannot fork, its container died during the snapshot ({e})"
-                    ) from e
-                except SandboxError as e:
-                    raise ForkError(f"{name}: cannot fork, the snapshot of its container failed ({e})") from e
-                try:
-                    await run_blocking(sb.restore, paths, archive)
-                except SandboxError as e:
-                    raise ForkError(
-                        f"{name}: cannot fork, the fork's new container {sb.name} failed ({e})"
-                    ) from e
-            except BaseException:
-                pool.release_later(sb)
-                raise
+            sb = await copy_container(self._sb, self._pool, wait=self.fork_wait, name=name)
         finally:
             self._busy = None
-        child._sb, child._pool, child._staged = sb, pool, dict(self._staged)
+        child._sb, child._pool, child._staged = sb, self._pool, dict(self._staged)
         child._pools = {key: p.attach() for key, p in self._pools.items()}
         assert child.task is not None
         child.task.info["container"] = sb.name

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from turngym.core.env import Env, Task
+from turngym.core.env import Task
 from turngym.core.types import Message, ToolResult
 from turngym.envs.travel.database import TravelDB, get_database, normalize_mode
 from turngym.envs.travel.evaluate import PlanEvaluation, evaluate_plan
@@ -46,6 +46,7 @@ from turngym.envs.travel.queries import LEVELS, SampledTask, open_request, sampl
 from turngym.envs.travel.schema import ACCOMMODATIONS, ATTRACTIONS, FLIGHTS, RESTAURANTS
 from turngym.envs.travel.verifier import GroundingReport, Ledger
 from turngym.tools import ToolError, tool
+from turngym.tools.env import Env
 
 PLAN_FORMAT = """Submit the plan with submit_plan: a JSON list with one object per day, in TravelPlanner's format:
 {"days": 1, "current_city": "from Dallas to Denver", "transportation": "<the flight or road leg as the tool returned it>",

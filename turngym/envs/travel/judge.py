@@ -1,8 +1,8 @@
 """Pairwise judges for ``travel-open`` (and ``travel-planner``) in the ``arena`` credit method.
 
-``travel-open`` has no checkable answer: its outcome reward is the neutral 0.0 and its
-rewards come from comparing trajectories of the same task pairwise. This module is light
-(no pandas) so a trainer can import it directly.
+``travel-open`` has no checkable answer: its outcome reward is the neutral 0.0 and its rewards come
+from comparing trajectories of the same task pairwise. This module is light (no pandas) so a trainer
+can import it directly.
 
 Programmatic judge (no LLM needed)::
 
@@ -10,32 +10,18 @@ Programmatic judge (no LLM needed)::
     from turngym.envs.travel.judge import pairwise_scores, score_trajectory
     judge = ProgrammaticJudge(pairwise_scores)          # or ProgrammaticJudge.from_scorer(score_trajectory)
 
-``pairwise_scores(a, b) -> (score_a, score_b)`` scores one order on the rubric's 0–10 scale;
-the trainer's wrapper adds both orders. Each score is ``0.6 * process + 0.4 * answer`` where
-process = mean of breadth / relevance / detail and answer = mean of relevance / feasibility /
-details / clarity, computed from what the env recorded on the submit turn
-(``info["judge_features"]`` → ``Turn.info``): the evaluator's soft scores (commonsense checks
-passed, preferences = hard checks met, completeness), the verifier's grounding rate, and the
-coverage and focus of the agent's tool calls. Trajectories without those features (e.g.
-``travel-planner`` ones) are scored from their ``cs.*`` / ``hard.*`` / ``verifier`` reward
-components.
+``pairwise_scores(a, b) -> (score_a, score_b)`` scores one order on the rubric's 0–10 scale as
+``0.6 * process + 0.4 * answer``, from what the env recorded on the submit turn
+(``info["judge_features"]``), or from the ``cs.*`` / ``hard.*`` / ``verifier`` reward components of
+trajectories without those features.
 
-LLM judge: ``RUBRIC_PROMPT`` is the system prompt (ArenaRL's travel rubric: process breadth /
-relevance / detail, answer relevance / feasibility / details / clarity, each 0–10, combined
-``0.6 * Overall_P + 0.4 * Overall_A``, JSON reply); ``judge_messages(a, b)`` renders two
-trajectories (tool calls as the path, the submitted plan as the answer) and
-``parse_judge_reply(text)`` returns ``(score_a, score_b)`` through turngym's one judge-reply
-parser (:func:`turngym.core.judging.parse_judge_reply` with ``TRAVEL_RUBRIC``; raises
-``JudgeParseError``, a ``ValueError``, on a bad reply, so the caller can retry and then count a
-tie); ``llm_pairwise(complete)`` bundles the three with retries into a
-``(a, b) -> (score_a, score_b)`` function for ``ProgrammaticJudge``. ``TRAVEL_RUBRIC`` is the
-rubric as a :class:`turngym.core.judging.Rubric`; ``RUBRIC`` holds the same dimension texts and
-weights as a dict (``Rubric(**RUBRIC)``).
+LLM judge: ``RUBRIC_PROMPT`` (ArenaRL's travel rubric), ``judge_messages(a, b)`` and
+``parse_judge_reply(text)`` (turngym's one judge-reply parser with ``TRAVEL_RUBRIC``; a bad reply is a
+``JudgeParseError``); ``llm_pairwise(complete)`` bundles them with retries for ``ProgrammaticJudge``.
 
-Published judge: ``JUDGE`` (an :class:`~turngym.core.judging.EnvJudge`: the rubric, the prompt and
-the programmatic scorer) is registered with ``travel-planner`` and ``travel-open``
-(``judge="turngym.envs.travel.judge:JUDGE"``); the trainer's ``arena`` credit method finds it
-through :func:`turngym.core.judging.env_judge` for ``rubric: travel`` or the run's env.
+Published judge: ``JUDGE`` (an :class:`~turngym.core.judging.EnvJudge`) is registered with
+``travel-planner`` and ``travel-open``; the ``arena`` credit method finds it through
+:func:`turngym.core.judging.env_judge`. docs/envs/travel.md describes the rubric.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``igpo``: information-gain turn rewards (IGPO, arXiv 2510.14967).
 
-Tool turns are paid the change in the policy's belief in the gold answer (computed by
-:mod:`turngym.trainer.credit.info_gain` and stored in ``turn.info["info_gain"]``); the answer turn
+Tool turns are paid the change in the policy's belief in the gold answer (the gains that
+:mod:`turngym.trainer.credit.info_gain`'s scorer returns for the step's batch); the answer turn
 is paid the outcome. Rewards are normalised over all reward positions of the group, then
 discounted turn by turn and broadcast.
 """
@@ -11,15 +11,23 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
+from turngym.core.types import Trajectory
 from turngym.trainer.credit.base import GroupCredit, OutcomeReward, broadcast
 from turngym.trainer.credit.grpo import grpo
+from turngym.trainer.credit.info_gain import (
+    DEFAULT_PREFIX,
+    DEFAULT_SUFFIX,
+    InfoGains,
+    InfoGainScorer,
+    answer_frame,
+    gold_answer,
+)
 from turngym.trainer.credit.normalize import center_by_depth, discounted_returns, ragged_zscore
 from turngym.trainer.credit.pipeline import CreditPipeline
 from turngym.trainer.credit.registry import CreditContext, MethodSettings, credit_method
 
-IG_KEY = "info_gain"
 Norm = Literal["joint", "separate"]
 # what is done to the turn returns after discounting: "none" (the paper), "depth_center" (minus the
 # group's mean return at the same turn depth), "depth_zscore" (that, then divided by the group's std)
@@ -77,11 +85,19 @@ def valid_info_gain(values: Sequence[float] | None, tool_turns: int) -> bool:
     )
 
 
+class GainScorer(Protocol):
+    """What IGPO asks for a step's information gains (:class:`~.info_gain.InfoGainScorer`)."""
+
+    def score(self, trajectories: list[Trajectory]) -> InfoGains: ...
+
+
 @dataclass
 class IGPO:
-    """IGPO over trajectories whose tool turns carry ``turn.info["info_gain"]``.
+    """IGPO over the information gains that ``scorer`` returns for a step's batch.
 
-    A group without a gold answer (``traj.reference`` has no ``answer_key``) falls back to ``grpo``;
+    :meth:`prepare` (the pipeline's batch-wide stage) asks the scorer for the gains of every
+    trajectory of the step; :meth:`group_advantages` reads them. Without a scorer no trajectory has
+    a gain (each is paid its outcome only). A group without a gold answer (``traj.reference`` has no ``answer_key``) falls back to ``grpo``;
     a trajectory with missing/non-finite IG or an IG count that does not match its tool turns uses
     its outcome only (metric ``igpo/ig_fallback``). Metrics, as means over the step's groups:
     ``igpo/flat_groups`` the share of groups whose outcomes are all equal, ``igpo/flat_adv_mean``
@@ -94,6 +110,27 @@ class IGPO:
     outcome: OutcomeReward = field(default_factory=lambda: OutcomeReward(missing=-2.0))
     name: str = "igpo"
     returns: ReturnNorm = "none"
+    scorer: GainScorer | None = None
+    # the step's gains: id(trajectory) -> (that trajectory, its gains), set by ``prepare``
+    _gains: dict[int, tuple[Trajectory, list[float] | None]] = field(default_factory=dict, repr=False)
+
+    def prepare(self, trajectories: list[Trajectory]) -> dict[str, float]:
+        """Score the step's trajectories (the pipeline's batch-wide stage); returns the scorer's metrics."""
+        self._gains = {}
+        if self.scorer is None:
+            return {}
+        found = self.scorer.score(trajectories)
+        if len(found.gains) != len(trajectories):
+            raise ValueError(
+                f"the scorer returned {len(found.gains)} gain lists for {len(trajectories)} trajectories"
+            )
+        self._gains = {id(t): (t, g) for t, g in zip(trajectories, found.gains, strict=True)}
+        return found.metrics
+
+    def gains(self, traj: Trajectory) -> list[float] | None:
+        """The gains the last :meth:`prepare` found for ``traj`` (None: not scored)."""
+        owner, values = self._gains.get(id(traj), (None, None))
+        return values if owner is traj else None
 
     def group_advantages(self, group) -> GroupCredit:
         outcomes = [self.outcome(t) for t in group]
@@ -104,7 +141,7 @@ class IGPO:
         fallbacks = 0
         for traj in group:
             tool_turns = max(len(traj.turns) - 1, 0)
-            values = [t.info.get(IG_KEY) for t in traj.turns[:-1]]
+            values = self.gains(traj)
             if valid_info_gain(values, tool_turns):
                 ig_rewards.append([float(v) for v in values])
             else:
@@ -120,16 +157,6 @@ class IGPO:
         flat_mean = sum(values) / len(values) if flat and values else 0.0
         metrics = {"igpo/ig_fallback": float(fallbacks), "igpo/flat_groups": float(flat)}
         return GroupCredit(adv, {**metrics, "igpo/flat_adv_mean": flat_mean})
-
-
-def gold_answer(traj, key: str = "answer") -> str | None:
-    """The gold answer (first alternative when several) from the trajectory's reference, as text."""
-    value = traj.reference.get(key)
-    if isinstance(value, (list, tuple)):
-        value = value[0] if value else None
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return None
-    return str(value)
 
 
 class IGPOSettings(MethodSettings):
@@ -158,20 +185,12 @@ class IGPOSettings(MethodSettings):
 
 @credit_method("igpo", settings=IGPOSettings)
 def build(settings: IGPOSettings, ctx: CreditContext) -> CreditPipeline:
-    """IGPO, with the information-gain scorer on the training model as the batch-wide stage (no
-    scorer without a model: the turns must carry ``info["info_gain"]`` already)."""
+    """IGPO, with the information-gain scorer on the training model as the batch-wide stage (without
+    a model there is no scorer and every trajectory is paid its outcome only)."""
     s = settings
     outcome = OutcomeReward(ctx.outcome.component, s.missing_answer_reward)
-    method = IGPO(s.gamma, s.norm, s.answer_key, outcome, returns=s.returns)
     scorer = None
     if ctx.model is not None:
-        from turngym.trainer.credit.info_gain import (
-            DEFAULT_PREFIX,
-            DEFAULT_SUFFIX,
-            InfoGainScorer,
-            answer_frame,
-        )
-
         frame = answer_frame(ctx.parser, ctx.tokenizer, s.answer_tool, s.answer_arg) if ctx.parser else None
         prefix, suffix = frame or (DEFAULT_PREFIX, DEFAULT_SUFFIX)
         scorer = InfoGainScorer(
@@ -186,4 +205,5 @@ def build(settings: IGPOSettings, ctx: CreditContext) -> CreditPipeline:
             gain_targets=s.gain_targets,
             hops_key=s.hops_key,
         )
-    return CreditPipeline(method, prepare=scorer)
+    method = IGPO(s.gamma, s.norm, s.answer_key, outcome, returns=s.returns, scorer=scorer)
+    return CreditPipeline(method, prepare=method.prepare)

@@ -16,8 +16,9 @@ prefix KV cache would: the trajectory's longest scoring sequence is laid out onc
 context contributes only the tokens after its common prefix with it, each such tail attending to
 its own prefix and itself through a 4-D attention mask, with the positions it would have alone.
 The scores are those of separate forwards (tested to 1e-5), at the cost of about one pass over the
-trajectory instead of one per turn. Results are written to ``turn.info["info_gain"]`` of the tool
-turns (all turns but the last).
+trajectory instead of one per turn. :meth:`InfoGainScorer.score` returns the gains, one list per
+trajectory (one gain per tool turn: all turns but the last), for IGPO to read; nothing is written
+into the turns.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from turngym.core.types import Message, ToolCall, Trajectory
-from turngym.trainer.credit.igpo import IG_KEY, gold_answer
+from turngym.trainer.credit.pipeline import group_key
 
 IGType = Literal["prob_diff", "log_prob_diff"]
 Item = tuple[list[int], int, int]  # token ids, [start, end) of the answer span
@@ -39,6 +40,26 @@ DEFAULT_SUFFIX = '"}}</tool_call><|im_end|>'
 
 
 _MARK = "TURNGYM_ANSWER_MARK"
+
+
+@dataclass
+class InfoGains:
+    """What one scoring pass found: ``gains[i]`` is trajectory i's information gain, one value per
+    tool turn, or None where it has none (no gold answer, no tool turn, a context that could not be
+    scored, a non-finite value); ``metrics`` are the step's ``ig/*`` metrics."""
+
+    gains: list[list[float] | None]
+    metrics: dict[str, float]
+
+
+def gold_answer(traj: Trajectory, key: str = "answer") -> str | None:
+    """The gold answer (first alternative when several) from the trajectory's reference, as text."""
+    value = traj.reference.get(key)
+    if isinstance(value, (list, tuple)):
+        value = value[0] if value else None
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    return str(value)
 
 
 def answer_frame(
@@ -173,28 +194,31 @@ class InfoGainScorer:
     # -------------------------------------------------------------- scoring
     def answer_logprobs(self, items: list[tuple[list[int], int, int]]) -> list[float]:
         """ℓ for each ``(ids, start, end)``: mean log p of ids[start:end], batched by length."""
+        device = next(self.model.parameters()).device
+        return self._batched([len(it[0]) for it in items], lambda batch: self._forward(batch, items, device))
+
+    def _batched(self, lengths: list[int], forward: Any) -> list[Any]:
+        """``forward(batch)`` over batches of indices (sorted by length, each batch's rows times its
+        longest length within ``batch_tokens``), in eval mode without gradients; the results in the
+        order of ``lengths``. The module's training mode is restored after."""
         import torch
 
-        model = self.model
-        device = next(model.parameters()).device
-        out = [math.nan] * len(items)
-        order = sorted(range(len(items)), key=lambda k: len(items[k][0]))
+        out: list[Any] = [None] * len(lengths)
         batches: list[list[int]] = []
-        for k in order:
-            longest = len(items[k][0])
-            if batches and longest * (len(batches[-1]) + 1) <= self.batch_tokens:
+        for k in sorted(range(len(lengths)), key=lambda k: lengths[k]):
+            if batches and lengths[k] * (len(batches[-1]) + 1) <= self.batch_tokens:
                 batches[-1].append(k)
             else:
                 batches.append([k])
-        was_training = model.training
-        model.eval()
+        was_training = self.model.training
+        self.model.eval()
         try:
             with torch.no_grad():
                 for batch in batches:
-                    for k, value in zip(batch, self._forward(batch, items, device), strict=True):
+                    for k, value in zip(batch, forward(batch), strict=True):
                         out[k] = value
         finally:
-            model.train(was_training)
+            self.model.train(was_training)
         return out
 
     def _forward(self, batch: list[int], items, device) -> list[float]:
@@ -234,28 +258,10 @@ class InfoGainScorer:
         return self.packed_logprobs([_Pack.of(items) for items in groups])
 
     def packed_logprobs(self, packs: list[_Pack]) -> list[list[float]]:
-        import torch
-
         device = next(self.model.parameters()).device
-        out: list[list[float]] = [[math.nan] * len(p.reads) for p in packs]
-        batches: list[list[int]] = []
-        for k in sorted(range(len(packs)), key=lambda k: len(packs[k].ids)):
-            if batches and len(packs[k].ids) * (len(batches[-1]) + 1) <= self.batch_tokens:
-                batches[-1].append(k)
-            else:
-                batches.append([k])
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with torch.no_grad():
-                for batch in batches:
-                    for k, values in zip(
-                        batch, self._forward_packed([packs[k] for k in batch], device), strict=True
-                    ):
-                        out[k] = values
-        finally:
-            self.model.train(was_training)
-        return out
+        return self._batched(
+            [len(p.ids) for p in packs], lambda batch: self._forward_packed([packs[k] for k in batch], device)
+        )
 
     def _forward_packed(self, packs: list[_Pack], device) -> list[list[float]]:
         import torch
@@ -295,8 +301,8 @@ class InfoGainScorer:
         return values
 
     # ----------------------------------------------------------------- stage
-    def __call__(self, trajectories: list[Trajectory]) -> dict[str, float]:
-        """Write IG into the tool turns of every trajectory with a gold answer; returns metrics."""
+    def score(self, trajectories: list[Trajectory]) -> InfoGains:
+        """The information gain of the tool turns of every trajectory with a gold answer."""
         t0 = time.perf_counter()
         items: list[Item] = []
         owners: list[tuple[int, int]] = []  # (trajectory, context index)
@@ -337,7 +343,7 @@ class InfoGainScorer:
         per_traj: dict[int, dict[int, dict[int, float]]] = {}
         for (i, c), j, v in zip(owners, which, values, strict=True):
             per_traj.setdefault(i, {}).setdefault(c, {})[j] = v
-        gains: list[float] = []
+        out: list[list[float] | None] = [None] * len(trajectories)
         nonfinite = 0
         for i, by_ctx in per_traj.items():
             if i in failed:
@@ -351,22 +357,22 @@ class InfoGainScorer:
             if not all(math.isfinite(g) for g in ig):
                 nonfinite += 1
                 continue
-            for turn, g in zip(traj.turns[:-1], ig, strict=True):
-                turn.info[IG_KEY] = g
+            out[i] = ig
             traj.metrics["ig_v0"] = by_ctx[0][max(by_ctx[0])]  # the final answer's (last target)
-            gains.extend(ig)
-        return {
+        gains = [g for ig in out if ig is not None for g in ig]
+        metrics = {
             "ig/contexts": float(len(items)),
             "ig/tokens": float(tokens),
             "ig/mean": sum(gains) / len(gains) if gains else 0.0,
             "ig/positive_frac": sum(g > 0 for g in gains) / len(gains) if gains else 0.0,
             "ig/failed": float(len(failed) + nonfinite),
             "ig/seconds": time.perf_counter() - t0,
-            **ig_diagnostics(trajectories),
+            **ig_diagnostics(trajectories, out),
         }
+        return InfoGains(out, metrics)
 
 
-def ig_diagnostics(trajectories: list[Trajectory]) -> dict[str, float]:
+def ig_diagnostics(trajectories: list[Trajectory], found: list[list[float] | None]) -> dict[str, float]:
     """How informative the information gain was in this batch (for the learning report).
 
     ``ig/std``: spread of per-turn IG. ``ig/turn{k}_mean``: mean IG of tool turn k (0-based).
@@ -377,16 +383,14 @@ def ig_diagnostics(trajectories: list[Trajectory]) -> dict[str, float]:
     succeeded (terminated with outcome >= 1, as ``reward/success`` counts) and of those that failed
     (outcome <= 0); ``ig/failure_paid_frac``, their ratio: how much of a success's dense reward a
     failure collects anyway (per-hop gain on 2+3-hop search-qa: a 3-hop question answered wrongly after
-    two searches has found two of its three targets).
+    two searches has found two of its three targets). ``found[i]``: trajectory i's gains (None: none).
     """
-    from turngym.trainer.credit.pipeline import group_key  # the pipeline imports this module
 
     per_turn: dict[int, list[float]] = {}
     totals: dict[str, list[tuple[float, float]]] = {}
     gains: list[float] = []
     by_result: dict[str, list[float]] = {"success": [], "failure": []}
-    for t in trajectories:
-        ig = [turn.info[IG_KEY] for turn in t.turns if IG_KEY in turn.info]
+    for t, ig in zip(trajectories, found, strict=True):
         if not ig or t.masked:
             continue
         gains += ig
