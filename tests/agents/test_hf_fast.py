@@ -34,6 +34,8 @@ def _model(kind: str, vocab: int):
         MistralForCausalLM,
         Qwen2Config,
         Qwen2ForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
     )
 
     common = dict(
@@ -63,6 +65,8 @@ def _model(kind: str, vocab: int):
         model = LlamaForCausalLM(config)
     elif kind == "mistral":  # a head_dim other than hidden / heads
         model = MistralForCausalLM(MistralConfig(**common, head_dim=32, sliding_window=None))
+    elif kind == "qwen3":  # q/k RMSNorms per head before rotary, a head_dim other than hidden / heads
+        model = Qwen3ForCausalLM(Qwen3Config(**common, head_dim=32, tie_word_embeddings=True))
     else:  # q/k/v biases, tied head
         model = Qwen2ForCausalLM(Qwen2Config(**common, tie_word_embeddings=True))
     _randomize(model, 1)
@@ -92,7 +96,7 @@ def _same(a, b) -> None:
 
 @pytest.mark.parametrize(
     ("kind", "attention"),
-    [("llama", "matmul"), ("mistral", "matmul"), ("qwen2", "matmul"), ("llama", "sdpa")],
+    [("llama", "matmul"), ("mistral", "matmul"), ("qwen2", "matmul"), ("qwen3", "matmul"), ("llama", "sdpa")],
 )
 async def test_fast_forward_equals_transformers(kind, attention, tokenizer):
     model = _model(kind, len(tokenizer))
@@ -155,6 +159,32 @@ async def test_concatenated_weights_follow_weight_changes(tokenizer):
     assert a.token_ids == b.token_ids and a.logprobs == pytest.approx(b.logprobs, abs=2e-4)
     await fast.aclose()
     await plain.aclose()
+
+
+def test_qwen3_fast_logits_equal_transformers_forward(tokenizer):
+    """Qwen3's q/k norms (non-trivial weights) in the fast forward: its logits over a prefill and a
+    decode step equal transformers' own forward of the same random-init model, in float32."""
+    from turngym.agents.hf.kv.slots import SlotKV
+
+    model = _model("qwen3", len(tokenizer))
+    assert problem(model) is None
+    assert any("q_norm" in n for n, _ in model.named_parameters())
+    ids = torch.tensor([prompts(tokenizer)[1]])
+    n = ids.shape[1]
+    with torch.no_grad():
+        want = model(input_ids=ids).logits[0, -1].float()
+        want_next = model(input_ids=torch.cat([ids, ids[:, :1]], dim=1)).logits[0, -1].float()
+    b = HFSlotBackend(model, tokenizer, max_batch_size=2, max_context=128)
+    kv: SlotKV = b.kv
+    cache = b.runner.inputs()
+    with torch.inference_mode():
+        cols = torch.arange(n)[None]
+        got = b.runner.prefill_logits(ids, cols, torch.tensor([0]), n)[0]
+        cache.index = kv.row_base[:1][:, :, None] + torch.tensor([[n]])[:, :, None]
+        cache.rows, cache.width, cache.columns = None, 1, n + 1
+        mask = (kv.columns[None, : n + 1] <= n)[:, None, None, :]
+        got_next = b.runner.fast.logits(ids[:, :1], torch.tensor([[n]]), cache, mask)[0]
+    assert torch.allclose(got, want, atol=1e-4) and torch.allclose(got_next, want_next, atol=1e-4)
 
 
 def test_models_it_cannot_run_get_transformers_forward(tiny_dir, tokenizer):

@@ -53,6 +53,7 @@ def test_slots_engine_with_the_kernels_equals_torch_ops_in_the_interpreter():
         "ok engine llama",
         "ok engine mistral",
         "ok engine qwen2",
+        "ok engine qwen3",
     ]
 
 

@@ -131,7 +131,7 @@ def kernels(device: str = "cpu", dtypes: tuple = (torch.float32, torch.float16))
 
 def engine() -> None:
     """The slots engine with the interpreted kernels gives the torch ops' greedy ids and logprobs
-    (float32) on Llama (biases, untied head, llama3 rope), Mistral (head_dim 32), Qwen2, across
+    (float32) on Llama (biases, untied head, llama3 rope), Mistral (head_dim 32), Qwen2, Qwen3 (q/k norms), across
     turns that resume parked rows, and the same seeded samples."""
     from tests.agents.test_hf_fast import GREEDY, _model, _same, _turns, prompts
     from turngym.agents import SamplingParams
@@ -183,7 +183,7 @@ def engine() -> None:
             await ops.aclose()
         print(f"ok engine {kind}", flush=True)
 
-    for kind in ("llama", "mistral", "qwen2"):
+    for kind in ("llama", "mistral", "qwen2", "qwen3"):
         asyncio.run(run(kind))
 
 

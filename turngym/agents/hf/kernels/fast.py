@@ -21,8 +21,8 @@ rotary with the cache write and the SwiGLU are Triton kernels (``turngym.agents.
 ``kernels="torch"`` keeps the torch ops. A kernel that fails to build or run switches the pass to the
 torch ops for good, with a warning (``kernels_problem`` says why).
 
-Supported: ``model_type`` llama, mistral, qwen2 (biases on any projection, tied or untied heads) with
-SiLU MLPs and plain ``nn.Linear`` projections; ``problem(model)`` says why another model is not, and
+Supported: ``model_type`` llama, mistral, qwen2 and qwen3 (dense; its q/k RMSNorms per head before
+rotary), biases on any projection, tied or untied heads, SiLU MLPs and plain ``nn.Linear`` projections; ``problem(model)`` says why another model is not, and
 the slots engine then runs transformers' forward.
 """
 
@@ -35,7 +35,8 @@ from turngym.agents.hf.kernels import triton as hf_triton
 
 log = logging.getLogger(__name__)
 
-MODEL_TYPES = ("llama", "mistral", "qwen2")
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+QK_NORMS = ("qwen3",)  # model types whose attention RMS-normalises q and k per head before rotary
 # the pass's attention, rotary/cache write and SwiGLU: Triton kernels (kernels.triton; "interpret": the same
 # through Triton's interpreter on CPU, for tests) or torch ops
 KERNELS = ("triton", "torch", "interpret")
@@ -63,8 +64,11 @@ def problem(model: Any) -> str | None:
         for owner, name in names:
             if type(getattr(owner, name, None)) is not torch.nn.Linear:
                 return f"layer {i}: {name} is not a plain nn.Linear (LoRA or quantized?)"
-        if hasattr(att, "q_norm") or hasattr(att, "k_norm"):
-            return f"layer {i}: q/k norms"
+        norms = [getattr(att, n, None) for n in ("q_norm", "k_norm")]
+        if kind not in QK_NORMS and any(n is not None for n in norms):
+            return f"layer {i}: q/k norms on a {kind} model"
+        if kind in QK_NORMS and not all(_is_rms_norm(n) for n in norms):
+            return f"layer {i}: q/k norms without weight/variance_epsilon"
         for norm in (layer.input_layernorm, layer.post_attention_layernorm):
             if not hasattr(norm, "weight") or not hasattr(norm, "variance_epsilon"):
                 return f"layer {i}: a norm without weight/variance_epsilon"
@@ -81,6 +85,22 @@ class _Layer:
         self.gate_up_parts = [mlp.gate_proj, mlp.up_proj]
         self.o, self.down = att.o_proj, mlp.down_proj
         self.qkv_w = self.qkv_b = self.gate_up_w = self.gate_up_b = None
+        self.q_norm, self.k_norm = getattr(att, "q_norm", None), getattr(att, "k_norm", None)
+
+    def norm_qk(self, qkv: Any, heads: int, kv_heads: int) -> Any:
+        """``qkv`` ``[tokens, heads + 2 * kv_heads, head_dim]`` with q and k RMS-normalised per head
+        (Qwen3, before rotary); unchanged for models without q/k norms."""
+        if self.q_norm is None:
+            return qkv
+        import torch
+        import torch.nn.functional as F
+
+        d = qkv.shape[-1]
+        q = F.rms_norm(qkv[:, :heads], (d,), self.q_norm.weight, self.q_norm.variance_epsilon)
+        k = F.rms_norm(
+            qkv[:, heads : heads + kv_heads], (d,), self.k_norm.weight, self.k_norm.variance_epsilon
+        )
+        return torch.cat([q, k, qkv[:, heads + kv_heads :]], dim=1)
 
 
 class FastForward:
@@ -189,7 +209,7 @@ class FastForward:
         blocked = ~mask if n == 1 and self.decode_attention == "matmul" else mask
         for i, layer in enumerate(self.layers):
             a = F.rms_norm(x, (self.hidden,), layer.ln1.weight, layer.ln1.variance_epsilon)
-            qkv = _linear(a, layer.qkv_w, layer.qkv_b).view(rows * n, h + 2 * kv, d)
+            qkv = layer.norm_qk(_linear(a, layer.qkv_w, layer.qkv_b).view(rows * n, h + 2 * kv, d), h, kv)
             qk = qkv[:, : h + kv]
             qk = torch.addcmul(qk * cos, torch.roll(qk, d // 2, dims=-1), sin)
             keys, values = cache.keys[i], cache.values[i]
@@ -239,6 +259,8 @@ class FastForward:
             keys, values = cache.keys[i], cache.values[i]
             a = F.rms_norm(x, (self.hidden,), layer.ln1.weight, layer.ln1.variance_epsilon)
             qkv = _linear(a, layer.qkv_w, layer.qkv_b)
+            if layer.q_norm is not None:
+                qkv = layer.norm_qk(qkv.view(rows * n, h + 2 * kv, -1), h, kv).view(rows * n, -1)
             q = hf_triton.rotary_write(
                 qkv,
                 self._cos,
@@ -294,6 +316,10 @@ class FastForward:
             k_all, v_all = k_all.repeat_interleave(g, dim=1), v_all.repeat_interleave(g, dim=1)
         out = scaled_dot_product_attention(qh, k_all, v_all, attn_mask=blocked, scale=1.0)
         return out.transpose(1, 2).reshape(rows * n, h * d)
+
+
+def _is_rms_norm(m: Any) -> bool:
+    return m is not None and hasattr(m, "weight") and hasattr(m, "variance_epsilon")
 
 
 def _bias(m: Any) -> Any:
