@@ -102,3 +102,82 @@ def test_turngym_train_with_a_harness_source_updates_the_policy_and_logs_the_env
         assert row["rollout/call/decode_p50"] > 0 and row["rollout/call/generate_p50"] > 0
         assert "rollout/call/harness_p50" in row and "rollout/call/prefill_p50" in row
         assert row["rollout/harness/segments_per_episode"] >= 1
+
+
+def first_call_length(traj) -> float:
+    """A reward function over the episode record (``rollout.harness.reward_fn``)."""
+    return float(len(traj.turns[0].action.content)), {"chars": float(len(traj.turns[0].action.content))}
+
+
+ONE_CALL = (  # one model call and exit (no braces, no ": ", as a dotted override is read as YAML)
+    f'{sys.executable} -c "import openai; openai.OpenAI(max_retries=0).chat.completions.create('
+    "model='policy', messages=[dict(role='user', content='Evaluate (1 + 2)')])\""
+)
+
+
+@pytest.mark.slow
+def test_a_reward_function_pays_the_episodes_and_a_crashing_harness_counts_as_a_failure(tmp_path):
+    from turngym.trainer.config import load_config
+    from turngym.trainer.loop import Trainer
+    from turngym.trainer.metrics import read_metrics
+
+    paid = load_config(None, overrides(tmp_path / "fn", "steps=1", "credit.method=grpo",
+        f"rollout.harness.command={ONE_CALL}", "rollout.harness.reward=function",
+        "rollout.harness.reward_fn=tests.proxy.test_training:first_call_length"))  # fmt: skip
+    Trainer(paid).train()
+    (row,) = read_metrics(tmp_path / "fn")
+    trajs = [
+        json.loads(x)
+        for x in (tmp_path / "fn" / "trajectories" / "step-000001.jsonl").read_text().splitlines()
+    ]
+    lengths = [len(t["turns"][0]["action"]["content"]) for t in trajs]
+    assert not any(t["masked"] for t in trajs) and [t["turns"][0]["reward"] for t in trajs] == lengths
+    assert row["reward/total"] == pytest.approx(sum(lengths) / 4)
+    assert row["reward/component/chars"] == pytest.approx(sum(lengths) / 4)
+
+    crash = f"{sys.executable} -c \"import sys; sys.exit('harness fell over')\""
+    Trainer(
+        load_config(None, overrides(tmp_path / "crash", "steps=1", f"rollout.harness.command={crash}"))
+    ).train()
+    (row,) = read_metrics(tmp_path / "crash")
+    assert row["reward/masked_frac"] == 1.0 and row["reward/outcome"] == 0.0
+    assert row["rollout/masked/harness_crashed"] == 4.0 and row["update/skipped"] == 1.0
+
+
+CMD = "rollout.harness.command=agent --task {task}"
+
+
+@pytest.mark.parametrize(
+    ("extra", "error"),
+    [
+        (["rollout.source=harness"], "needs rollout.harness.command"),
+        (
+            ["rollout.source=harness", "rollout.harness.command=agent --model {model}"],
+            r"unknown field\(s\) \['model'\]",
+        ),
+        (["rollout.source=harness", CMD, "rollout.harness.reward=function"], "reward_fn is set exactly when"),
+        (["rollout.source=harness", CMD, "rollout.harness.reward_fn=a:b"], "reward_fn is set exactly when"),
+        (["rollout.source=harness", CMD, "rollout.tree={k: 2}"], "not with rollout.source=harness"),
+    ],
+)
+def test_a_harness_config_that_cannot_run_is_refused_up_front(tmp_path, extra, error):
+    from turngym.trainer.config import load_config
+
+    with pytest.raises(ValueError, match=error):
+        load_config(None, [f"run_dir={tmp_path}", *extra])
+
+
+def test_each_segment_is_its_own_training_sequence_with_its_slice_of_the_advantages():
+    import numpy as np
+
+    from tests.trainer.helpers import make_traj
+    from turngym.trainer.update import segment_sequences
+
+    one, two = make_traj([0.0, 1.0]), make_traj([1.0])
+    n = len(one.token_ids)
+    one.metadata["segments"] = [[0, 7], [7, n]]  # a harness that re-rendered its history after call 1
+    adv = [np.arange(n, dtype=float), np.ones(len(two.token_ids))]
+    seqs, advs = segment_sequences([one, two], adv)
+    assert [s.token_ids for s in seqs] == [one.token_ids[:7], one.token_ids[7:], two.token_ids]
+    assert [s.loss_mask for s in seqs] == [one.loss_mask[:7], one.loss_mask[7:], two.loss_mask]
+    assert [a.tolist() for a in advs] == [list(range(7)), list(range(7, n)), [1.0] * len(two.token_ids)]
