@@ -13,8 +13,9 @@ each new segment began (``split_segments`` gives one trajectory per segment for 
 one sequence per sample). Each turn's ``gen_span``/``obs_span`` index the whole sequence;
 ``info["segment"]`` names its segment. The reward lands on the last turn (outcome) unless env steps
 paid per turn; an episode whose harness reset an env through the proxy's MCP door and ended
-before the env did has the env's return so far (``truncated``); ``timing`` per turn: ``queued`` (waiting behind the episode's previous call),
-``generate`` (the backend), ``harness`` (the harness's time since the previous reply).
+before the env did has the env's return so far (``truncated``). ``timing`` per turn: ``queued``
+(waiting behind the episode's previous call), ``generate`` (the backend), ``harness`` (the harness's
+time since the previous reply).
 """
 
 from __future__ import annotations
