@@ -21,7 +21,8 @@ The client is aiohttp (one session, one connection per episode); its own CPU per
 Runs alternate proxy and direct (twice each) so load drift hits both; the load average is printed.
 On a loaded machine wall-clock numbers mostly measure the load, so the proxy process's own CPU time
 per call (``/proc/<pid>/stat``: user + system, its whole work: HTTP, proxy and, for ``tiny``, the
-model) is printed too.
+model) is printed too, and the calls/s one core could serve at that cost (1 / CPU per call): what
+the proxy side would reach with a core of its own.
 Targets (issue 39): overhead p50 <= 5 ms, throughput ratio >= 0.9 at 64 concurrent episodes.
 """
 
@@ -236,7 +237,7 @@ def main() -> None:
     print(f"load average before: {load0:.2f}; {os.cpu_count()} CPUs; max_tokens {MAX_TOKENS}")
     print(f"{'backend':8} {'p50 direct':>11} {'p50 proxy':>10} {'overhead':>9} {'HTTP floor':>10} "
           f"{'calls/s direct':>15} {'calls/s proxy':>14} {'ratio':>6} {'proxy CPU/call':>15} "
-          f"{'client CPU/call':>16}")  # fmt: skip
+          f"{'client CPU/call':>16} {'proxy calls/s/core':>19}")  # fmt: skip
     results = {}
     for kind in args.backends.split(","):
         r = results[kind] = bench(kind, args.episodes, args.turns, args.calls)
@@ -244,7 +245,8 @@ def main() -> None:
             f"{kind:8} {r['direct_p50'] * 1e3:9.2f}ms {r['proxy_p50'] * 1e3:8.2f}ms "
             f"{(r['proxy_p50'] - r['direct_p50']) * 1e3:7.2f}ms {r['floor_p50'] * 1e3:8.2f}ms "
             f"{r['direct_cps']:15.1f} {r['proxy_cps']:14.1f} "
-            f"{r['proxy_cps'] / r['direct_cps']:6.2f} {r['proxy_cpu'] * 1e3:13.2f}ms {r['client_cpu'] * 1e3:14.2f}ms"
+            f"{r['proxy_cps'] / r['direct_cps']:6.2f} {r['proxy_cpu'] * 1e3:13.2f}ms {r['client_cpu'] * 1e3:14.2f}ms "
+            f"{1 / r['proxy_cpu']:19.0f}"
         )
     if args.json:
         Path(args.json).write_text(
