@@ -32,12 +32,18 @@ def overrides(run: Path, *extra: str) -> list[str]:
         # a random model's env return is 0: a length judge gives its episodes different advantages
         "credit.method=arena",
         "credit.arena.workers=1",
-        "credit.arena.judge_fn=tests.trainer.test_trainer:shorter_is_better",
+        "credit.arena.judge_fn=tests.proxy.test_training:shorter_is_better",
         "optim.lr=1e-3",
         "log.progress=false",
         "log.tensorboard=false",
         *extra,
     ]
+
+
+def shorter_is_better(a, b):
+    """A programmatic arena judge: the episode with the shorter replies wins."""
+    la, lb = sum(len(t.action.content) for t in a.turns), sum(len(t.action.content) for t in b.turns)
+    return float(la < lb), float(lb < la)
 
 
 def replayed_return(traj: dict) -> float:
