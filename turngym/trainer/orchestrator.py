@@ -138,13 +138,30 @@ class Orchestrator:
         env_kwargs: dict | None = None,
         tree: Any = None,
     ) -> tuple[list[Trajectory], dict]:
-        """One rollout of ``seeds`` (``tree``: a ``TreeConfig``, a tree per task instead of groups)."""
+        """One rollout of ``seeds`` (``tree``: a ``TreeConfig``, a tree per task instead of groups). With
+        ``rollout.source: harness`` the outside harness plays instead (``turngym.trainer.harness_rollout``;
+        its requests carry their own sampling parameters)."""
+        r = self.cfg.rollout
+        if r.source == "harness":
+            from turngym.trainer.harness_rollout import harness_rollout
+
+            backend = self._backend()
+            trajs, stats = harness_rollout(
+                self.cfg,
+                backend,
+                self.policy.tokenizer,
+                seeds,
+                group_size,
+                r.env_kwargs if env_kwargs is None else env_kwargs,
+                keep_backend=backend is self.kept_backend,
+            )
+            self._warn_masked(trajs)
+            return trajs, stats
         from turngym.agents.backend import SamplingParams
         from turngym.agents.llm import LLMAgent
         from turngym.rollout.engine import RolloutConfig, RolloutEngine
         from turngym.trainer.batching import matmul_precision
 
-        r = self.cfg.rollout
         backend = self._backend()
         agent = LLMAgent(
             backend,
@@ -183,18 +200,25 @@ class Orchestrator:
         with matmul_precision(r.matmul_precision), explain_oom("rollout", knobs, self.policy.device):
             trajs = asyncio.run(run())
         check_rollout_oom(trajs, knobs, self.policy.device)  # an engine's OOM masks rows: say it, stop
+        self._warn_masked(trajs)
+        counters = {k: v - before.get(k, 0.0) for k, v in counters.items()}
+        return trajs, {**engine.stats.as_dict(), "backend": counters}
+
+    @staticmethod
+    def _warn_masked(trajs: list[Trajectory]) -> None:
+        """Say why trajectories were masked, once per rollout: a silent fully-masked run trains nothing."""
         masked = [t for t in trajs if t.masked]
-        if masked:  # say why, once per rollout: a silent fully-masked run trains nothing
-            reasons = Counter(t.mask_reason for t in masked)
+        if masked:
+            reasons = Counter(t.mask_reason.split(":")[0] for t in masked)
+            first = masked[0]
             log.warning(
-                "%d/%d trajectories masked (%s); first error: %s",
+                "%d/%d trajectories masked (%s); first: %s %s",
                 len(masked),
                 len(trajs),
                 dict(reasons),
-                masked[0].metadata.get("error", "")[:2000],
+                first.mask_reason[:500],
+                first.metadata.get("error", "")[:2000],
             )
-        counters = {k: v - before.get(k, 0.0) for k, v in counters.items()}
-        return trajs, {**engine.stats.as_dict(), "backend": counters}
 
     def collect(self, step: int) -> tuple[list[Trajectory], CreditOutput, dict[str, float]]:
         """Training step ``step``'s rollout (this rank's share of its tasks, seeded from the step) and
@@ -228,6 +252,10 @@ class Orchestrator:
             **{f"rollout/tree/{k}": float(v) for k, v in stats.get("tree", {}).items()},
             **{f"rollout/backend/{k}": v for k, v in stats.get("backend", {}).items()},
         }
+        if r.source == "harness":
+            from turngym.trainer.harness_rollout import call_ledger
+
+            metrics.update(call_ledger(trajs))
         return trajs, credit, metrics
 
     # ---------------------------------------------------------------- eval
