@@ -441,7 +441,6 @@ class TrainConfig(_Strict):
         settings = get_credit_method(self.credit.method).settings
         if getattr(settings, "needs_tree_rollouts", False) and self.rollout.tree is None:
             raise ValueError(f"credit.method={self.credit.method} needs tree rollouts: set rollout.tree")
-<<<<<<< HEAD
         fsdp = self.cluster.fsdp
         if fsdp.release_full_copy and self.cluster.strategy != "fsdp":
             raise ValueError(
@@ -453,11 +452,10 @@ class TrainConfig(_Strict):
                 "cluster.fsdp.release_full_copy frees the full copy's weights during the update, but "
                 "rollout.keep_backend keeps an engine whose CUDA graphs read them at fixed addresses: "
                 "set one of them"
-=======
+            )
         if self.rollout.source == "harness" and self.weight_sync == "vllm_lora":
             raise ValueError(
                 "rollout.source=harness serves full weights: use weight_sync in_process or vllm_full"
->>>>>>> harness
             )
         if self.keep_best is not None and (self.rollout.eval_tasks <= 0 or self.rollout.eval_every <= 0):
             raise ValueError(
