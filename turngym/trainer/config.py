@@ -378,6 +378,10 @@ class TrainConfig(_Strict):
         settings = get_credit_method(self.credit.method).settings
         if getattr(settings, "needs_tree_rollouts", False) and self.rollout.tree is None:
             raise ValueError(f"credit.method={self.credit.method} needs tree rollouts: set rollout.tree")
+        if getattr(settings, "needs_vine_rollouts", False) and self.rollout.tree is not None:
+            raise ValueError(
+                f"credit.method={self.credit.method} runs its own forked (vine) rollouts: unset rollout.tree"
+            )
         if self.keep_best is not None and (self.rollout.eval_tasks <= 0 or self.rollout.eval_every <= 0):
             raise ValueError(
                 "keep_best needs a held-out eval during RL: set rollout.eval_tasks and rollout.eval_every"
