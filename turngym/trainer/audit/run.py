@@ -228,7 +228,12 @@ def score_method(
 
 
 def code_commit() -> str | None:
-    """The git commit of the turngym checkout that ran (None outside a git checkout)."""
+    """The git commit of the turngym checkout that ran; ``$TURNGYM_COMMIT`` where the code was copied
+    without its ``.git`` (a device run); None when neither says."""
+    import os
+
+    if os.environ.get("TURNGYM_COMMIT"):
+        return os.environ["TURNGYM_COMMIT"]
     here = Path(__file__).resolve().parent
     try:
         out = subprocess.run(
