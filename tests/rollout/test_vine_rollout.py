@@ -92,9 +92,10 @@ async def test_a_failed_fork_is_a_missing_sample_not_a_failure():
     eng = vine_engine(ScriptedAgent(), env=FlakyForkArith, k=2)
     (t,) = await eng.run([0])
     meta = t.metadata["vine"]
-    assert meta["masked"] >= 1 and not t.masked and t.outcome == 1.0
+    assert meta["fork_errors"] >= 1 and "snapshot store full" in meta["fork_error"]
+    assert not t.masked and t.outcome == 1.0 and eng.stats.vine["fork_errors"] == meta["fork_errors"]
     assert all(v == 1.0 for v, n in zip(meta["v"], meta["n"], strict=True) if n)  # no failure scored
-    assert sum(meta["n"][:-1]) == 2 * t.num_turns - meta["masked"]
+    assert sum(meta["n"][:-1]) == 2 * t.num_turns - meta["fork_errors"]
 
 
 async def test_non_forkable_env_is_refused_before_any_episode():
@@ -128,4 +129,42 @@ async def test_forked_tokens_count_in_the_rollouts_generated_tokens(hf_backend, 
     # and the first state's forks start (nothing was sampled yet); which later ones ran depends on
     # how far the running forks got, so only the bookkeeping is asserted
     assert meta["continuations"] + meta["budget_stopped"] == 2 * t.num_turns
-    assert meta["n"][0] + meta["masked"] == 2
+    assert meta["n"][0] + meta["masked"] + meta["fork_errors"] == 2
+
+
+class PoolArith(ArithEnv):
+    """An arith env whose pool holds at most 3 live envs (as a container or browser pool does)."""
+
+    max_live = 3
+    live = peak = 0
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        PoolArith.live += 1
+        PoolArith.peak = max(PoolArith.peak, PoolArith.live)
+
+    async def afork(self):
+        child = await super().afork()
+        PoolArith.live += 1
+        PoolArith.peak = max(PoolArith.peak, PoolArith.live)
+        return child
+
+    async def aclose(self):
+        PoolArith.live -= 1
+        await super().aclose()
+
+
+async def test_max_live_is_shared_by_episodes_and_forks_without_deadlock():
+    PoolArith.live = PoolArith.peak = 0
+    eng = RolloutEngine(
+        PoolArith,
+        ScriptedAgent(),
+        RolloutConfig(group_size=4, vine=VineConfig(k=2), max_concurrency=8),
+        env_kwargs={"max_turns": 4, "depth": 2},
+        env_id="pool-arith",
+    )
+    trajs = await eng.run([0, 1])
+    assert len(trajs) == 8 and not any(t.masked for t in trajs)
+    assert PoolArith.peak <= 3 and PoolArith.live == 0  # never above the pool, every env closed
+    for t in trajs:  # every fork waited for a place instead of failing
+        assert t.metadata["vine"]["fork_errors"] == 0 and t.metadata["vine"]["n"][:-1] == [2] * t.num_turns

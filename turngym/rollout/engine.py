@@ -145,16 +145,19 @@ class RolloutEngine:
             self.stats = RolloutStats()
             if flat is not None:
                 self.config = flat
+        vine = None
         if self.config.vine is not None:
-            from turngym.rollout.vine import preflight
+            from turngym.rollout.vine import LiveEnvs, VineRunner, preflight
 
-            await preflight(self.episodes)
+            max_live = await preflight(self.episodes)
+            live = LiveEnvs(max_live) if max_live is not None else None
+            vine = VineRunner(self.episodes, self.config.vine, live=live)
         if self.config.tree is not None:
             tasks = [asyncio.create_task(self._bounded_tree(sem, runner, s)) for s in _seeds(seeds)]
         else:
             jobs = [(s, k) for s in _seeds(seeds) for k in range(self.config.group_size)]
             self.stats = RolloutStats(requested=len(jobs))
-            tasks = [asyncio.create_task(self._bounded(sem, s, k)) for s, k in jobs]
+            tasks = [asyncio.create_task(self._bounded(sem, s, k, vine)) for s, k in jobs]
         try:
             for fut in asyncio.as_completed(tasks):
                 done = await fut
@@ -171,14 +174,12 @@ class RolloutEngine:
             self.stats.finished_at = time.monotonic()
 
     # ------------------------------------------------------------ internals
-    async def _bounded(self, sem: asyncio.Semaphore, seed: int, sample: int) -> Trajectory:
+    async def _bounded(self, sem: asyncio.Semaphore, seed: int, sample: int, vine: Any = None) -> Trajectory:
         async with sem:
             self.stats.live += 1
             try:
-                if self.config.vine is not None:
-                    from turngym.rollout.vine import VineRunner
-
-                    traj = await VineRunner(self.episodes, self.config.vine).run(seed, sample)
+                if vine is not None:  # a VineRunner: forked value estimates (turngym.rollout.vine)
+                    traj = await vine.run(seed, sample)
                 else:
                     traj = await self.episodes.run_episode(seed, sample)
             finally:

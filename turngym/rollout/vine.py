@@ -22,8 +22,11 @@ The continuations are not returned; their tokens are counted in ``engine.stats.g
 (equal-budget comparisons) and in ``stats.vine`` (``forked_tokens``, ``continuations``, ...). Each
 trajectory's ``metadata["vine"]`` keeps ``v``, ``se`` (standard error of the mean; None from one
 sample), ``n`` (finished, unmasked continuations), ``samples`` (their outcomes per state),
-``forked_tokens`` and ``budget_stopped``. A continuation that faults is left out of its estimate
-(counted as ``masked``), never scored as a failure.
+``forked_tokens``, ``budget_stopped``, ``fork_errors`` (with the first ``fork_error``) and
+``no_live_slot``. A continuation that faults is left out of its estimate (counted as ``masked``),
+never scored as a failure. An env with a ``max_live`` limit (a container or browser pool) shares it
+between the run's episodes and their forks (:class:`LiveEnvs`): a fork waits for a free place
+rather than failing.
 """
 
 from __future__ import annotations
@@ -98,31 +101,84 @@ class _Path:
     tasks: list[asyncio.Task] = field(default_factory=list)
     tokens: int = 0
     continuations: int = 0
-    masked: int = 0
-    stopped: int = 0
+    masked: int = 0  # continuations that faulted
+    stopped: int = 0  # forks not started: a token cap was spent
+    fork_errors: int = 0
+    fork_error: str = ""
+    no_slot: int = 0  # forks not started: the env's max_live was full
 
 
-async def preflight(episodes: EpisodeRunner) -> None:
-    """Build one env and check that it can fork, before any episode; ``NotForkable`` otherwise."""
+async def preflight(episodes: EpisodeRunner) -> int | None:
+    """Build one env and check that it can fork, before any episode (``NotForkable`` otherwise);
+    returns the env's ``max_live`` (live envs of its pool at once), if it has one."""
     env = await episodes.build_env()
     try:
         forkable = bool(getattr(env, "forkable", False))
-        why = getattr(getattr(env, "unwrapped", env), "_not_forkable_reason", "it has no fork()")
+        base = getattr(env, "unwrapped", env)
+        why = getattr(base, "_not_forkable_reason", "it has no fork()")
+        max_live = getattr(base, "max_live", None)
     finally:
         await episodes.close_env(env)
     if not forkable:
         raise NotForkable(f"vine value estimates need a forkable env: {episodes.env_id} cannot fork ({why})")
+    if max_live is not None and int(max_live) < 2:
+        raise NotForkable(
+            f"{episodes.env_id} holds at most {max_live} live env (max_live): nothing left to fork"
+        )
+    return None if max_live is None else int(max_live)
+
+
+class LiveEnvs:
+    """The env's ``max_live`` shared by a run's episodes and their forks, without deadlock: at most
+    ``total - 1`` episodes run at once (so a slot is always left for a fork, and forks always finish);
+    a fork waits for a slot only while its episode holds nothing else (``before`` forks), and takes
+    one only if free otherwise (tool-mode snapshots and their siblings)."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.free = total
+        self.episodes = asyncio.Semaphore(max(1, total - 1))
+        self._cond = asyncio.Condition()
+
+    async def acquire(self) -> None:
+        async with self._cond:
+            await self._cond.wait_for(lambda: self.free > 0)
+            self.free -= 1
+
+    def try_acquire(self) -> bool:
+        if self.free > 0:
+            self.free -= 1
+            return True
+        return False
+
+    async def release(self) -> None:
+        async with self._cond:
+            self.free += 1
+            self._cond.notify_all()
 
 
 class VineRunner:
     """Plays flat episodes with forked continuations over an engine's episode runner."""
 
-    def __init__(self, episodes: EpisodeRunner, cfg: VineConfig, outcome: Any = None):
+    def __init__(
+        self, episodes: EpisodeRunner, cfg: VineConfig, outcome: Any = None, live: LiveEnvs | None = None
+    ):
         self.engine = episodes
         self.cfg = cfg
         self.outcome = outcome or (lambda traj: traj.outcome)
+        self.live = live  # the env's max_live, shared by the run (None: no limit)
 
     async def run(self, seed: int, sample: int) -> Trajectory:
+        if self.live is None:
+            return await self._run(seed, sample)
+        async with self.live.episodes:
+            await self.live.acquire()
+            try:
+                return await self._run(seed, sample)
+            finally:
+                await self.live.release()
+
+    async def _run(self, seed: int, sample: int) -> Trajectory:
         path = _Path()
 
         async def turns(env: Any, session: Any, traj: Trajectory) -> None:
@@ -151,7 +207,7 @@ class VineRunner:
                 await self._spawn(env, session, traj, path, t, self.cfg.k)
             snapshot = None
             if tool_mode and t not in path.outcomes and self._can_fork(path):
-                snapshot = await self._fork(env, session, traj, path, t, 0)
+                snapshot = await self._fork(env, session, traj, path, t, 0, wait=False)
             async with turn_timeout(cfg.turn_timeout, f"turn {t}"):
                 acted = await eng.act(session, traj)
             if acted is None:
@@ -163,26 +219,42 @@ class VineRunner:
                 if is_tool_turn(traj.turns[t]):  # V(s_t) of a tool-call turn: K-1 forks of it, then it
                     path.outcomes.setdefault(t, [])
                     if self.cfg.k > 1:  # forked before the snapshot itself starts playing
-                        await self._spawn(snapshot[0], snapshot[1], snapshot[2], path, t, self.cfg.k - 1)
+                        await self._spawn(*snapshot, path, t, self.cfg.k - 1, wait=False)
                     self._start(snapshot, path, t)
                 else:
                     await self._drop(snapshot)
             if done:
                 return
 
-    async def _fork(self, env: Any, session: Any, traj: Trajectory, path: _Path, t: int, j: int) -> Any:
-        """``(env fork, session fork, trajectory copy)``, or None when the env fork failed."""
+    async def _fork(
+        self, env: Any, session: Any, traj: Trajectory, path: _Path, t: int, j: int, wait: bool = True
+    ) -> Any:
+        """``(env fork, session fork, trajectory copy)``, or None when no live slot was free (``wait``
+        False) or the env fork failed (both counted)."""
         eng = self.engine
+        if self.live is not None:
+            if wait:
+                await self.live.acquire()
+            elif not self.live.try_acquire():
+                path.no_slot += 1
+                eng.stats.vine["no_live_slot"] += 1
+                return None
         try:
             child = await asyncio.wait_for(env.afork(), eng.config.turn_timeout)
-        except Exception:  # noqa: BLE001 - a failed fork is a missing sample, counted
-            path.masked += 1
+        except Exception as e:  # noqa: BLE001 - a failed fork is a missing sample, counted
+            path.fork_errors += 1
+            path.fork_error = path.fork_error or f"{type(e).__name__}: {e}"[:500]
+            eng.stats.vine["fork_errors"] += 1
+            if self.live is not None:
+                await self.live.release()
             return None
         route = f"{traj.group}#{traj.sample}~v{t}.{j}"
         seed = zlib.crc32(f"{eng.config.sampling_seed}:{traj.seed}:{traj.sample}:{t}:{j}".encode()) % 2**31
         return child, session.fork(child, seed=seed, route=route), traj.model_copy(deep=True)
 
-    async def _spawn(self, env: Any, session: Any, traj: Trajectory, path: _Path, t: int, k: int) -> None:
+    async def _spawn(
+        self, env: Any, session: Any, traj: Trajectory, path: _Path, t: int, k: int, wait: bool = True
+    ) -> None:
         path.outcomes.setdefault(t, [])
         for j in range(1, k + 1):
             if not self._can_fork(path):
@@ -190,7 +262,7 @@ class VineRunner:
                 if self.cfg.budget is not None:
                     self.cfg.budget.stopped += 1
                 continue
-            fork = await self._fork(env, session, traj, path, t, j)
+            fork = await self._fork(env, session, traj, path, t, j, wait)
             if fork is not None:
                 self._start(fork, path, t)
 
@@ -201,6 +273,8 @@ class VineRunner:
     async def _drop(self, snapshot: Any) -> None:
         if snapshot is not None:
             await self.engine.finish(snapshot[0], Trajectory(), [snapshot[1]], time.monotonic())
+            if self.live is not None:
+                await self.live.release()
 
     async def _continue(self, env: Any, session: Any, traj: Trajectory, path: _Path, t: int) -> None:
         """Play one continuation from state t to its end; its outcome joins V(s_t)'s sample."""
@@ -232,6 +306,8 @@ class VineRunner:
         finally:
             count()
             await eng.finish(env, traj, [session], t0)
+            if self.live is not None:
+                await self.live.release()
             eng.stats.vine["continuations"] += 1
         if traj.masked:
             path.masked += 1
@@ -259,6 +335,9 @@ class VineRunner:
             "forked_tokens": path.tokens,
             "continuations": path.continuations,
             "masked": path.masked,
+            "fork_errors": path.fork_errors,
+            **({"fork_error": path.fork_error} if path.fork_error else {}),
+            "no_live_slot": path.no_slot,
             "budget_stopped": path.stopped,
         }
         self.engine.stats.vine["budget_stopped"] += path.stopped
