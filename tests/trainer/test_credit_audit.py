@@ -130,6 +130,18 @@ def test_scores_align_with_a_star_and_every_default_method_runs(oracle_methods):
     assert r["rollout"]["vine"]["continuations"] == 6 * sum(t.num_turns for t in result.trajectories)
 
 
+def test_all_scores_every_registered_method_and_reports_those_that_cannot_run():
+    from turngym.trainer.credit.registry import registered_credit_methods
+
+    methods = ("all", "gigpo:no_such_option=1")
+    cfg = AuditConfig(env="arith", env_kwargs=ARITH, n=4, group_size=2, k=2, methods=methods, bootstrap=5)
+    r = asyncio.run(run_audit(RandomAgent(0.3, seed=2), cfg)).report
+    assert set(registered_credit_methods()) <= set(r["methods"])  # arena, gated, pointwise too
+    assert all("error" not in r["methods"][m] for m in registered_credit_methods())
+    assert "no_such_option" in r["methods"]["gigpo:no_such_option=1"]["error"]  # said, not hidden
+    assert "not run" in markdown_table(r)
+
+
 def test_the_deterministic_expert_has_zero_true_advantage():
     cfg = AuditConfig(env="arith", env_kwargs=ARITH, n=2, group_size=2, k=2, methods=("grpo",), bootstrap=10)
     r = asyncio.run(run_audit(ScriptedAgent(), cfg)).report

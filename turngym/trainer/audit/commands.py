@@ -25,8 +25,8 @@ MethodOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--method",
-        help="A credit method to score, NAME or NAME:key=value,... (repeat; default: grpo, the igpo "
-        "variants, gigpo, turn, tree, tree_gigpo, vine).",
+        help="A credit method to score, NAME or NAME:key=value,... (repeat; 'all': every registered "
+        "method; default: grpo, the igpo variants, gigpo, turn, tree, tree_gigpo, vine).",
     ),
 ]
 

@@ -11,7 +11,8 @@ first ``vine_k`` outcomes of a state feed the ``vine`` method (what it would see
 other ``k`` estimate V*(s_t), independently of it. ``A*_t = V*(s_{t+1}) - V*(s_t)`` with
 V*(s_T) = the outcome, and its MC standard error ``sqrt(se_t^2 + se_{t+1}^2)``.
 
-Methods are registry names, optionally with options: ``"igpo:ig_type=log_prob_diff,norm=separate"``.
+Methods are registry names, optionally with options: ``"igpo:ig_type=log_prob_diff,norm=separate"``;
+``"all"`` is every registered method.
 Tree methods see each group as a tree that branched at turn 0 (its trajectories' node ids are set
 so): the audit's trajectories are independent samples, not a training tree. A method that cannot
 run on the env (IGPO without a model, gated without its components, ...) is reported with its error.
@@ -162,6 +163,17 @@ def scored_turns(traj: Trajectory, cfg: AuditConfig, chosen: set[int] | None) ->
     return out
 
 
+def expand_methods(methods: tuple[str, ...]) -> tuple[str, ...]:
+    """``"all"`` -> every registered method (the default variants first); other specs as given."""
+    from turngym.trainer.credit.registry import registered_credit_methods
+
+    out: list[str] = []
+    for spec in methods:
+        names = [*DEFAULT_METHODS, *registered_credit_methods()] if spec == "all" else [spec]
+        out.extend(n for n in names if n not in out)
+    return tuple(out)
+
+
 def run_methods(
     trajs: list[Trajectory], methods: tuple[str, ...], seed: int, **context: Any
 ) -> dict[str, dict[str, Any]]:
@@ -171,7 +183,7 @@ def run_methods(
     from turngym.trainer.credit.registry import build_credit_pipeline
 
     out: dict[str, dict[str, Any]] = {}
-    for label in methods:
+    for label in expand_methods(methods):
         try:
             name, options = parse_method(label)
             settings = CreditSettings.model_validate({"method": name, **({name: options} if options else {})})
