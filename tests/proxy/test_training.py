@@ -164,6 +164,7 @@ CMD = "rollout.harness.command=agent --task {task}"
         (["rollout.source=harness", CMD, "rollout.harness.reward=function"], "reward_fn is set exactly when"),
         (["rollout.source=harness", CMD, "rollout.harness.reward_fn=a:b"], "reward_fn is set exactly when"),
         (["rollout.source=harness", CMD, "rollout.tree={k: 2}"], "not with rollout.source=harness"),
+        (["rollout.source=harness", CMD, "credit.method=vine"], "an outside harness cannot"),
     ],
 )
 def test_a_harness_config_that_cannot_run_is_refused_up_front(tmp_path, extra, error):

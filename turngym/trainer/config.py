@@ -457,6 +457,15 @@ class TrainConfig(_Strict):
             raise ValueError(
                 "rollout.source=harness serves full weights: use weight_sync in_process or vllm_full"
             )
+        if getattr(settings, "needs_vine_rollouts", False) and self.rollout.tree is not None:
+            raise ValueError(
+                f"credit.method={self.credit.method} runs its own forked (vine) rollouts: unset rollout.tree"
+            )
+        if getattr(settings, "needs_vine_rollouts", False) and self.rollout.source == "harness":
+            raise ValueError(
+                f"credit.method={self.credit.method} forks the env and the agent mid-episode, which an "
+                "outside harness cannot do: use another credit method with rollout.source=harness"
+            )
         if self.keep_best is not None and (self.rollout.eval_tasks <= 0 or self.rollout.eval_every <= 0):
             raise ValueError(
                 "keep_best needs a held-out eval during RL: set rollout.eval_tasks and rollout.eval_every"

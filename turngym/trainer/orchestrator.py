@@ -137,8 +137,10 @@ class Orchestrator:
         temperature: float,
         env_kwargs: dict | None = None,
         tree: Any = None,
+        vine: Any = None,
     ) -> tuple[list[Trajectory], dict]:
-        """One rollout of ``seeds`` (``tree``: a ``TreeConfig``, a tree per task instead of groups). With
+        """One rollout of ``seeds`` (``tree``: a ``TreeConfig``, a tree per task instead of groups;
+        ``vine``: a ``VineConfig``, forked value estimates of each state for ``credit.method=vine``). With
         ``rollout.source: harness`` the outside harness plays instead (``turngym.trainer.harness_rollout``;
         its requests carry their own sampling parameters)."""
         r = self.cfg.rollout
@@ -179,6 +181,7 @@ class Orchestrator:
                 turn_timeout=r.turn_timeout,
                 max_turns=r.max_turns,
                 tree=tree,
+                vine=vine,
                 sampling_seed=self.cfg.seed,  # seeds of one config sample differently from the same tasks
             ),
             env_kwargs=r.env_kwargs if env_kwargs is None else env_kwargs,
@@ -231,7 +234,9 @@ class Orchestrator:
         torch.manual_seed(step_seed(cfg.seed, step))
         t0 = time.perf_counter()
         tree = r.tree.config() if r.tree is not None else None
-        trajs, stats = self.rollout(seeds, r.group_size, r.temperature, tree=tree)
+        options = cfg.credit.options(cfg.credit.method)
+        vine = options.rollout_config() if getattr(options, "needs_vine_rollouts", False) else None
+        trajs, stats = self.rollout(seeds, r.group_size, r.temperature, tree=tree, vine=vine)
         t_rollout = time.perf_counter() - t0
         t1 = time.perf_counter()
         self.credit.begin_step(step, step_seed(cfg.seed, step))
@@ -250,6 +255,7 @@ class Orchestrator:
             **ledger_metrics(trajs, t_rollout),
             **{f"rollout/masked/{k}": float(v) for k, v in stats["mask_reasons"].items()},
             **{f"rollout/tree/{k}": float(v) for k, v in stats.get("tree", {}).items()},
+            **{f"rollout/vine/{k}": float(v) for k, v in stats.get("vine", {}).items()},
             **{f"rollout/backend/{k}": v for k, v in stats.get("backend", {}).items()},
         }
         if r.source == "harness":
