@@ -19,7 +19,8 @@ from typing import Annotated, Any
 import typer
 
 from turngym.cli_args import parse_key_values
-from turngym.rollout.commands import EnvArg, agent_spec, with_run_options
+from turngym.rollout.cli_options import RunOptions, with_options
+from turngym.rollout.commands import EnvArg
 
 MethodOpt = Annotated[
     list[str] | None,
@@ -31,7 +32,7 @@ MethodOpt = Annotated[
 ]
 
 
-@with_run_options(after=2, backend="hf", n=8, g=4, max_tokens=128)
+@with_options(RunOptions, after=2, backend="hf", n=8, g=4, max_tokens=128)
 def audit_command(
     env: EnvArg,
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")],
@@ -57,23 +58,24 @@ def audit_command(
         float, typer.Option("--success-threshold", help="An episode succeeded when its outcome >= this.")
     ] = 0.5,
     bootstrap: Annotated[int, typer.Option("--bootstrap", help="Bootstrap resamples for error bars.")] = 200,
-    **run: Any,
+    *,
+    run: RunOptions,
 ) -> None:
     """Ground-truth turn advantages A* from forked envs, and every credit method scored against them."""
     from turngym.agents.factory import NEEDS_MODEL, agent_kinds
     from turngym.core.env import NotForkable
     from turngym.trainer.audit import DEFAULT_METHODS, AuditConfig, markdown_table, write_audit
 
-    if run["backend"] not in agent_kinds():
+    if run.backend not in agent_kinds():
         raise typer.BadParameter(f"--backend must be one of {', '.join(agent_kinds())}")
-    if run["backend"] in NEEDS_MODEL and not run["model"]:
-        raise typer.BadParameter(f"--backend {run['backend']} needs --model")
+    if run.backend in NEEDS_MODEL and not run.model:
+        raise typer.BadParameter(f"--backend {run.backend} needs --model")
     try:
         cfg = AuditConfig(
             env=env,
-            env_kwargs=parse_key_values(run["env_arg"]),
-            n=run["n"] * run["g"],
-            group_size=run["g"],
+            env_kwargs=parse_key_values(run.env_arg),
+            n=run.n * run.g,
+            group_size=run.g,
             k=k,
             vine_k=vine_k,
             turns=turns,
@@ -82,9 +84,9 @@ def audit_command(
             methods=tuple(method) if method else DEFAULT_METHODS,
             success_threshold=success_threshold,
             bootstrap=bootstrap,
-            seed=run["seed"],
+            seed=run.seed,
             max_turns=max_turns,
-            max_concurrency=run["concurrency"],
+            max_concurrency=run.concurrency,
         )
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
@@ -102,13 +104,13 @@ async def _audit(cfg: Any, run: dict[str, Any]) -> Any:
     from turngym.trainer.audit import run_audit
 
     context: dict[str, Any] = {"parser": _parser(cfg.env, cfg.env_kwargs)}
-    if run["backend"] in ("hf", "hf_worker") and any(m.startswith("igpo") for m in cfg.methods):
+    if run.backend in ("hf", "hf_worker") and any(m.startswith("igpo") for m in cfg.methods):
         from turngym.agents.models import load_model, load_tokenizer
 
-        context["model"] = load_model(run["model"])
-        context["tokenizer"] = load_tokenizer(run["model"])
+        context["model"] = load_model(run.model)
+        context["tokenizer"] = load_tokenizer(run.model)
     async with AsyncExitStack() as stack:
-        agent = await make_agent(agent_spec(run), stack)
+        agent = await make_agent(run.agent_spec(), stack)
         return await run_audit(agent, cfg, **context)
 
 
