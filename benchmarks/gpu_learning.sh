@@ -125,6 +125,8 @@ launch() {  # the learning runs (setsid: they outlive the call); WHEN=late: only
   sleep 5
 }
 
+[[ ${BASH_SOURCE[0]} == "$0" ]] || return 0  # sourced (benchmarks/gpu_credit.sh): the functions only
+
 case "${1:-}" in
 profile)  # issue 19: where a decode step's time goes (benchmarks/decode_profile.py; PROFILE_ARGS pass through)
   prepare || exit $?

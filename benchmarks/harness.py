@@ -14,10 +14,15 @@ process with the same prompts (rendered once with the chat template) and the sam
 * throughput: ``--episodes`` concurrent episodes of ``--turns`` calls each; calls/s of each and the
   ratio proxy / direct.
 
+* floor: ``GET /health`` p50 on one connection, loopback HTTP with no proxy work (the part of the
+  overhead that any HTTP server in front of the backend pays).
+
+The client is aiohttp (one session, one connection per episode); its own CPU per call is printed.
 Runs alternate proxy and direct (twice each) so load drift hits both; the load average is printed.
 On a loaded machine wall-clock numbers mostly measure the load, so the proxy process's own CPU time
 per call (``/proc/<pid>/stat``: user + system, its whole work: HTTP, proxy and, for ``tiny``, the
-model) is printed too.
+model) is printed too, and the calls/s one core could serve at that cost (1 / CPU per call): what
+the proxy side would reach with a core of its own.
 Targets (issue 39): overhead p50 <= 5 ms, throughput ratio >= 0.9 at 64 concurrent episodes.
 """
 
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import multiprocessing as mp
 import os
 import statistics
@@ -91,13 +97,14 @@ async def _proxy_episode(http, key: str, turns: int, episode: int, lat: list[flo
     msgs = _conversation(0, episode)
     for _ in range(turns):
         t0 = time.perf_counter()
-        r = await http.post(
+        async with http.post(
             f"/v1/episodes/{key}/chat/completions",
             json={"model": "m", "messages": msgs, "max_tokens": MAX_TOKENS, "temperature": 0},
-        )
+        ) as r:
+            r.raise_for_status()
+            body = await r.json()
         lat.append(time.perf_counter() - t0)
-        r.raise_for_status()
-        msgs += [r.json()["choices"][0]["message"], {"role": "user", "content": "go on"}]
+        msgs += [body["choices"][0]["message"], {"role": "user", "content": "go on"}]
 
 
 async def _direct_episode(backend, fmt, turns: int, episode: int, lat: list[float], route: str) -> None:
@@ -118,16 +125,37 @@ async def _direct_episode(backend, fmt, turns: int, episode: int, lat: list[floa
         tokens.add_observation(reply, [Message(role="user", content="go on")])
 
 
-async def _run_proxy(url: str, episodes: int, turns: int, tag: str) -> tuple[list[float], float]:
-    import httpx
+def _client(url: str, connections: int):
+    """The load generator: aiohttp (httpx's pool costs ~8 ms of client CPU per call at 64 connections
+    here, which capped the 'proxy' side at ~30 calls/s whatever the server did)."""
+    import aiohttp
 
+    return aiohttp.ClientSession(
+        base_url=url,
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        connector=aiohttp.TCPConnector(limit=connections),
+        timeout=aiohttp.ClientTimeout(total=300),
+    )
+
+
+async def _run_proxy(url: str, episodes: int, turns: int, tag: str) -> tuple[list[float], float]:
     lat: list[float] = []
-    limits = httpx.Limits(max_connections=episodes, max_keepalive_connections=episodes)
-    headers = {"Authorization": f"Bearer {TOKEN}"}
-    async with httpx.AsyncClient(base_url=url, headers=headers, limits=limits, timeout=300) as http:
+    async with _client(url, episodes) as http:
         t0 = time.perf_counter()
         await asyncio.gather(*(_proxy_episode(http, f"{tag}-{i}", turns, i, lat) for i in range(episodes)))
         return lat, time.perf_counter() - t0
+
+
+async def _run_floor(url: str, calls: int) -> list[float]:
+    """Loopback HTTP alone: ``GET /health`` on one connection (the floor under any proxy's overhead)."""
+    lat: list[float] = []
+    async with _client(url, 1) as http:
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            async with http.get("/health") as r:
+                await r.read()
+            lat.append(time.perf_counter() - t0)
+    return lat
 
 
 async def _run_direct(backend, fmt, episodes: int, turns: int, tag: str) -> tuple[list[float], float]:
@@ -174,17 +202,20 @@ def bench(kind: str, episodes: int, turns: int, calls: int) -> dict:
     fmt = ChatFormat(tok)
     try:
         _wait_up(url, proc)
-        out: dict = {"proxy_p50": [], "direct_p50": [], "proxy_cps": [], "direct_cps": [], "proxy_cpu": []}
+        keys = ("proxy_p50", "direct_p50", "floor_p50", "proxy_cps", "direct_cps", "proxy_cpu", "client_cpu")
+        out: dict = {k: [] for k in keys}
         asyncio.run(_run_proxy(url, 2, 2, f"warm-{kind}"))  # warm both paths
         asyncio.run(_run_direct(backend, fmt, 2, 2, f"warm-{kind}"))
         for rep in range(2):
+            out["floor_p50"].append(statistics.median(asyncio.run(_run_floor(url, calls))))
             lat, _ = asyncio.run(_run_proxy(url, 1, calls, f"lat{rep}"))
             out["proxy_p50"].append(statistics.median(lat))
             lat, _ = asyncio.run(_run_direct(backend, fmt, 1, calls, f"lat{rep}"))
             out["direct_p50"].append(statistics.median(lat))
-            cpu0 = _cpu_s(proc.pid)
+            cpu0, mine = _cpu_s(proc.pid), time.process_time()
             lat, wall = asyncio.run(_run_proxy(url, episodes, turns, f"tp{rep}"))
             out["proxy_cpu"].append((_cpu_s(proc.pid) - cpu0) / len(lat))
+            out["client_cpu"].append((time.process_time() - mine) / len(lat))
             out["proxy_cps"].append(len(lat) / wall)
             lat, wall = asyncio.run(_run_direct(backend, fmt, episodes, turns, f"tp{rep}"))
             out["direct_cps"].append(len(lat) / wall)
@@ -200,16 +231,26 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=64)
     ap.add_argument("--turns", type=int, default=4)
     ap.add_argument("--calls", type=int, default=60)
+    ap.add_argument("--json", help="also write the numbers to this file")
     args = ap.parse_args()
-    print(f"load average before: {os.getloadavg()[0]:.2f}; {os.cpu_count()} CPUs; max_tokens {MAX_TOKENS}")
-    print(f"{'backend':8} {'p50 direct':>11} {'p50 proxy':>10} {'overhead':>9} "
-          f"{'calls/s direct':>15} {'calls/s proxy':>14} {'ratio':>6} {'proxy CPU/call':>15}")  # fmt: skip
+    load0 = os.getloadavg()[0]
+    print(f"load average before: {load0:.2f}; {os.cpu_count()} CPUs; max_tokens {MAX_TOKENS}")
+    print(f"{'backend':8} {'p50 direct':>11} {'p50 proxy':>10} {'overhead':>9} {'HTTP floor':>10} "
+          f"{'calls/s direct':>15} {'calls/s proxy':>14} {'ratio':>6} {'proxy CPU/call':>15} "
+          f"{'client CPU/call':>16} {'proxy calls/s/core':>19}")  # fmt: skip
+    results = {}
     for kind in args.backends.split(","):
-        r = bench(kind, args.episodes, args.turns, args.calls)
+        r = results[kind] = bench(kind, args.episodes, args.turns, args.calls)
         print(
             f"{kind:8} {r['direct_p50'] * 1e3:9.2f}ms {r['proxy_p50'] * 1e3:8.2f}ms "
-            f"{(r['proxy_p50'] - r['direct_p50']) * 1e3:7.2f}ms {r['direct_cps']:15.1f} {r['proxy_cps']:14.1f} "
-            f"{r['proxy_cps'] / r['direct_cps']:6.2f} {r['proxy_cpu'] * 1e3:13.2f}ms"
+            f"{(r['proxy_p50'] - r['direct_p50']) * 1e3:7.2f}ms {r['floor_p50'] * 1e3:8.2f}ms "
+            f"{r['direct_cps']:15.1f} {r['proxy_cps']:14.1f} "
+            f"{r['proxy_cps'] / r['direct_cps']:6.2f} {r['proxy_cpu'] * 1e3:13.2f}ms {r['client_cpu'] * 1e3:14.2f}ms "
+            f"{1 / r['proxy_cpu']:19.0f}"
+        )
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({"load_before": load0, "cpus": os.cpu_count(), **results}, indent=1)
         )
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 

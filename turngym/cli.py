@@ -41,6 +41,10 @@ EXTERNAL_COMMANDS: list[tuple[str, str, str]] = [
 ]
 #: group -> (help, [(command name, module, function)])
 EXTERNAL_GROUPS: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
+    "credit": (
+        "Credit assignment: audit every method against ground-truth turn advantages from forked envs.",
+        [("audit", "turngym.trainer.audit.commands", "audit_command")],
+    ),
     "sandbox": (
         "Docker sandboxes and browsers: build images, list and reap leftovers.",
         [

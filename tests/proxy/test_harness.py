@@ -59,3 +59,12 @@ def test_a_harness_that_never_reports_a_reward_is_masked(running):
 def test_a_template_with_an_unknown_field_is_refused_before_anything_runs(running):
     with pytest.raises(ValueError, match=r"unknown field\(s\) \['model'\]"):
         run(running, "agent --model {model} --task {task}", ["1"])
+
+
+def test_a_harness_that_quits_before_the_env_ends_has_the_envs_return_so_far_truncated(running):
+    """The env was reset through the proxy's MCP door: its return so far is the episode's reward (as
+    an env rollout cut at its turn limit), not a missing reward."""
+    (t,) = run(running, LOOP + " --max-turns 1", ["1"], mcp=True, reward_timeout_s=2)
+    assert not t.masked, t.mask_reason
+    assert t.truncated and not t.terminated and t.total_reward == 0.0
+    assert [c.name for turn in t.turns for c in turn.action.tool_calls] == ["calculate"]

@@ -103,6 +103,14 @@ def test_headlines_count_masked_trajectories_as_failures():
     assert m["reward/outcome"] == pytest.approx(1.5 / 8)  # not 0.75, the mean of the two survivors
     assert m["reward/outcome_unmasked"] == pytest.approx(0.75)
     assert m["reward/success"] == pytest.approx(1 / 8)
+    # every headline divides by all 8 (issue 41): total, terminated, turns and invalid actions too
+    live_total = sum(t.total_reward for t in live)
+    assert m["reward/total"] == pytest.approx(live_total / 8)
+    assert m["reward/total_unmasked"] == pytest.approx(live_total / 2)
+    assert m["reward/terminated"] == pytest.approx(sum(t.terminated for t in live) / 8)
+    assert m["reward/terminated_unmasked"] == pytest.approx(sum(t.terminated for t in live) / 2)
+    assert m["episode/turns"] == pytest.approx((2 + 2 + 6 * 1) / 8)
+    assert m["episode/turns_unmasked"] == pytest.approx(2.0)
     all_masked = reward_metrics(masked)
     assert all_masked["reward/outcome"] == 0.0 and "reward/outcome_unmasked" not in all_masked
     report = summarize(live + masked, threshold=1.0)
@@ -127,7 +135,7 @@ def test_eval_breakdown_splits_the_headline_by_a_reference_key():
     assert sum(v for k, v in m.items() if k.endswith("/frac") and "masked" not in k) == pytest.approx(1.0)
 
 
-def test_reward_components_are_summed_per_trajectory_and_averaged_over_unmasked_ones():
+def test_reward_components_are_summed_per_trajectory_and_averaged_over_all_trajectories():
     """travel's per-constraint checks and a stepwise critic, side by side: which one moves."""
     a = make_traj(
         [0.0, 0.0, 1.0], components=[{"tool_ok": 1.0}, {"tool_ok": 0.5}, {"pass": 1.0, "hard.budget": 1.0}]
@@ -136,7 +144,8 @@ def test_reward_components_are_summed_per_trajectory_and_averaged_over_unmasked_
     c = make_traj([0.0], components=[{"tool_ok": 1.0}])  # never submitted: no pass, no hard.budget
     gone = make_traj([1.0], components=[{"tool_ok": 9.0, "pass": 1.0}], masked=True)
     m = reward_metrics([a, b, c, gone])
-    assert m["reward/component/tool_ok"] == pytest.approx((1.5 + 1.0 + 1.0) / 3)
-    assert m["reward/component/pass"] == pytest.approx(1 / 3)
-    assert m["reward/component/hard.budget"] == pytest.approx(1 / 3)
+    # the masked one counts as 0 (a failure), not as missing: divided by 4, not by the 3 survivors
+    assert m["reward/component/tool_ok"] == pytest.approx((1.5 + 1.0 + 1.0) / 4)
+    assert m["reward/component/pass"] == pytest.approx(1 / 4)
+    assert m["reward/component/hard.budget"] == pytest.approx(1 / 4)
     assert not [k for k in reward_metrics([make_traj([1.0])]) if k.startswith("reward/component/")]

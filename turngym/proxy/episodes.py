@@ -12,8 +12,10 @@ Trajectory layout: ``token_ids``/``loss_mask``/``logprobs`` are the segments one
 each new segment began (``split_segments`` gives one trajectory per segment for trainers that need
 one sequence per sample). Each turn's ``gen_span``/``obs_span`` index the whole sequence;
 ``info["segment"]`` names its segment. The reward lands on the last turn (outcome) unless env steps
-paid per turn; ``timing`` per turn: ``queued`` (waiting behind the episode's previous call),
-``generate`` (the backend), ``harness`` (the harness's time since the previous reply).
+paid per turn; an episode whose harness reset an env through the proxy's MCP door and ended
+before the env did has the env's return so far (``truncated``). ``timing`` per turn: ``queued``
+(waiting behind the episode's previous call), ``generate`` (the backend), ``harness`` (the harness's
+time since the previous reply).
 """
 
 from __future__ import annotations
@@ -167,6 +169,9 @@ class Episode:
             self.metadata, episode=self.key, model=model, segments=spans, drifts=drifts, end=self.end_reason
         )
         traj.terminated = bool(self.calls)
+        if "env_task" in self.metadata:  # the env's own ending: a harness that quits early truncates it
+            traj.terminated = any(s["terminated"] for s in self.env_steps)
+            traj.truncated = not traj.terminated
         if self.mask_reason:
             traj.masked, traj.mask_reason = True, self.mask_reason
         elif not self.calls:
@@ -262,6 +267,8 @@ class EpisodeStore:
         ep = self._live(key)
         if ep.ended_at is None:
             ep.ended_at, ep.end_reason = time.monotonic(), reason
+        if ep.reward is None and "env_task" in ep.metadata:  # the env was reset: its return so far
+            ep.reward = sum(s["reward"] for s in ep.env_steps)
         if mask:
             await self.finish(ep, mask)
         elif ep.reward is not None or self.reward_fn is not None or not ep.calls:

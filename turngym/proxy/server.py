@@ -31,6 +31,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
 
 from turngym.proxy.episodes import Episode, check_key
 from turngym.proxy.responses import chat_chunks, chat_completion, text_chunks, text_completion
@@ -139,18 +140,20 @@ def create_app(proxy: Proxy, *, envs: Any = None, sweep_every_s: float = 1.0) ->
         ]
         return {"object": "list", "data": [m.model_dump() for m in data]}
 
-    async def chat(request: Request, episode: str | None = None) -> Any:
+    # the call routes are plain Starlette routes: FastAPI's per-request parameter solving cost more
+    # CPU than the proxy's own work on a call (docs/harness.md, "Overhead")
+    async def chat(request: Request) -> Any:
         req = parse_chat_request(await _body(request))
-        result = await proxy.chat(_episode(request, episode), req)
+        result = await proxy.chat(_episode(request, request.path_params.get("episode")), req)
         if req.stream:
             return _sse(
                 chat_chunks(result, tokenizer, logprobs=req.logprobs, include_usage=req.include_usage)
             )
         return _json(chat_completion(result, tokenizer, logprobs=req.logprobs))
 
-    async def complete(request: Request, episode: str | None = None) -> Any:
+    async def complete(request: Request) -> Any:
         req = parse_text_request(await _body(request))
-        result = await proxy.complete(_episode(request, episode), req)
+        result = await proxy.complete(_episode(request, request.path_params.get("episode")), req)
         lp = req.logprobs is not None
         if req.stream:
             return _sse(text_chunks(result, tokenizer, logprobs=lp, include_usage=req.include_usage))
@@ -158,8 +161,8 @@ def create_app(proxy: Proxy, *, envs: Any = None, sweep_every_s: float = 1.0) ->
 
     for prefix in ("/v1", "/v1/episodes/{episode}"):
         app.add_api_route(f"{prefix}/models", models, methods=["GET"])
-        app.add_api_route(f"{prefix}/chat/completions", chat, methods=["POST"])
-        app.add_api_route(f"{prefix}/completions", complete, methods=["POST"])
+        app.router.routes.append(Route(f"{prefix}/chat/completions", chat, methods=["POST"]))
+        app.router.routes.append(Route(f"{prefix}/completions", complete, methods=["POST"]))
 
     @app.get("/v1/episodes")
     async def episodes() -> dict[str, Any]:

@@ -16,6 +16,8 @@
   ``close_timeout`` the env's close.
 * ``RolloutConfig(tree=TreeConfig(...))`` grows a tree per task instead of ``group_size`` samples
   (:mod:`turngym.rollout.tree`).
+* ``RolloutConfig(vine=VineConfig(...))`` also estimates each state's value from K forked
+  continuations (:mod:`turngym.rollout.vine`), kept in ``traj.metadata["vine"]``.
 * ``engine.stats`` is updated live and reconciles at the end (``requested == completed + masked``);
   ``stats.time_s`` sums the time ledger (:mod:`turngym.rollout.ledger`) that each turn keeps in
   ``Turn.timing`` and each trajectory in ``metrics["time/<phase>"]``.
@@ -39,6 +41,7 @@ from turngym.rollout.episode import MASK_REASONS, EpisodeRunner, RolloutStats
 
 if TYPE_CHECKING:
     from turngym.rollout.tree import TreeConfig
+    from turngym.rollout.vine import VineConfig
 
 __all__ = ["MASK_REASONS", "RolloutConfig", "RolloutEngine", "RolloutStats"]
 
@@ -53,6 +56,8 @@ class RolloutConfig:
     max_turns: int | None = None  # tightens each env's own turn limit (``env.limit_turns``), never loosens it
     # grow a tree per task instead of ``group_size`` independent samples (turngym.rollout.tree)
     tree: TreeConfig | None = None
+    # forked Monte-Carlo value estimates of each flat episode's states (turngym.rollout.vine)
+    vine: VineConfig | None = None
     # mixed into every sampling seed the agent is given (trajectories and tree branches), so runs that
     # differ only in it sample differently from the same tasks (the trainer passes its ``seed``); 0 keeps
     # the plain per-trajectory seeds ``task seed * 1000 + sample``
@@ -69,6 +74,8 @@ class RolloutConfig:
     def __post_init__(self) -> None:
         if self.group_size < 1 or self.max_concurrency < 1:
             raise ValueError("group_size and max_concurrency must be >= 1")
+        if self.tree is not None and self.vine is not None:
+            raise ValueError("a rollout grows trees (tree) or vines (vine), not both")
         if self.max_turns is not None and self.max_turns < 1:
             raise ValueError(f"max_turns must be >= 1 (or None: the env's own limit), got {self.max_turns}")
 
@@ -138,12 +145,19 @@ class RolloutEngine:
             self.stats = RolloutStats()
             if flat is not None:
                 self.config = flat
+        vine = None
+        if self.config.vine is not None:
+            from turngym.rollout.vine import LiveEnvs, VineRunner, preflight
+
+            max_live = await preflight(self.episodes)
+            live = LiveEnvs(max_live) if max_live is not None else None
+            vine = VineRunner(self.episodes, self.config.vine, live=live)
         if self.config.tree is not None:
             tasks = [asyncio.create_task(self._bounded_tree(sem, runner, s)) for s in _seeds(seeds)]
         else:
             jobs = [(s, k) for s in _seeds(seeds) for k in range(self.config.group_size)]
             self.stats = RolloutStats(requested=len(jobs))
-            tasks = [asyncio.create_task(self._bounded(sem, s, k)) for s, k in jobs]
+            tasks = [asyncio.create_task(self._bounded(sem, s, k, vine)) for s, k in jobs]
         try:
             for fut in asyncio.as_completed(tasks):
                 done = await fut
@@ -160,11 +174,14 @@ class RolloutEngine:
             self.stats.finished_at = time.monotonic()
 
     # ------------------------------------------------------------ internals
-    async def _bounded(self, sem: asyncio.Semaphore, seed: int, sample: int) -> Trajectory:
+    async def _bounded(self, sem: asyncio.Semaphore, seed: int, sample: int, vine: Any = None) -> Trajectory:
         async with sem:
             self.stats.live += 1
             try:
-                traj = await self.episodes.run_episode(seed, sample)
+                if vine is not None:  # a VineRunner: forked value estimates (turngym.rollout.vine)
+                    traj = await vine.run(seed, sample)
+                else:
+                    traj = await self.episodes.run_episode(seed, sample)
             finally:
                 self.stats.live -= 1
         self.episodes.count(traj)

@@ -63,6 +63,8 @@ class RolloutStats:
     time_s: Counter = field(default_factory=Counter)  # the time ledger, summed (turngym.rollout.ledger)
     # tree rollouts: nodes, forks, fork_errors, branch_points, reused_sampled_tokens, reused_prefix_tokens
     tree: Counter = field(default_factory=Counter)
+    # vine rollouts: continuations, forked_tokens (also in generated_tokens), masked, budget_stopped, estimates
+    vine: Counter = field(default_factory=Counter)
     started: float = field(default_factory=time.monotonic)
     finished_at: float | None = None
 
@@ -95,6 +97,7 @@ class RolloutStats:
             "tokens_per_s": round(self.tokens_per_s, 1),
             "time_s": {k: round(v, 3) for k, v in sorted(self.time_s.items())},
             **({"tree": dict(self.tree)} if self.tree else {}),
+            **({"vine": dict(self.vine)} if self.vine else {}),
         }
 
 

@@ -78,6 +78,38 @@ class TreeRolloutSettings(_Strict):
         )
 
 
+class HarnessSettings(_Strict):
+    """``rollout.harness``: an outside agent program (``rollout.source: harness``) played through
+    ``turngym.proxy`` over the policy's own backend; docs/harness.md, "Training"."""
+
+    # a shell command template: {base_url} {api_key} {task} {mcp_url} {episode} (each shell-quoted;
+    # also in the child's environment as OPENAI_BASE_URL, OPENAI_API_KEY, TURNGYM_TASK, ...)
+    command: str
+    model: str = "policy"  # the model name the proxy serves (what the harness asks for)
+    # where the reward comes from: "env" (rollout.env's tools over the proxy's MCP door, {mcp_url}:
+    # the env's return), "post" (the harness POSTs /v1/episodes/<key>/reward), or "function"
+    # (reward_fn, "module:function" of a trajectory, returning a float or (float, components))
+    reward: Literal["env", "post", "function"] = "env"
+    reward_fn: str | None = None
+    concurrency: int = Field(default=16, ge=1)  # harness processes at once
+    timeout_s: float = Field(default=300.0, gt=0.0)  # per episode; past it: killed, masked
+    reward_timeout_s: float = Field(default=30.0, gt=0.0)  # after the harness exits; then masked
+    parser: str = "hermes"  # the tool-call convention the proxy parses the policy's text with
+    env: dict[str, str] = Field(default_factory=dict)  # extra environment variables of the harness
+    cwd: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> HarnessSettings:
+        from turngym.proxy.harness import check_template
+
+        check_template(self.command)
+        if (self.reward == "function") != (self.reward_fn is not None):
+            raise ValueError(
+                "rollout.harness.reward_fn is set exactly when rollout.harness.reward is 'function'"
+            )
+        return self
+
+
 class RolloutSettings(_Strict):
     @model_validator(mode="before")
     @classmethod
@@ -132,6 +164,18 @@ class RolloutSettings(_Strict):
     # judge (credit.arena's judge keys, else the env's published one): eval/judge/win_rate
     eval_judge: bool = False
     tree: TreeRolloutSettings | None = None  # tree rollouts for training (turngym.rollout.tree)
+    # where trajectories come from: "env" (the policy plays rollout.env as a turngym agent) or
+    # "harness" (rollout.harness: an outside agent program calls the policy through turngym.proxy)
+    source: Literal["env", "harness"] = "env"
+    harness: HarnessSettings | None = None
+
+    @model_validator(mode="after")
+    def _source(self) -> RolloutSettings:
+        if self.source == "harness" and self.harness is None:
+            raise ValueError("rollout.source=harness needs rollout.harness.command")
+        if self.source == "harness" and self.tree is not None:
+            raise ValueError("rollout.tree grows trees from the env's turns: not with rollout.source=harness")
+        return self
 
 
 class CreditSettings(BaseModel):
@@ -408,6 +452,19 @@ class TrainConfig(_Strict):
                 "cluster.fsdp.release_full_copy frees the full copy's weights during the update, but "
                 "rollout.keep_backend keeps an engine whose CUDA graphs read them at fixed addresses: "
                 "set one of them"
+            )
+        if self.rollout.source == "harness" and self.weight_sync == "vllm_lora":
+            raise ValueError(
+                "rollout.source=harness serves full weights: use weight_sync in_process or vllm_full"
+            )
+        if getattr(settings, "needs_vine_rollouts", False) and self.rollout.tree is not None:
+            raise ValueError(
+                f"credit.method={self.credit.method} runs its own forked (vine) rollouts: unset rollout.tree"
+            )
+        if getattr(settings, "needs_vine_rollouts", False) and self.rollout.source == "harness":
+            raise ValueError(
+                f"credit.method={self.credit.method} forks the env and the agent mid-episode, which an "
+                "outside harness cannot do: use another credit method with rollout.source=harness"
             )
         if self.keep_best is not None and (self.rollout.eval_tasks <= 0 or self.rollout.eval_every <= 0):
             raise ValueError(

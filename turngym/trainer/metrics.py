@@ -171,44 +171,49 @@ def breakdown_metrics(trajs: list[Trajectory], key: str, prefix: str = "") -> di
 def reward_metrics(trajs: list[Trajectory]) -> dict[str, float]:
     """Outcome and total reward logged separately, success, turns, invalid actions, masking.
 
-    The headline numbers (``reward/outcome``, ``reward/success``) count a masked trajectory as a
-    failure (outcome 0, no success): a run whose rollouts crash must not report the score of its few
-    survivors. ``reward/outcome_unmasked`` is the mean over unmasked trajectories only, and
-    ``reward/masked_frac`` always travels beside them.
+    Every headline number is a mean over ALL trajectories, a masked one counting as a failure:
+    outcome, total reward and each reward component 0, not terminated, no success; its recorded
+    turns count in ``episode/turns`` and ``episode/invalid_action_frac``. A run whose rollouts crash
+    must not report the score of its few survivors. The ``..._unmasked`` twins (``reward/outcome``,
+    ``reward/total``, ``reward/terminated``, ``episode/turns``) are the means over unmasked
+    trajectories only, and ``reward/masked_frac`` always travels beside them.
 
     ``reward/component/<name>``: each reward component the env reported, summed over a trajectory's
-    turns and averaged over the unmasked trajectories (0 where a trajectory never got it), so a run
-    shows which constraint or critic moves (travel's ``hard.*`` / ``cs.*`` checks, a stepwise
+    turns and averaged over all trajectories (0 where a trajectory never got it or was masked), so
+    a run shows which constraint or critic moves (travel's ``hard.*`` / ``cs.*`` checks, a stepwise
     ``tool_ok``), not only the outcome.
     """
     live = [t for t in trajs if not t.masked]
     if not trajs:
         return {}
     n = len(trajs)
+    every_turn = [x for t in trajs for x in t.turns]
     out = {
         "reward/masked_frac": (n - len(live)) / n,
         "reward/outcome": float(sum(t.outcome for t in live)) / n,
         "reward/success": float(sum(t.terminated and t.outcome >= 1.0 for t in live)) / n,
+        "reward/total": float(sum(t.total_reward for t in live)) / n,
+        "reward/terminated": float(sum(t.terminated for t in live)) / n,
+        "episode/turns": float(np.mean([t.num_turns for t in trajs])),
+        "episode/invalid_action_frac": float(np.mean([x.invalid_action for x in every_turn]))
+        if every_turn
+        else 0.0,
     }
     if live:
-        turns = [x for t in live for x in t.turns]
         out.update(
             {
                 "reward/outcome_unmasked": float(np.mean([t.outcome for t in live])),
-                "reward/total": float(np.mean([t.total_reward for t in live])),
-                "reward/terminated": float(np.mean([t.terminated for t in live])),
-                "episode/turns": float(np.mean([t.num_turns for t in live])),
-                "episode/invalid_action_frac": float(np.mean([x.invalid_action for x in turns]))
-                if turns
-                else 0.0,
+                "reward/total_unmasked": float(np.mean([t.total_reward for t in live])),
+                "reward/terminated_unmasked": float(np.mean([t.terminated for t in live])),
+                "episode/turns_unmasked": float(np.mean([t.num_turns for t in live])),
             }
         )
-        sums: dict[str, float] = {}
-        for t in live:
-            for turn in t.turns:
-                for name, value in turn.reward_components.items():
-                    sums[name] = sums.get(name, 0.0) + float(value)
-        out.update({f"reward/component/{k}": v / len(live) for k, v in sorted(sums.items())})
+    sums: dict[str, float] = {}
+    for t in live:
+        for turn in t.turns:
+            for name, value in turn.reward_components.items():
+                sums[name] = sums.get(name, 0.0) + float(value)
+    out.update({f"reward/component/{k}": v / n for k, v in sorted(sums.items())})
     return out
 
 

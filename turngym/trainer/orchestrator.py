@@ -137,14 +137,33 @@ class Orchestrator:
         temperature: float,
         env_kwargs: dict | None = None,
         tree: Any = None,
+        vine: Any = None,
     ) -> tuple[list[Trajectory], dict]:
-        """One rollout of ``seeds`` (``tree``: a ``TreeConfig``, a tree per task instead of groups)."""
+        """One rollout of ``seeds`` (``tree``: a ``TreeConfig``, a tree per task instead of groups;
+        ``vine``: a ``VineConfig``, forked value estimates of each state for ``credit.method=vine``). With
+        ``rollout.source: harness`` the outside harness plays instead (``turngym.trainer.harness_rollout``;
+        its requests carry their own sampling parameters)."""
+        r = self.cfg.rollout
+        if r.source == "harness":
+            from turngym.trainer.harness_rollout import harness_rollout
+
+            backend = self._backend()
+            trajs, stats = harness_rollout(
+                self.cfg,
+                backend,
+                self.policy.tokenizer,
+                seeds,
+                group_size,
+                r.env_kwargs if env_kwargs is None else env_kwargs,
+                keep_backend=backend is self.kept_backend,
+            )
+            self._warn_masked(trajs)
+            return trajs, stats
         from turngym.agents.backend import SamplingParams
         from turngym.agents.llm import LLMAgent
         from turngym.rollout.engine import RolloutConfig, RolloutEngine
         from turngym.trainer.batching import matmul_precision
 
-        r = self.cfg.rollout
         backend = self._backend()
         agent = LLMAgent(
             backend,
@@ -162,6 +181,7 @@ class Orchestrator:
                 turn_timeout=r.turn_timeout,
                 max_turns=r.max_turns,
                 tree=tree,
+                vine=vine,
                 sampling_seed=self.cfg.seed,  # seeds of one config sample differently from the same tasks
             ),
             env_kwargs=r.env_kwargs if env_kwargs is None else env_kwargs,
@@ -183,18 +203,25 @@ class Orchestrator:
         with matmul_precision(r.matmul_precision), explain_oom("rollout", knobs, self.policy.device):
             trajs = asyncio.run(run())
         check_rollout_oom(trajs, knobs, self.policy.device)  # an engine's OOM masks rows: say it, stop
+        self._warn_masked(trajs)
+        counters = {k: v - before.get(k, 0.0) for k, v in counters.items()}
+        return trajs, {**engine.stats.as_dict(), "backend": counters}
+
+    @staticmethod
+    def _warn_masked(trajs: list[Trajectory]) -> None:
+        """Say why trajectories were masked, once per rollout: a silent fully-masked run trains nothing."""
         masked = [t for t in trajs if t.masked]
-        if masked:  # say why, once per rollout: a silent fully-masked run trains nothing
-            reasons = Counter(t.mask_reason for t in masked)
+        if masked:
+            reasons = Counter(t.mask_reason.split(":")[0] for t in masked)
+            first = masked[0]
             log.warning(
-                "%d/%d trajectories masked (%s); first error: %s",
+                "%d/%d trajectories masked (%s); first: %s %s",
                 len(masked),
                 len(trajs),
                 dict(reasons),
-                masked[0].metadata.get("error", "")[:2000],
+                first.mask_reason[:500],
+                first.metadata.get("error", "")[:2000],
             )
-        counters = {k: v - before.get(k, 0.0) for k, v in counters.items()}
-        return trajs, {**engine.stats.as_dict(), "backend": counters}
 
     def collect(self, step: int) -> tuple[list[Trajectory], CreditOutput, dict[str, float]]:
         """Training step ``step``'s rollout (this rank's share of its tasks, seeded from the step) and
@@ -207,7 +234,9 @@ class Orchestrator:
         torch.manual_seed(step_seed(cfg.seed, step))
         t0 = time.perf_counter()
         tree = r.tree.config() if r.tree is not None else None
-        trajs, stats = self.rollout(seeds, r.group_size, r.temperature, tree=tree)
+        options = cfg.credit.options(cfg.credit.method)
+        vine = options.rollout_config() if getattr(options, "needs_vine_rollouts", False) else None
+        trajs, stats = self.rollout(seeds, r.group_size, r.temperature, tree=tree, vine=vine)
         t_rollout = time.perf_counter() - t0
         t1 = time.perf_counter()
         self.credit.begin_step(step, step_seed(cfg.seed, step))
@@ -226,8 +255,13 @@ class Orchestrator:
             **ledger_metrics(trajs, t_rollout),
             **{f"rollout/masked/{k}": float(v) for k, v in stats["mask_reasons"].items()},
             **{f"rollout/tree/{k}": float(v) for k, v in stats.get("tree", {}).items()},
+            **{f"rollout/vine/{k}": float(v) for k, v in stats.get("vine", {}).items()},
             **{f"rollout/backend/{k}": v for k, v in stats.get("backend", {}).items()},
         }
+        if r.source == "harness":
+            from turngym.trainer.harness_rollout import call_ledger
+
+            metrics.update(call_ledger(trajs))
         return trajs, credit, metrics
 
     # ---------------------------------------------------------------- eval

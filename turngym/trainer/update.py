@@ -40,8 +40,7 @@ def policy_update(
 
     dist = policy.dist
     keep = [k for k, t in enumerate(trajs) if not t.masked and t.token_ids and any(t.loss_mask)]
-    seqs = [trajs[k] for k in keep]
-    advs = [token_adv[k] for k in keep]
+    seqs, advs = segment_sequences([trajs[k] for k in keep], [token_adv[k] for k in keep])
     # denominators of the global batch (all ranks): each rank's loss is its share of the batch loss
     num_tokens, num_seqs = dist.all_sum([sum(sum(t.loss_mask) for t in seqs), len(seqs)])
     if not num_seqs:
@@ -135,3 +134,26 @@ def _micro_batch_loss(policy: Policy, cfg: TrainConfig, loss_cfg, tensors, num_t
                     with policy.model.disable_adapter():
                         ref, _ = token_logprobs(policy.model, ids, attn, **head)
     return policy_loss(logp, old, adv, mask, loss_cfg, ref, entropy, num_tokens, num_seqs)
+
+
+def segment_sequences(
+    trajs: list[Trajectory], advs: list[np.ndarray]
+) -> tuple[list[Trajectory], list[np.ndarray]]:
+    """One training sequence per segment. An episode recorded by ``turngym.proxy`` whose harness
+    re-rendered its history holds several segments one after the other (``metadata["segments"]``:
+    ``[start, end)`` spans), each prompted afresh: each is its own forward pass, with its slice of
+    the advantages (credit saw the whole episode). Other trajectories pass through."""
+    out_t, out_a = [], []
+    for t, adv in zip(trajs, advs, strict=True):
+        spans = t.metadata.get("segments") or []
+        if len(spans) <= 1:
+            out_t.append(t)
+            out_a.append(adv)
+            continue
+        for start, end in spans:
+            if not any(t.loss_mask[start:end]):
+                continue
+            part = {k: getattr(t, k)[start:end] for k in ("token_ids", "loss_mask", "logprobs")}
+            out_t.append(t.model_copy(update={**part, "turns": []}))
+            out_a.append(np.asarray(adv)[start:end])
+    return out_t, out_a

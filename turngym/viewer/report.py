@@ -7,6 +7,8 @@ over steps, turns per episode, tool-error rate by turn index) rendered by matplo
 A tree rollout's group (turns with ``node_id``/``parent_id``, ``turngym.rollout.tree``) also gets
 its tree drawn as inline SVG (``tree_view``): nodes with their value (the mean return of the
 unmasked leaves below), edges parent -> child, the turn each branch point branched at.
+A credit audit's directory (``audit.json``, ``turngym credit audit``) also gets its plots: each
+method's rank correlation with A* (error bars) and its turn advantages against A*.
 A training run's held-out before/after numbers (first and last ``eval/`` rows of ``metrics.jsonl``;
 greedy, and the policy's own samples when the run logged ``eval/sampled/``) head the report
 (``eval_summary``).
@@ -346,8 +348,58 @@ def _plots(trajs: list[Trajectory], metrics: list[dict[str, Any]]) -> list[tuple
     return plots
 
 
+def audit_plots(audit: dict[str, Any], trajs: list[Trajectory]) -> list[tuple[str, str]]:
+    """A credit audit's plots (``audit.json`` of ``turngym credit audit``): each method's Spearman
+    correlation with A* and its bootstrap error bar, and each method's turn advantage against A*."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plots: list[tuple[str, str]] = []
+    scored = {k: m for k, m in audit.get("methods", {}).items() if "error" not in m}
+    rows = [(k, m["spearman"]) for k, m in scored.items() if m["spearman"]["value"] is not None]
+    if rows:
+        fig, ax = plt.subplots(figsize=(6, 0.4 * len(rows) + 1))
+        ys = list(range(len(rows)))[::-1]
+        ax.barh(ys, [r["value"] for _, r in rows], xerr=[r["se"] or 0.0 for _, r in rows], capsize=3)
+        ax.set_yticks(ys, [k for k, _ in rows], fontsize=7)
+        ax.axvline(0.0, color="grey", linewidth=0.8)
+        ax.set_xlabel("Spearman with A* (± bootstrap s.e.)")
+        ax.set_title(f"credit audit: {audit.get('env', '')}")
+        plots.append(("credit audit: rank correlation with A*", _svg(fig)))
+        plt.close(fig)
+    pairs: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for t in trajs:
+        for turn in t.turns:
+            adv = turn.info.get("advantages", {})
+            if "A*" in adv:
+                for k in scored:
+                    if k in adv:
+                        pairs[k].append((adv["A*"], adv[k]))
+    if pairs:
+        cols = min(3, len(pairs))
+        nrows = -(-len(pairs) // cols)
+        fig, axes = plt.subplots(nrows, cols, figsize=(3 * cols, 2.6 * nrows), squeeze=False)
+        for ax, (k, pts) in zip(axes.flat, sorted(pairs.items()), strict=False):
+            ax.scatter(*zip(*pts, strict=True), s=6, alpha=0.6)
+            ax.axhline(0.0, color="grey", linewidth=0.5)
+            ax.axvline(0.0, color="grey", linewidth=0.5)
+            ax.set_title(k[:40], fontsize=7)
+            ax.set_xlabel("A*", fontsize=7)
+        for ax in list(axes.flat)[len(pairs) :]:
+            ax.axis("off")
+        fig.tight_layout()
+        plots.append(("credit audit: each method's advantage against A*", _svg(fig)))
+        plt.close(fig)
+    return plots
+
+
 def build_report(
-    trajs: list[Trajectory], title: str = "turngym run", metrics: list[dict[str, Any]] | None = None
+    trajs: list[Trajectory],
+    title: str = "turngym run",
+    metrics: list[dict[str, Any]] | None = None,
+    audit: dict[str, Any] | None = None,
 ) -> str:
     """The report's HTML as a string."""
     import jinja2
@@ -396,7 +448,7 @@ def build_report(
         n=len(trajs),
         counts=dict(counts),
         ledger=[(p, share) for p, _, share in ledger_view(trajs) if share is not None],
-        plots=_plots(trajs, metrics or []) if trajs else [],
+        plots=(audit_plots(audit, trajs) if audit else []) + (_plots(trajs, metrics or []) if trajs else []),
     )
 
 
@@ -424,5 +476,7 @@ def write_report(run: str | Path, out: str | Path | None = None) -> Path:
     title = f"turngym · {run.name}"
     for headline in eval_summaries(metrics):
         title += f" · {headline}"
-    out.write_text(build_report(trajs, title=title, metrics=metrics), encoding="utf-8")
+    audit_path = (run if run.is_dir() else run.parent) / "audit.json"
+    audit = json.loads(audit_path.read_text()) if audit_path.is_file() else None
+    out.write_text(build_report(trajs, title=title, metrics=metrics, audit=audit), encoding="utf-8")
     return out

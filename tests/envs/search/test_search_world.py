@@ -101,6 +101,15 @@ def test_question_mix_covers_bridge_hops_and_comparisons(world, questions):
         check_task(world, task)
 
 
+def test_sparse_mix_has_only_long_bridge_chains(world):
+    """The sparse-outcome recipe's questions (issue 41): 3-, 4- and 5-hop bridges, nothing shorter."""
+    tasks = generate_questions(world, 120, seed=5, mix="sparse")
+    kinds = Counter((t.kind, t.hops) for t in tasks)
+    assert set(kinds) == {("bridge", 3), ("bridge", 4), ("bridge", 5)} and min(kinds.values()) > 15
+    for task in tasks:
+        check_task(world, task)
+
+
 def test_gold_trace_retrieves_every_supporting_passage(world, retriever, questions):
     """Run each gold trace through the real retriever: every hop's passage is in the top 3."""
     found = total = 0

@@ -11,9 +11,9 @@ Reward (paid on the last turn): ``reward = <em or f1> + format``. ``reward_compo
 metric chosen by ``reward=`` enters the sum, so the components do not add up to the reward.
 
 Data: by default a generated world of ``n_passages`` passages and ``n_tasks`` questions (``mix``:
-"default" = bridge 2-4 hops + comparison, "easy" = mostly 1-2 hops, "hard" = 3-4 hops), cached
-on disk (``turngym.make("search-qa")`` is quick after the first call); or ``corpus=`` (JSONL)
-plus ``tasks=`` (FlashRAG JSONL, Search-R1 parquet, HotpotQA JSON — HotpotQA brings its own
+"default" = bridge 2-4 hops + comparison, "easy" = mostly 1-2 hops, "hard" = 3-4 hops, "sparse" =
+bridge 3-5 hops only), cached on disk (``turngym.make("search-qa")`` is quick after the first call);
+or ``corpus=`` (JSONL) plus ``tasks=`` (FlashRAG JSONL, Search-R1 parquet, HotpotQA JSON — HotpotQA brings its own
 corpus — as a file, a directory, a glob or a list of files, read through ``datasets`` where it
 takes more than one plain file; or a ``datasets.Dataset``); or ``retriever="http://host:port"`` for a ``/retrieve`` server (one batching client per
 URL per process, so concurrent envs' searches travel together).

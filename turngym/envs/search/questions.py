@@ -86,6 +86,8 @@ MIXES: dict[str, dict[tuple[str, int], float]] = {
     "default": {("bridge", 2): 0.25, ("bridge", 3): 0.25, ("bridge", 4): 0.2, ("comparison", 0): 0.3},
     "easy": {("bridge", 1): 0.5, ("bridge", 2): 0.35, ("comparison", 0): 0.15},
     "hard": {("bridge", 3): 0.3, ("bridge", 4): 0.4, ("comparison", 0): 0.3},
+    # the sparse-outcome regime (issue 41): long bridge chains only, where a small policy rarely succeeds
+    "sparse": {("bridge", 3): 0.3, ("bridge", 4): 0.4, ("bridge", 5): 0.3},
 }
 DEFAULT_MIX = MIXES["default"]
 

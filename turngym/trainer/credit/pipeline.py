@@ -53,6 +53,17 @@ def token_advantages(traj: Trajectory, turn_adv: Sequence[float]) -> np.ndarray:
     return adv
 
 
+def outcome_spread(trajs: Sequence[Trajectory], groups: list[list[int]]) -> dict[str, float]:
+    """``credit/zero_groups``: the share of groups whose outcomes are all equal (outcome-only credit
+    such as GRPO gets no signal from them); ``credit/all_zero_groups``: those whose outcomes are all 0."""
+    if not groups:
+        return {"credit/zero_groups": 0.0, "credit/all_zero_groups": 0.0}
+    flat = [[trajs[k].outcome for k in idx] for idx in groups]
+    equal = sum(max(o) == min(o) for o in flat)
+    zero = sum(all(x == 0.0 for x in o) for o in flat)
+    return {"credit/zero_groups": equal / len(flat), "credit/all_zero_groups": zero / len(flat)}
+
+
 @dataclass
 class CreditPipeline:
     """Turns a step's trajectories into advantages with one :class:`CreditMethod`.
@@ -88,6 +99,7 @@ class CreditPipeline:
             if not t.masked and t.turns:
                 groups[group_key(t)].append(k)
         turn_adv: list[list[float]] = [[0.0] * len(t.turns) for t in trajs]
+        metrics.update(outcome_spread(trajs, list(groups.values())))
         for idx in groups.values():
             credit = self.method.group_advantages([trajs[k] for k in idx])
             for k, adv in zip(idx, credit.advantages, strict=True):

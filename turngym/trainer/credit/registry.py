@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("turngym.trainer.credit")
 
 ENTRY_POINT_GROUP = "turngym.credit"
-BUILTIN_MODULES = ("grpo", "igpo", "gated", "arena", "pointwise", "gigpo", "dual_level", "tree")
+BUILTIN_MODULES = ("grpo", "igpo", "gated", "arena", "pointwise", "gigpo", "dual_level", "tree", "vine")
 #: names a method cannot take: the keys and attributes of ``CreditSettings`` besides the method sections
 RESERVED = frozenset({"method", "outcome_component", "norm_by_std", "leave_one_out", "options"})
 
