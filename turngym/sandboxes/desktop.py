@@ -192,7 +192,7 @@ class DesktopSandbox:
             raise SandboxError(f"xdotool failed ({code}): {text.strip()[:500]}")
         return text
 
-    def launch(self, argv: list[str], *, window_class: str, timeout: float = 20.0) -> None:
+    def launch(self, argv: list[str], *, window_class: str, timeout: float = 60.0) -> None:
         """Start an application as the user and wait until one of its windows shows."""
         cmd = shlex.join(argv)
         code, out = self.run_user(
@@ -207,8 +207,16 @@ class DesktopSandbox:
                 f"{argv[0]} showed no window within {timeout:g} s: {log.decode(errors='replace')}"
             )
 
-    def process_running(self, name: str) -> bool:
-        code, _ = self.run_root(f"pgrep -u {UID} -x {shlex.quote(name)} >/dev/null", timeout=10)
+    def app_exited(self, name: str, window_class: str, grace_s: float = 3.0) -> bool:
+        """Whether the application ``name`` has exited. While it shows a window it has not; without one
+        it gets ``grace_s`` to finish exiting (saving its settings) before it counts as still running."""
+        rounds = max(1, int(grace_s / 0.1))
+        script = (
+            f"for i in $(seq {rounds}); do pgrep -u {UID} -x {shlex.quote(name)} >/dev/null || exit 0; "
+            f"xdotool search --onlyvisible --class {shlex.quote(window_class)} >/dev/null && exit 1; "
+            "sleep 0.1; done; exit 1"
+        )
+        code, _ = self.run_user(script, timeout=grace_s + 10)
         return code == 0
 
     def screenshot(self) -> Any:

@@ -174,9 +174,11 @@ def test_the_agent_has_no_network_and_cannot_read_the_checker_files(env):
     env.reset(seed=0, options={"task": "sheet-max-1"})
     code, _ = env.desk.run_user("python3 -c \"import socket; socket.create_connection(('1.1.1.1', 80), 2)\"")
     assert code != 0
-    env.desk.run_root("mkdir -p -m 700 /tmp/.turngym-check && echo secret > /tmp/.turngym-check/x")
-    code, out = env.desk.run_user("cat /tmp/.turngym-check/x")
-    assert code != 0 and b"secret" not in out
+    # the reset's check converted the workbook as nobody, in a directory the desktop user cannot read
+    code, _ = env.desk.run_root("test -f /tmp/.turngym-check/out/out.csv")
+    assert code == 0
+    code, out = env.desk.run_user("cat /tmp/.turngym-check/out/out.csv; ls /tmp/.turngym-check/out")
+    assert code != 0 and out.count(b"Permission denied") == 2
     code, out = env.desk.run_user("id -u; ps -o user= -C Xvfb")
     assert out.split()[:2] == [b"1000", b"user"]
 
@@ -189,8 +191,8 @@ def test_grounding_scores_the_click_by_the_element_box():
     try:
         obs, info = env.reset(seed=3)
         assert obs[-1].content.startswith("Click on the ")
-        _, reward, term, _, info = env.step(env.expert_action())
-        assert term and reward == 1.0
+        _, reward, term, trunc, info = env.step(env.expert_action())
+        assert trunc and reward == 1.0 and info["reference"]["box"] == env.box
         env.reset(seed=3)
         bx, by, bw, bh = env.box
         x = 0 if bx > 5 else bx + bw + 5

@@ -153,10 +153,11 @@ class DesktopEnv(DesktopActions, Env):
             raise SandboxError(f"task setup failed: {out.decode(errors='replace')[-800:]}")
         desk.launch(list(task.launch), window_class=task.window_class)
 
-    async def _screen_message(self, head: str) -> Message:
+    async def _screen_message(self, head: str, settle: bool = True) -> Message:
         """Settle, then the screenshot (+ element list) as a user message; updates the state key."""
         assert self.desk is not None
-        await asyncio.sleep(self.settle_s)
+        if settle:
+            await asyncio.sleep(self.settle_s)
         image = await run_blocking(self.desk.screenshot)
         nodes = await run_blocking(self.desk.a11y_nodes) if self.a11y else []
         self._nodes = ob.element_list(nodes, self.screen) if self.a11y else []
@@ -213,9 +214,12 @@ class DesktopEnv(DesktopActions, Env):
         try:
             if not await run_blocking(self.desk.x_alive):
                 raise DesktopDead("the X server died")
-            if not await run_blocking(self.desk.process_running, self.current.launch[0]):  # type: ignore[union-attr]
-                self._end(f"the application {self.current.app} exited")  # type: ignore[union-attr]
-            msg = await self._screen_message("")
+            task = self.current
+            assert task is not None
+            await asyncio.sleep(self.settle_s)
+            if await run_blocking(self.desk.app_exited, task.launch[0], task.window_class):
+                self._end(f"the application {task.app} exited")
+            msg = await self._screen_message("", settle=False)
         except (DesktopDead, SandboxError) as e:
             self._end(f"the desktop died ({e})")
             self._keys.append("dead")
