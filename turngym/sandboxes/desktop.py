@@ -4,7 +4,7 @@ The container is an ordinary :class:`~turngym.sandboxes.docker.DockerSandbox` of
 (:mod:`turngym.sandboxes.desktop_image`): no network, CPU / memory / pids limits, read-only root with
 tmpfs ``/tmp`` and home, owner labels (reaped like every sandbox). :func:`start_session` starts the
 desktop in it as the unprivileged user (the warm pool runs it before a container counts as warm), and
-the desktop's processes outlive the command that started them (``exec_plain``; never ``exec``, whose
+the desktop's processes outlive the command that started them (:func:`exec_plain`; never ``exec``, whose
 clean-up would kill them).
 
 Input goes through ``xdotool``, screenshots through ``xwd`` (decoded and PNG-encoded on the host), the
@@ -61,6 +61,21 @@ class DesktopDead(SandboxError):
     """The desktop's X server is gone (killed, crashed) or its container died."""
 
 
+def exec_plain(
+    sb: DockerSandbox,
+    argv: list[str],
+    *,
+    timeout: float = 60.0,
+    stdin: bytes | None = None,
+    max_bytes: int = 1 << 20,
+) -> tuple[int, bytes, int]:
+    """Run ``argv`` in ``sb`` by ``docker exec`` without ``DockerSandbox.exec``'s clean-up (which kills
+    every process but PID 1 after each command): what it starts in the background keeps running, as the
+    desktop must. Returns the exit code, the output (head and tail within ``max_bytes``) and its size."""
+    code, out = sb._exec_raw(list(argv), timeout, max_output_bytes=max_bytes, stdin=stdin)
+    return code, bytes(out.head + out.tail), out.total
+
+
 def _as_user(script: str) -> list[str]:
     env = [f"{k}={v}" for k, v in USER_ENV.items()]
     return [
@@ -94,7 +109,7 @@ for i in $(seq 1 100); do {user} xdotool getdisplaygeometry >/dev/null 2>&1 && b
 def start_session(sb: DockerSandbox, width: int, height: int, timeout: float = 30.0) -> None:
     """Start the desktop in ``sb`` (root commands through ``exec_plain``); a ``SandboxError`` if it
     does not come up."""
-    code, out, _ = sb.exec_plain(["bash", "-c", _session_script(width, height)], timeout=timeout)
+    code, out, _ = exec_plain(sb, ["bash", "-c", _session_script(width, height)], timeout=timeout)
     text = out.decode(errors="replace")
     if code != 0 or f"{width} {height}" not in text:
         raise SandboxError(f"the desktop did not start (exit {code}): {text[-1500:]}")
@@ -153,15 +168,17 @@ class DesktopSandbox:
         self, script: str, *, timeout: float = 15.0, stdin: bytes | None = None, max_bytes: int = 1 << 20
     ) -> tuple[int, bytes]:
         """Run ``script`` (bash) as the desktop user with the session's environment."""
-        code, out, _ = self.sb.exec_plain(_as_user(script), timeout=timeout, stdin=stdin, max_bytes=max_bytes)
+        code, out, _ = exec_plain(
+            self.sb, _as_user(script), timeout=timeout, stdin=stdin, max_bytes=max_bytes
+        )
         return code, out
 
     def run_root(
         self, script: str, *, timeout: float = 30.0, stdin: bytes | None = None, max_bytes: int = 1 << 20
     ) -> tuple[int, bytes]:
         """Run ``script`` (bash) as root (setup and checkers; never with agent-chosen text)."""
-        code, out, _ = self.sb.exec_plain(
-            ["bash", "-c", script], timeout=timeout, stdin=stdin, max_bytes=max_bytes
+        code, out, _ = exec_plain(
+            self.sb, ["bash", "-c", script], timeout=timeout, stdin=stdin, max_bytes=max_bytes
         )
         return code, out
 

@@ -396,16 +396,6 @@ class DockerSandbox:
             elapsed_s=time.perf_counter() - start,
         )
 
-    def exec_plain(
-        self, argv: list[str], *, timeout: float = 60.0, stdin: bytes | None = None, max_bytes: int = 1 << 20
-    ) -> tuple[int, bytes, int]:
-        """Run ``argv`` by ``docker exec`` without :meth:`exec`'s clean-up: what it starts in the
-        background keeps running (for sandboxes that host long-lived services, e.g. a desktop). The
-        stream is cut after ``timeout`` (+5 s, killing every process but PID 1 as a last resort).
-        Returns the exit code, the output (head and tail within ``max_bytes``) and its full size."""
-        code, out = self._exec_raw(list(argv), timeout, max_output_bytes=max_bytes, stdin=stdin)
-        return code, bytes(out.head + out.tail), out.total
-
     def _exec_bytes(
         self, command: str, timeout: float, *, stdin: bytes | None = None, max_bytes: int = 1 << 20
     ) -> tuple[int, bytes, int]:

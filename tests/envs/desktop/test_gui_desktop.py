@@ -225,3 +225,13 @@ def test_expert_solves_every_task(env):
         if not info["check"]["success"] or abs(total - 1.0) > 1e-6:
             failed[task.task_id] = info["check"]
     assert not failed
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_turngym_check_passes_every_row():
+    from turngym.testing import check_env
+
+    report = check_env("gui-desktop", task=["term-output-0", "editor-append-0"])
+    failed = [(r.name, r.detail) for r in report.results if not r.passed]
+    assert not failed, failed

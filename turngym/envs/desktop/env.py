@@ -144,8 +144,8 @@ class DesktopEnv(DesktopActions, Env):
         if task.sheet is not None:
             path, text = task.sheet
             script += (
-                f"printf %s {_q(text)} > /tmp/.seed.csv && HOME=/tmp ssconvert /tmp/.seed.csv {_q(path)} "
-                ">/dev/null 2>&1 && rm -f /tmp/.seed.csv\n"
+                f"printf %s {_q(text)} > /tmp/Sheet1.csv && HOME=/tmp ssconvert /tmp/Sheet1.csv {_q(path)} "
+                ">/dev/null 2>&1 && rm -f /tmp/Sheet1.csv\n"
             )
         script += "chown -R 1000:1000 /home/user\n"
         code, out = desk.run_root(script, timeout=60)
