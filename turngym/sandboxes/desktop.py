@@ -94,6 +94,8 @@ mkdir -p {RUNTIME_DIR} && chown {UID}:{UID} {RUNTIME_DIR} && chmod 700 {RUNTIME_
 run() {{ {user} bash -c "$1" </dev/null >/dev/null 2>&1; }}
 mkdir -p {HOME}/.config/gtk-3.0 {HOME}/Desktop {HOME}/Documents
 printf %s {shlex.quote(_GTK_SETTINGS)} > {HOME}/.config/gtk-3.0/settings.ini
+# a prompt without the host name (the container's id): screens repeat across containers (fork replay)
+echo 'PS1="user:\\w\\$ "' >> {HOME}/.bashrc
 chown -R {UID}:{UID} {HOME}
 run 'setsid -f Xvfb {DISPLAY} -screen 0 {width}x{height}x24 -nolisten tcp -noreset +extension RANDR'
 for i in $(seq 1 100); do [ -e /tmp/.X11-unix/X0 ] && break; sleep 0.05; done
