@@ -34,7 +34,7 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))] if xs else float("nan")
 
 
-def desktop_numbers(resets: int, steps: int, all_tasks: bool) -> dict[str, Any]:
+def desktop_numbers(resets: int, steps: int, all_tasks: bool, tasks: list[str] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     env = DesktopEnv(warm=1)
     try:
@@ -65,7 +65,7 @@ def desktop_numbers(resets: int, steps: int, all_tasks: bool) -> dict[str, Any]:
         child = env.fork()
         out["fork_4_turns_s"] = time.perf_counter() - t0
         child.close()
-        ids = [t.task_id for t in build_tasks()] if all_tasks else SAMPLE
+        ids = [t.task_id for t in build_tasks()] if all_tasks else (tasks or SAMPLE)
         rows = []
         for tid in ids:
             env.reset(seed=0, options={"task": tid})
@@ -88,7 +88,7 @@ def desktop_numbers(resets: int, steps: int, all_tasks: bool) -> dict[str, Any]:
 def miniwob_numbers(resets: int, steps: int) -> dict[str, Any]:
     from turngym.envs.gui.env import GuiMiniWoBEnv
 
-    env = GuiMiniWoBEnv(["click-button", "enter-text"])
+    env = GuiMiniWoBEnv(["click-button", "enter-text"], max_turns=steps + 1)
     out: dict[str, Any] = {}
     try:
         env.reset(seed=0)
@@ -114,11 +114,12 @@ def main() -> None:
     ap.add_argument("--resets", type=int, default=8)
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--all-tasks", action="store_true")
+    ap.add_argument("--tasks", nargs="*", default=None, help="expert tasks (default: a sample)")
     ap.add_argument("--no-miniwob", action="store_true")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     load0 = os.getloadavg()[0]
-    result = {"gui-desktop": desktop_numbers(args.resets, args.steps, args.all_tasks)}
+    result = {"gui-desktop": desktop_numbers(args.resets, args.steps, args.all_tasks, args.tasks)}
     if not args.no_miniwob:
         result["gui-miniwob"] = miniwob_numbers(args.resets, args.steps)
     result["load_avg"] = [load0, os.getloadavg()[0]]

@@ -226,17 +226,22 @@ class DesktopSandbox:
                 f"{argv[0]} showed no window within {timeout:g} s: {log.decode(errors='replace')}"
             )
 
-    def app_exited(self, name: str, window_class: str, grace_s: float = 3.0) -> bool:
-        """Whether the application ``name`` has exited. While it shows a window it has not; without one
-        it gets ``grace_s`` to finish exiting (saving its settings) before it counts as still running."""
+    def app_state(self, name: str, window_class: str, grace_s: float = 3.0) -> str:
+        """``"dead"`` (the X server or the container is gone), ``"exited"`` (the application ``name`` has
+        exited) or ``"running"``, in one command. While the app shows a window it runs; without one it
+        gets ``grace_s`` to finish exiting (saving its settings) before it counts as still running."""
         rounds = max(1, int(grace_s / 0.1))
         script = (
+            "xdotool getdisplaygeometry >/dev/null 2>&1 || exit 3; "
             f"for i in $(seq {rounds}); do pgrep -u {UID} -x {shlex.quote(name)} >/dev/null || exit 0; "
             f"xdotool search --onlyvisible --class {shlex.quote(window_class)} >/dev/null && exit 1; "
             "sleep 0.1; done; exit 1"
         )
-        code, _ = self.run_user(script, timeout=grace_s + 10)
-        return code == 0
+        try:
+            code, _ = self.run_user(script, timeout=grace_s + 10)
+        except SandboxError:
+            return "dead"
+        return {0: "exited", 1: "running"}.get(code, "dead")
 
     def screenshot(self) -> Any:
         """The screen as a PIL RGB image."""

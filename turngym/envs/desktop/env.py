@@ -212,12 +212,13 @@ class DesktopEnv(DesktopActions, Env):
         if self.desk is None:
             return []
         try:
-            if not await run_blocking(self.desk.x_alive):
-                raise DesktopDead("the X server died")
             task = self.current
             assert task is not None
             await asyncio.sleep(self.settle_s)
-            if await run_blocking(self.desk.app_exited, task.launch[0], task.window_class):
+            state = await run_blocking(self.desk.app_state, task.launch[0], task.window_class)
+            if state == "dead":
+                raise DesktopDead("the X server died")
+            if state == "exited":
                 self._end(f"the application {task.app} exited")
             msg = await self._screen_message("", settle=False)
         except (DesktopDead, SandboxError) as e:

@@ -239,11 +239,11 @@ def term_files(i: int, rng: np.random.Generator) -> DesktopTask:
 
 # ---------------------------------------------------------------- calculator (galculator)
 def _calc_chunks(keys: str) -> list[str]:
-    """``keys`` cut before each repeated key: galculator drops a key pressed again within ~0.1 s, so a
-    repeated digit goes in the next turn."""
+    """``keys`` cut before each key already pressed in the current chunk: galculator drops a key pressed
+    again within a fraction of a second, so a repeated key goes in a later turn."""
     chunks = [keys[0]]
-    for prev, ch in zip(keys, keys[1:], strict=False):
-        if ch == prev:
+    for ch in keys[1:]:
+        if ch in chunks[-1]:
             chunks.append(ch)
         else:
             chunks[-1] += ch
