@@ -34,7 +34,9 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))] if xs else float("nan")
 
 
-def desktop_numbers(resets: int, steps: int, all_tasks: bool, tasks: list[str] | None = None) -> dict[str, Any]:
+def desktop_numbers(
+    resets: int, steps: int, all_tasks: bool, tasks: list[str] | None = None
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     env = DesktopEnv(warm=1)
     try:
