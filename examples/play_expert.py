@@ -4,6 +4,7 @@
     python examples/play_expert.py search-qa -n 4 -v     # -v: every turn (action, observation, reward)
     python examples/play_expert.py swe-docker            # needs Docker (see docs/envs/swe-docker.md)
     python examples/play_expert.py web-shop --group 2    # needs Chromium
+    python examples/play_expert.py gui-desktop           # needs Docker (see docs/envs/gui-desktop.md)
 
 FAMILY is one of the names below (small, fast settings of each family) or any registered env id.
 The scripted expert reads privileged state (the gold trace, the injected bug, the page's DOM), so
@@ -38,6 +39,7 @@ FAMILIES: dict[str, tuple[str, dict]] = {
     ),
     "gui-miniwob": ("gui-miniwob", {"task": ["click-button", "enter-text", "click-link", "click-dialog"]}),
     "gui-grounding": ("gui-miniwob-grounding", {"task": ["click-button", "login-user"]}),
+    "gui-desktop": ("gui-desktop", {"task": ["term-output-0", "editor-append-0", "calc-1"]}),
     "web-shop": ("web-shop", {"split": "test"}),
     "web-arena-lite": ("web-arena-lite", {"template_ids": [100, 203, 207]}),
 }

@@ -39,6 +39,7 @@ FAMILIES = [
     pytest.param("gui-miniwob", marks=[pytest.mark.browser, pytest.mark.slow], id="gui-miniwob"),
     pytest.param("gui-grounding", marks=[pytest.mark.browser, pytest.mark.slow], id="gui-grounding"),
     pytest.param("web-shop", marks=[pytest.mark.browser, pytest.mark.slow], id="web-shop"),
+    pytest.param("gui-desktop", marks=[pytest.mark.docker, pytest.mark.slow], id="gui-desktop"),
     pytest.param("web-arena-lite", marks=[pytest.mark.browser, pytest.mark.slow], id="web-arena-lite"),
 ]
 

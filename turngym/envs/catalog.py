@@ -92,6 +92,23 @@ register(
 )
 
 register(
+    "gui-desktop-v0",
+    "turngym.envs.desktop.env:DesktopEnv",
+    family="gui",
+    requires=("desktop",),
+    description="Real Debian desktop apps (mousepad, gnumeric, pcmanfm, xterm, galculator) under Xvfb in Docker; "
+    "40 seeded tasks; screenshots (+ optional a11y tree, set-of-marks); checkers read the saved state.",
+)
+register(
+    "gui-desktop-grounding-v0",
+    "turngym.envs.desktop.grounding:GroundingDesktopEnv",
+    family="gui",
+    requires=("desktop",),
+    description="Single-step grounding on real desktop screenshots: click the named element; reward 1 if the "
+    "point is inside its accessibility-tree box.",
+)
+
+register(
     "web-shop-v0",
     "turngym.envs.webshop.env:WebShopEnv",
     family="web",

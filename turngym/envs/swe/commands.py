@@ -141,13 +141,17 @@ def swe_import_swebench(
 
 
 def sandbox_build(
+    target: str = typer.Argument(
+        "swe", help="What to build: swe (the base image and the swe-docker images) or desktop (gui-desktop)."
+    ),
     base: str = typer.Option(None, help="Use this existing image as the base instead of building one."),
     mirror: str = typer.Option(None, help="Debian mirror (default: the one in the machine's apt config)."),
     packages: bool = typer.Option(True, help="Also build the images of the swe-docker packages."),
     force: bool = typer.Option(False, help="Rebuild even if an image with the same content hash exists."),
 ) -> None:
     """Build the Debian base image (debootstrap + docker import) and the swe-docker task images, and
-    fetch the packages' pinned sdists into the cache (episodes then need no network)."""
+    fetch the packages' pinned sdists into the cache (episodes then need no network); with ``desktop``,
+    the base image and the gui-desktop image (Xvfb, openbox, AT-SPI and the desktop applications)."""
     from rich.console import Console
 
     from turngym.sandboxes.images import build_base_image
@@ -159,6 +163,17 @@ def sandbox_build(
         report = build_base_image(mirror=mirror, force=force, log=lambda line: console.print(f"  {line}"))
         state = "cached" if report.cached else f"built in {report.seconds:.1f}s"
         console.print(f"base image: {report.tag} ({state})")
+    if target == "desktop":
+        from turngym.sandboxes.desktop_image import desktop_image
+
+        desk = desktop_image(base, force=force)
+        console.print(
+            f"desktop image: {desk.tag} ({'cached' if desk.cached else f'built in {desk.seconds:.1f}s'})"
+        )
+        return
+    if target != "swe":
+        console.print(f"[red]unknown build target {target!r}: use swe or desktop[/red]")
+        raise typer.Exit(2)
     if packages:
         from turngym.envs.swe.packages import PACKAGES, download_sdist, package_image
 

@@ -1,0 +1,247 @@
+"""gui-desktop on real desktops: Docker containers of the desktop image (built by the fixture, cached by
+content hash), real X, real applications, checkers reading the saved state."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from turngym.envs.desktop.actions import normalise_key
+from turngym.envs.desktop.tasks import build_tasks
+from turngym.tools import ToolError
+
+ALL = build_tasks()
+#: one task of each template: the default suite's expert sample (the whole sweep is slow)
+SAMPLE = ["editor-new-file-0", "sheet-sum-0", "files-rename-0", "term-output-1", "calc-0"]
+
+
+def test_forty_tasks_over_five_apps_each_naming_its_app():
+    assert len(ALL) >= 40
+    apps = {t.app for t in ALL}
+    assert apps == {"mousepad", "gnumeric", "pcmanfm", "xterm", "galculator"}
+    assert len({t.task_id for t in ALL}) == len(ALL)
+    assert [t.summary() for t in build_tasks()] == [t.summary() for t in ALL]  # seeded: the same list
+    assert build_tasks(seed=1)[0].instruction != ALL[0].instruction  # another seed, other content
+    for t in ALL:
+        assert (
+            t.summary()["app"] == t.app
+            and t.plan
+            and t.check["kind"] in {"file_text", "sheet", "fs", "clipboard"}
+        )
+
+
+@given(st.text(max_size=12))
+def test_key_names_are_known_keysyms_or_a_tool_error(key):
+    try:
+        sym = normalise_key(key)
+    except ToolError:
+        return
+    assert sym and " " not in sym and "+" not in sym
+
+
+def test_key_aliases():
+    assert normalise_key("enter") == "Return"
+    assert normalise_key("F5") == "F5"
+    assert normalise_key("+") == "plus"
+    for bad in ("", "nosuchkey", "ctrl+alt", "é"):
+        with pytest.raises(ToolError):
+            normalise_key(bad)
+
+
+@pytest.fixture(scope="module")
+def env():
+    from turngym.envs.desktop.env import DesktopEnv
+
+    e = DesktopEnv(a11y=True, warm=1)
+    yield e
+    e.close()
+
+
+def _run_expert(env, task_id):
+    env.reset(seed=0, options={"task": task_id})
+    total, turns = 0.0, 0
+    while True:
+        obs, reward, term, trunc, info = env.step(env.expert_action())
+        total, turns = total + reward, turns + 1
+        if term or trunc:
+            return total, turns, info
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("task_id", SAMPLE)
+def test_expert_solves_task_through_the_gui(env, task_id):
+    total, turns, info = _run_expert(env, task_id)
+    assert info["check"]["success"], info["check"]
+    assert total == pytest.approx(1.0)
+    assert turns < env.max_turns
+    assert info["app"] == next(t.app for t in ALL if t.task_id == task_id)
+
+
+@pytest.mark.docker
+def test_done_without_work_pays_nothing(env):
+    obs, info = env.reset(seed=0, options={"task": "editor-new-file-1"})
+    assert obs[-1].images and obs[-1].images[0][:8] == b"\x89PNG\r\n\x1a\n"
+    obs, reward, term, trunc, info = env.step(env.format_call("done", {}))
+    assert term and reward == 0.0
+    assert not info["check"]["success"] and "does not exist" in info["check"]["detail"]
+
+
+@pytest.mark.docker
+def test_partial_progress_is_paid_turn_by_turn(env):
+    env.reset(seed=0, options={"task": "editor-append-2"})
+    _, r1, *_ = env.step(env.format_call("type", {"text": "zzz"}))
+    assert r1 == 0.0  # typed, not saved: the file on disk is unchanged
+    _, r2, _, _, info = env.step(env.format_call("press", {"key": "ctrl+s"}))
+    assert r2 < 0 and not info["check"]["success"]  # saved with wrong content: the file got worse
+    assert "differs" in info["check"]["detail"]
+
+
+@pytest.mark.docker
+def test_bad_input_is_an_error_observation_and_the_episode_goes_on(env):
+    env.reset(seed=0, options={"task": "term-output-0"})
+    for name, args, words in [
+        ("click", {"x": 5000, "y": 10}, "off the screen"),
+        ("press", {"key": "hyperspace"}, "unknown key"),
+        ("type", {"text": "x" * 1_000_000}, "too long"),
+        ("wait", {"seconds": 1e9}, "between"),
+        ("click_element", {"element_id": 10_000}, "no element"),
+    ]:
+        obs, reward, term, trunc, info = env.step(env.format_call(name, args))
+        assert not term and words in info["error"], (name, info["error"])
+    assert env.desk.x_alive()
+
+
+@pytest.mark.docker
+def test_a11y_element_list_and_click_by_id(env):
+    obs, info = env.reset(seed=0, options={"task": "calc-1"})
+    text = obs[-1].content
+    assert "Elements (id, role, name" in text and "toggle button" in text
+    ids = [i for i, n in enumerate(env._nodes) if n["role"] == "toggle button" and n["name"] == "7"]
+    assert ids, text[:2000]
+    env.step(env.format_call("click_element", {"element_id": ids[0]}))
+    display = [n["text"] for n in env.desk.a11y_nodes() if n["role"] == "text"]
+    assert "7" in display
+
+
+@pytest.mark.docker
+def test_closing_the_app_ends_the_episode_with_a_cause(env):
+    env.reset(seed=0, options={"task": "calc-2"})
+    obs, reward, term, trunc, info = env.step(env.format_call("hotkey", {"keys": ["alt", "F4"]}))
+    assert term and "exited" in info["end_cause"]
+    assert reward == 0.0
+
+
+@pytest.mark.docker
+def test_x_server_death_ends_the_episode_with_a_cause(env):
+    env.reset(seed=0, options={"task": "term-files-0"})
+    env.desk.run_root("pkill -KILL Xvfb; sleep 0.3")
+    obs, reward, term, trunc, info = env.step(env.format_call("press", {"key": "a"}))
+    assert term and "died" in info["end_cause"]
+    assert "ended" in obs[-1].content
+
+
+@pytest.mark.docker
+def test_fork_replays_and_branches_independently(env):
+    env.reset(seed=0, options={"task": "editor-append-1"})
+    env.step(env.format_call("press", {"key": "ctrl+End"}))
+    env.step(env.format_call("type", {"text": "forked"}))
+    child = env.fork()
+    try:
+        assert child._state_key() == env._state_key()
+        assert child.desk is not None and child.desk.sb.id != env.desk.sb.id
+        child.step(child.format_call("press", {"key": "ctrl+s"}))
+        path = child.current.check["path"]
+        assert b"forked" in child.desk.read_file(path)
+        assert b"forked" not in env.desk.read_file(path)  # the parent's file was not saved
+    finally:
+        child.close()
+
+
+@pytest.mark.docker
+def test_fork_of_a_terminal_episode_replays_exactly(env):
+    # the shell prompt shows no host name (a container id), so a fresh container draws the same screen
+    env.reset(seed=0, options={"task": "term-files-1"})
+    env.step(env.format_call("type", {"text": "echo hello\n"}))
+    child = env.fork()
+    try:
+        assert child._state_key() == env._state_key()
+    finally:
+        child.close()
+
+
+@pytest.mark.docker
+def test_fork_refuses_a_replay_that_diverges(env):
+    from turngym.core.env import ForkError
+
+    env.reset(seed=0, options={"task": "editor-append-3"})
+    env.step(env.format_call("type", {"text": "abc"}))
+    env._keys[-1] = "a-state-the-replay-cannot-reach"  # as if the app had drawn something nondeterministic
+    with pytest.raises(ForkError, match="replay diverged at turn 1"):
+        env.fork()
+
+
+@pytest.mark.docker
+def test_the_agent_has_no_network_and_cannot_read_the_checker_files(env):
+    env.reset(seed=0, options={"task": "sheet-max-1"})
+    code, _ = env.desk.run_user("python3 -c \"import socket; socket.create_connection(('1.1.1.1', 80), 2)\"")
+    assert code != 0
+    # the reset's check converted the workbook as nobody, in a directory the desktop user cannot read
+    code, _ = env.desk.run_root("test -f /tmp/.turngym-check/out/out.csv")
+    assert code == 0
+    code, out = env.desk.run_user("cat /tmp/.turngym-check/out/out.csv; ls /tmp/.turngym-check/out")
+    assert code != 0 and out.count(b"Permission denied") == 2
+    code, out = env.desk.run_user("id -u; ps -o user= -C Xvfb")
+    assert out.split()[:2] == [b"1000", b"user"]
+
+
+@pytest.mark.docker
+def test_grounding_scores_the_click_by_the_element_box():
+    from turngym.envs.desktop.grounding import GroundingDesktopEnv
+
+    env = GroundingDesktopEnv(["calc-3", "editor-new-file-2"], warm=1)
+    try:
+        obs, info = env.reset(seed=3)
+        assert obs[-1].content.startswith("Click on the ")
+        _, reward, term, trunc, info = env.step(env.expert_action())
+        assert trunc and reward == 1.0 and info["reference"]["box"] == env.box
+        env.reset(seed=3)
+        bx, by, bw, bh = env.box
+        x = 0 if bx > 5 else bx + bw + 5
+        _, reward, *_ = env.step(env.format_call("click", {"x": x, "y": 0}))
+        assert reward == 0.0
+    finally:
+        env.close()
+
+
+@pytest.mark.docker
+def test_close_leaves_no_container_behind():
+    from turngym.envs.desktop.env import DesktopEnv
+    from turngym.sandboxes.docker import managed_containers
+
+    before = {c.id for c in managed_containers(run_id="desktop")}
+    env = DesktopEnv("term-output-2", warm=0, screen=(800, 600))
+    env.reset(seed=0)
+    used = env.desk.sb.id
+    assert used not in before
+    env.close()
+    assert used not in {c.id for c in managed_containers(run_id="desktop")}
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+@pytest.mark.parametrize("task_id", [t.task_id for t in ALL if t.task_id not in SAMPLE])
+def test_expert_solves_every_task(env, task_id):
+    total, turns, info = _run_expert(env, task_id)
+    assert info["check"]["success"], info["check"]
+    assert total == pytest.approx(1.0)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_turngym_check_passes_every_row():
+    from turngym.testing import check_env
+
+    report = check_env("gui-desktop", task=["term-output-0", "editor-append-0"])
+    failed = [(r.name, r.detail) for r in report.results if not r.passed]
+    assert not failed, failed

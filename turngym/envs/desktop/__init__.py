@@ -1,0 +1,1 @@
+"""``gui-desktop``: real desktop applications under X in Docker (env, tasks, checkers, expert, fork)."""

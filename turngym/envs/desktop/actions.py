@@ -1,0 +1,296 @@
+"""The computer actions of ``gui-desktop``: OSWorld-style mouse and keyboard tools, in screenshot pixels
+and (with the accessibility tree on) by element id.
+
+Every tool checks its input before anything reaches the desktop: points must lie on the screenshot,
+key names must be known (OSWorld / pyautogui names or X keysyms), typed text is capped, waits are
+bounded. Each successful call is recorded (name and arguments, per turn) so a fork can replay it.
+The desktop is driven with ``xdotool`` as the desktop user (:class:`~turngym.sandboxes.desktop.DesktopSandbox`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any, Literal
+
+from turngym.sandboxes.docker import run_blocking
+from turngym.tools import ToolError, tool
+
+MAX_TYPE_CHARS = 2000
+MAX_WAIT_S = 10.0
+MAX_SCROLL = 50
+Button = Literal["left", "middle", "right"]
+_BUTTONS = {"left": "1", "middle": "2", "right": "3"}
+_ALIASES = {
+    "enter": "Return", "return": "Return", "tab": "Tab", "backspace": "BackSpace", "delete": "Delete",
+    "del": "Delete", "esc": "Escape", "escape": "Escape", "space": "space", "up": "Up", "down": "Down",
+    "left": "Left", "right": "Right", "home": "Home", "end": "End", "pageup": "Prior", "pagedown": "Next",
+    "pgup": "Prior", "pgdn": "Next", "insert": "Insert", "ctrl": "ctrl", "control": "ctrl", "shift": "shift",
+    "alt": "alt", "super": "super", "win": "super", "cmd": "super", "meta": "super", "menu": "Menu",
+    "capslock": "Caps_Lock", "printscreen": "Print",
+}  # fmt: skip
+_PUNCT = {
+    "+": "plus", "-": "minus", "=": "equal", "/": "slash", "\\": "backslash", ".": "period", ",": "comma",
+    ";": "semicolon", "'": "apostrophe", "`": "grave", "[": "bracketleft", "]": "bracketright", "*": "asterisk",
+    "!": "exclam", "?": "question", ":": "colon", "(": "parenleft", ")": "parenright", "_": "underscore",
+}  # fmt: skip
+_KEYSYMS = set(_ALIASES.values()) | {f"F{i}" for i in range(1, 13)} | set(_PUNCT.values())
+
+
+def normalise_key(key: str) -> str:
+    """One key name (OSWorld/pyautogui style, or an X keysym) -> an xdotool keysym; ``ToolError`` if unknown."""
+    k = key.strip()
+    if not k:
+        raise ToolError("empty key name")
+    low = k.lower()
+    if low in _ALIASES:
+        return _ALIASES[low]
+    if re.fullmatch(r"f([1-9]|1[0-2])", low):
+        return low.upper()
+    if len(k) == 1 and k.isascii() and k.isalnum():
+        return k
+    if k in _PUNCT:
+        return _PUNCT[k]
+    if k in _KEYSYMS:
+        return k
+    raise ToolError(f"unknown key {key!r}; use names like enter, tab, backspace, esc, up, ctrl, a, f5")
+
+
+def combo(keys: list[str]) -> str:
+    """Keys pressed together (modifiers first) as one xdotool chord, e.g. ``ctrl+s``."""
+    if not keys:
+        raise ToolError("no keys given")
+    if len(keys) > 5:
+        raise ToolError("at most 5 keys at once")
+    return "+".join(normalise_key(k) for k in keys)
+
+
+def split_chord(key: str) -> list[str]:
+    """``"ctrl+shift+n"`` -> ``["ctrl", "shift", "n"]`` (a lone ``+`` stays a key)."""
+    return [key] if key.strip() == "+" else [p for p in key.split("+") if p != ""] or [key]
+
+
+class DesktopActions:
+    """Mixin of the computer tools (put it before ``Env``). The host env provides ``desk`` (the live
+    :class:`DesktopSandbox`), ``screen_size`` (screenshot pixels), ``_scale`` (screen pixels per
+    screenshot pixel), ``_nodes`` (the element list of the last observation) and ``_record``."""
+
+    desk: Any
+    screen_size: tuple[int, int]
+    _scale: float
+    _nodes: list[dict[str, Any]]
+    _mouse: tuple[int, int]
+
+    def _record(self, name: str, args: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _screen_point(self, x: float, y: float) -> tuple[int, int]:
+        w, h = self.screen_size
+        if not (0 <= x < w and 0 <= y < h):
+            raise ToolError(f"({x:g}, {y:g}) is off the screen; x must be in [0, {w}) and y in [0, {h})")
+        return int(x * self._scale), int(y * self._scale)
+
+    async def _xdo(self, name: str, record: dict[str, Any], *commands: list[str]) -> None:
+        if self.desk is None:
+            raise ToolError("no desktop is running (the episode is over)")
+        chars = sum(len(a) for c in commands for a in c)
+        await run_blocking(self.desk.xdotool, *commands, timeout=15.0 + 0.03 * chars)
+        self._record(name, record)
+
+    async def _click_at(self, name: str, rec: dict[str, Any], x: float, y: float, button: str, n: int) -> str:
+        sx, sy = self._screen_point(x, y)
+        args = ["mousemove", "--sync", str(sx), str(sy), "click", "--repeat", str(n), _BUTTONS[button]]
+        await self._xdo(name, rec, args)
+        self._mouse = (sx, sy)
+        return f"{name.replace('_', ' ')} at ({x:g}, {y:g})"
+
+    # ------------------------------------------------------------------ pixel tools
+    @tool
+    async def click(self, x: float, y: float, button: Button = "left", num_clicks: int = 1) -> str:
+        """Move the mouse to (x, y) and click.
+
+        Args:
+            x: horizontal pixel of the screenshot
+            y: vertical pixel of the screenshot
+            button: mouse button
+            num_clicks: 1, 2 or 3 clicks
+        """
+        if not 1 <= num_clicks <= 3:
+            raise ToolError("num_clicks must be 1, 2 or 3")
+        rec = {"x": x, "y": y, "button": button, "num_clicks": num_clicks}
+        return await self._click_at("click", rec, x, y, button, num_clicks)
+
+    @tool
+    async def double_click(self, x: float, y: float) -> str:
+        """Double-click at (x, y).
+
+        Args:
+            x: horizontal pixel
+            y: vertical pixel
+        """
+        return await self._click_at("double_click", {"x": x, "y": y}, x, y, "left", 2)
+
+    @tool
+    async def right_click(self, x: float, y: float) -> str:
+        """Right-click at (x, y).
+
+        Args:
+            x: horizontal pixel
+            y: vertical pixel
+        """
+        return await self._click_at("right_click", {"x": x, "y": y}, x, y, "right", 1)
+
+    @tool
+    async def move_to(self, x: float, y: float) -> str:
+        """Move the mouse to (x, y) without clicking.
+
+        Args:
+            x: horizontal pixel
+            y: vertical pixel
+        """
+        sx, sy = self._screen_point(x, y)
+        await self._xdo("move_to", {"x": x, "y": y}, ["mousemove", "--sync", str(sx), str(sy)])
+        self._mouse = (sx, sy)
+        return f"mouse at ({x:g}, {y:g})"
+
+    @tool
+    async def drag_to(self, x: float, y: float) -> str:
+        """Press the left button where the mouse is, drag to (x, y) and release.
+
+        Args:
+            x: horizontal pixel to drop at
+            y: vertical pixel to drop at
+        """
+        sx, sy = self._screen_point(x, y)
+        mx, my = self._mouse
+        args = [
+            "mousemove",
+            "--sync",
+            str(mx),
+            str(my),
+            "mousedown",
+            "1",
+            "mousemove",
+            "--sync",
+            str(sx),
+            str(sy),
+        ]
+        await self._xdo("drag_to", {"x": x, "y": y}, [*args, "mouseup", "1"])
+        self._mouse = (sx, sy)
+        return f"dragged to ({x:g}, {y:g})"
+
+    @tool
+    async def scroll(self, dy: int, dx: int = 0) -> str:
+        """Scroll the mouse wheel where the mouse is.
+
+        Args:
+            dy: wheel clicks down (negative: up)
+            dx: wheel clicks right (negative: left)
+        """
+        if abs(dx) > MAX_SCROLL or abs(dy) > MAX_SCROLL:
+            raise ToolError(f"at most {MAX_SCROLL} wheel clicks per call")
+        args: list[str] = []
+        for count, neg, pos in ((dy, "4", "5"), (dx, "6", "7")):
+            if count:
+                args += ["click", "--repeat", str(abs(count)), pos if count > 0 else neg]
+        if not args:
+            raise ToolError("scroll needs dx or dy")
+        await self._xdo("scroll", {"dy": dy, "dx": dx}, args)
+        return f"scrolled ({dx}, {dy})"
+
+    @tool
+    async def type(self, text: str) -> str:
+        """Type text with the keyboard into whatever has focus ("\\n" presses Enter).
+
+        Args:
+            text: the text to type
+        """
+        if len(text) > MAX_TYPE_CHARS:
+            raise ToolError(f"text too long ({len(text)} > {MAX_TYPE_CHARS} characters); type it in parts")
+        if not text:
+            raise ToolError("empty text")
+        commands: list[list[str]] = []
+        for i, line in enumerate(text.split("\n")):
+            if i:
+                commands.append(["key", "Return"])
+            if line:
+                commands.append(["type", "--delay", "12", "--", line])
+        await self._xdo("type", {"text": text}, *commands)
+        return f"typed {len(text)} characters"
+
+    @tool
+    async def press(self, key: str) -> str:
+        """Press and release one key or chord (e.g. "enter", "tab", "esc", "a", "ctrl+s").
+
+        Args:
+            key: key name
+        """
+        chord = combo(split_chord(key))
+        await self._xdo("press", {"key": key}, ["key", "--clearmodifiers", chord])
+        return f"pressed {key}"
+
+    @tool
+    async def hotkey(self, keys: list[str]) -> str:
+        """Press keys together, e.g. ["ctrl", "s"].
+
+        Args:
+            keys: key names, modifiers first
+        """
+        chord = combo(list(keys))
+        await self._xdo("hotkey", {"keys": list(keys)}, ["key", "--clearmodifiers", chord])
+        return f"pressed {'+'.join(keys)}"
+
+    @tool
+    async def wait(self, seconds: float = 1.0) -> str:
+        """Wait for the screen to change (a dialog, a slow application).
+
+        Args:
+            seconds: how long (at most 10)
+        """
+        if not 0 <= seconds <= MAX_WAIT_S:
+            raise ToolError(f"seconds must be between 0 and {MAX_WAIT_S:g}")
+        await asyncio.sleep(seconds)
+        self._record("wait", {"seconds": seconds})
+        return f"waited {seconds:g} s"
+
+    @tool(terminal=True)
+    async def done(self) -> str:
+        """Say the task is complete; ends the episode (the checker reads the real state)."""
+        return "done"
+
+    @tool(terminal=True)
+    async def fail(self) -> str:
+        """Say the task cannot be done; ends the episode."""
+        return "gave up"
+
+    # ------------------------------------------------------------------ element tools
+    def _node(self, element_id: int) -> dict[str, Any]:
+        if not self._nodes:
+            raise ToolError("no element list: make the env with a11y=True to act by element id")
+        if not 0 <= element_id < len(self._nodes):
+            raise ToolError(f"no element [{element_id}]; ids run from 0 to {len(self._nodes) - 1}")
+        return self._nodes[element_id]
+
+    def _node_center(self, element_id: int) -> tuple[float, float]:
+        n = self._node(element_id)
+        x, y = (n["x"] + n["w"] / 2) / self._scale, (n["y"] + n["h"] / 2) / self._scale
+        w, h = self.screen_size
+        if not (0 <= x < w and 0 <= y < h):
+            raise ToolError(f"element [{element_id}] is not on the screen")
+        return x, y
+
+    @tool
+    async def click_element(self, element_id: int, button: Button = "left", num_clicks: int = 1) -> str:
+        """Click the center of an element of the accessibility tree (its [id] in the element list).
+
+        Args:
+            element_id: the element's id
+            button: mouse button
+            num_clicks: 1, 2 or 3 clicks
+        """
+        if not 1 <= num_clicks <= 3:
+            raise ToolError("num_clicks must be 1, 2 or 3")
+        x, y = self._node_center(element_id)
+        rec = {"element_id": element_id, "button": button, "num_clicks": num_clicks}
+        await self._click_at("click_element", rec, x, y, button, num_clicks)
+        return f"clicked element [{element_id}]"

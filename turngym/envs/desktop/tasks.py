@@ -1,0 +1,289 @@
+"""The ``gui-desktop`` tasks: 40 tasks over five real applications, generated from seeds.
+
+Each :class:`DesktopTask` names its ``app``, what the episode starts (files written into the home
+directory, the application launched), the instruction, a checker spec (read by
+:mod:`turngym.envs.desktop.checkers` from the real state after the episode) and the scripted expert's
+plan (:mod:`turngym.envs.desktop.expert`): abstract GUI steps, each rendered as the same tool calls
+a policy would make. Content (words, numbers, file names, commands) comes from a per-task seeded RNG,
+so the task list is the same on every machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+HOME = "/home/user"
+DOCS = f"{HOME}/Documents"
+WORDS = (
+    "amber", "basil", "cedar", "delta", "ember", "fjord", "garnet", "harbor", "indigo", "juniper",
+    "kestrel", "lumen", "maple", "nectar", "orbit", "pepper", "quartz", "raven", "saffron", "tundra",
+)  # fmt: skip
+
+#: one expert step: (kind, *args); kinds: type, key, click_node(role, name), wait(seconds)
+Step = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class DesktopTask:
+    """One task: its setup, instruction, checker and expert plan."""
+
+    task_id: str
+    app: str
+    template: str
+    instruction: str
+    launch: tuple[str, ...]
+    window_class: str
+    check: dict[str, Any]
+    plan: tuple[Step, ...]
+    files: dict[str, str] = field(default_factory=dict)
+    #: a sheet to create from CSV text with ssconvert before the app starts: (path, csv)
+    sheet: tuple[str, str] | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """The row of ``env.tasks``: id, app, template, instruction and checker kind."""
+        return {
+            "task_id": self.task_id,
+            "app": self.app,
+            "template": self.template,
+            "instruction": self.instruction,
+            "checker": self.check["kind"],
+        }
+
+
+def _words(rng: np.random.Generator, n: int) -> list[str]:
+    return [str(w) for w in rng.choice(WORDS, size=n, replace=False)]
+
+
+def _save_as(path: str) -> tuple[Step, ...]:
+    return (
+        ("key", "ctrl+s"),
+        ("wait", 1.0),
+        ("type", path),
+        ("wait", 0.5),
+        ("click_node", "push button", "Save"),
+    )
+
+
+# ---------------------------------------------------------------- editor (mousepad)
+def editor_new_file(i: int, rng: np.random.Generator) -> DesktopTask:
+    w = _words(rng, 5)
+    text = f"{w[0]} {w[1]} {w[2]}\n{w[3]} {w[4]}"
+    path = f"{DOCS}/{w[0]}-{i}.txt"
+    return DesktopTask(
+        f"editor-new-file-{i}", "mousepad", "editor-new-file",
+        f"In the text editor, write exactly this text (two lines):\n{text}\n"
+        f"then save it as {path}.",
+        ("mousepad",), "mousepad",
+        {"kind": "file_text", "path": path, "text": text},
+        (("type", text), *_save_as(path)),
+    )  # fmt: skip
+
+
+def editor_append(i: int, rng: np.random.Generator) -> DesktopTask:
+    w = _words(rng, 6)
+    path = f"{DOCS}/notes-{i}.txt"
+    old = f"{w[0]}\n{w[1]}\n{w[2]}\n"
+    line = f"{w[3]} {w[4]} {i}"
+    return DesktopTask(
+        f"editor-append-{i}", "mousepad", "editor-append",
+        f"The editor shows {path}. Add the line \"{line}\" at the end of the file (after the last line) "
+        "and save it.",
+        ("mousepad", path), "mousepad",
+        {"kind": "file_text", "path": path, "text": old + line},
+        (("key", "ctrl+End"), ("type", line), ("key", "ctrl+s"), ("wait", 0.5)),
+        files={path: old},
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------- spreadsheet (gnumeric)
+_FUNCS = {"SUM": sum, "MAX": max, "MIN": min}
+
+
+def sheet_column(i: int, rng: np.random.Generator) -> DesktopTask:
+    col = "ABC"[i % 3]
+    func = list(_FUNCS)[i % 3]
+    n = 3 + i % 3
+    values = [int(v) for v in rng.integers(2, 99, size=n)]
+    path = f"{DOCS}/sheet-{i}.gnumeric"
+    cells = {f"{col}{r + 1}": str(v) for r, v in enumerate(values)}
+    fcell = f"{col}{n + 1}"
+    cells[fcell] = str(_FUNCS[func](values))
+    steps: list[Step] = [("key", "ctrl+Home")] + [("key", "Right")] * "ABC".index(col)
+    for v in values:
+        steps += [("type", str(v)), ("key", "Return")]
+    steps += [("type", f"={func}({col}1:{col}{n})"), ("key", "Return"), ("key", "ctrl+s"), ("wait", 1.0)]
+    listing = ", ".join(str(v) for v in values)
+    return DesktopTask(
+        f"sheet-{func.lower()}-{i}", "gnumeric", "sheet-column",
+        f"The spreadsheet {path} is open. Enter the numbers {listing} into cells {col}1 to {col}{n} "
+        f"(one per cell, top to bottom), put a formula computing their {func} in {fcell}, and save the file "
+        "(same name, same format).",
+        ("gnumeric", path), "gnumeric",
+        {"kind": "sheet", "path": path, "cells": cells, "formula": {fcell: func}},
+        tuple(steps),
+        sheet=(path, "\n"),
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------- file manager (pcmanfm)
+def _select(name: str) -> tuple[Step, ...]:
+    stem = name.rsplit(".", 1)[0]
+    return (("type", stem), ("wait", 0.4), ("key", "Escape"))
+
+
+def _fm_files(rng: np.random.Generator, i: int) -> tuple[list[str], dict[str, str]]:
+    names = [f"{w}.txt" for w in _words(rng, 4)]
+    return names, {f"{DOCS}/{n}": f"{n} {i}\n" for n in names}
+
+
+def files_rename(i: int, rng: np.random.Generator) -> DesktopTask:
+    names, files = _fm_files(rng, i)
+    src, dst = names[1], f"renamed-{i}.txt"
+    return DesktopTask(
+        f"files-rename-{i}", "pcmanfm", "files-rename",
+        f"In the file manager (showing {DOCS}), rename {src} to {dst}.",
+        ("pcmanfm", DOCS), "pcmanfm",
+        {"kind": "fs", "present": [f"{DOCS}/{dst}"], "absent": [f"{DOCS}/{src}"],
+         "same": {f"{DOCS}/{dst}": files[f"{DOCS}/{src}"]}},
+        (*_select(src), ("key", "F2"), ("wait", 0.8), ("key", "ctrl+a"), ("type", dst), ("key", "Return"),
+         ("wait", 0.5)),
+        files=files,
+    )  # fmt: skip
+
+
+def files_delete(i: int, rng: np.random.Generator) -> DesktopTask:
+    names, files = _fm_files(rng, i)
+    victim = names[2]
+    keep = [f"{DOCS}/{n}" for n in names if n != victim]
+    return DesktopTask(
+        f"files-delete-{i}", "pcmanfm", "files-delete",
+        f"In the file manager (showing {DOCS}), delete {victim} (moving it to the trash is fine). "
+        "Leave the other files alone.",
+        ("pcmanfm", DOCS), "pcmanfm",
+        {"kind": "fs", "present": keep, "absent": [f"{DOCS}/{victim}"], "same": {}},
+        (*_select(victim), ("key", "Delete"), ("wait", 0.8), ("key", "Return"), ("wait", 0.5)),
+        files=files,
+    )  # fmt: skip
+
+
+def files_mkdir(i: int, rng: np.random.Generator) -> DesktopTask:
+    names, files = _fm_files(rng, i)
+    new = f"{_words(rng, 1)[0]}-folder-{i}"
+    return DesktopTask(
+        f"files-mkdir-{i}", "pcmanfm", "files-mkdir",
+        f"In the file manager (showing {DOCS}), create a new folder named {new} there.",
+        ("pcmanfm", DOCS), "pcmanfm",
+        {"kind": "fs", "present": [f"{DOCS}/{new}/"], "absent": [], "same": {}},
+        (("key", "ctrl+shift+n"), ("wait", 0.8), ("key", "ctrl+a"), ("type", new), ("key", "Return"),
+         ("wait", 0.5)),
+        files=files,
+    )  # fmt: skip
+
+
+def files_move(i: int, rng: np.random.Generator) -> DesktopTask:
+    names, files = _fm_files(rng, i)
+    box = f"{DOCS}/archive"
+    files[f"{box}/.keep"] = ""
+    moved = names[0]
+    return DesktopTask(
+        f"files-move-{i}", "pcmanfm", "files-move",
+        f"In the file manager (showing {DOCS}), move {moved} into the folder {box}.",
+        ("pcmanfm", DOCS), "pcmanfm",
+        {"kind": "fs", "present": [f"{box}/{moved}"], "absent": [f"{DOCS}/{moved}"],
+         "same": {f"{box}/{moved}": files[f"{DOCS}/{moved}"]}},
+        (*_select(moved), ("key", "ctrl+x"), ("key", "ctrl+l"), ("type", box), ("key", "Return"),
+         ("wait", 0.8), ("key", "ctrl+v"), ("wait", 0.8)),
+        files=files,
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------- terminal (xterm)
+def term_output(i: int, rng: np.random.Generator) -> DesktopTask:
+    a = int(rng.integers(2, 20))
+    b = a + int(rng.integers(3, 9))
+    out = f"{HOME}/out-{i}.txt"
+    word = _words(rng, 1)[0]
+    kind = i % 3
+    if kind == 0:
+        cmd, text = f"seq {a} {b}", "".join(f"{k}\n" for k in range(a, b + 1))
+    elif kind == 1:
+        cmd, text = f"echo {word} | tr a-z A-Z", word.upper() + "\n"
+    else:
+        cmd, text = f"expr {a} \\* {b}", f"{a * b}\n"
+    return DesktopTask(
+        f"term-output-{i}", "xterm", "term-output",
+        f"In the terminal, run the command `{cmd}` and save its output (stdout) to the file {out}.",
+        ("xterm",), "xterm",
+        {"kind": "file_text", "path": out, "text": text, "exact": True},
+        (("type", f"{cmd} > {out}\n"), ("wait", 0.5)),
+    )  # fmt: skip
+
+
+def term_files(i: int, rng: np.random.Generator) -> DesktopTask:
+    w = _words(rng, 3)
+    d = f"{HOME}/project-{w[0]}"
+    text = f"{w[1]} {w[2]}"
+    return DesktopTask(
+        f"term-files-{i}", "xterm", "term-files",
+        f"Using the terminal, create the directory {d} and in it a file named README whose only line is "
+        f"\"{text}\".",
+        ("xterm",), "xterm",
+        {"kind": "file_text", "path": f"{d}/README", "text": text},
+        (("type", f"mkdir -p {d} && echo '{text}' > {d}/README\n"), ("wait", 0.5)),
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------- calculator (galculator)
+def _calc_chunks(keys: str) -> list[str]:
+    """``keys`` cut before each key already pressed in the current chunk: galculator drops a key pressed
+    again within a fraction of a second, so a repeated key goes in a later turn."""
+    chunks = [keys[0]]
+    for ch in keys[1:]:
+        if ch in chunks[-1]:
+            chunks.append(ch)
+        else:
+            chunks[-1] += ch
+    return chunks
+
+
+def calc_clipboard(i: int, rng: np.random.Generator) -> DesktopTask:
+    a, b = (int(v) for v in rng.integers(11, 99, size=2))
+    op = "*+-"[i % 3]
+    value = {"*": a * b, "+": a + b, "-": a - b}[op]
+    return DesktopTask(
+        f"calc-{i}", "galculator", "calc-clipboard",
+        f"Use the calculator to compute {a} {op} {b}, then copy the result to the clipboard (Ctrl+C).",
+        ("galculator",), "galculator",
+        {"kind": "clipboard", "value": str(value)},
+        (*(("type", chunk) for chunk in _calc_chunks(f"{a}{op}{b}=")), ("key", "ctrl+c"), ("wait", 0.3)),
+    )  # fmt: skip
+
+
+TEMPLATES: list[tuple[Callable[[int, np.random.Generator], DesktopTask], int]] = [
+    (editor_new_file, 4),
+    (editor_append, 4),
+    (sheet_column, 8),
+    (files_rename, 2),
+    (files_delete, 2),
+    (files_mkdir, 2),
+    (files_move, 2),
+    (term_output, 5),
+    (term_files, 3),
+    (calc_clipboard, 8),
+]
+
+
+def build_tasks(seed: int = 0) -> list[DesktopTask]:
+    """All tasks, in a fixed order; each task's content comes from ``(seed, template, index)``."""
+    tasks = []
+    for t, (make, count) in enumerate(TEMPLATES):
+        for i in range(count):
+            tasks.append(make(i, np.random.default_rng([seed, t, i])))
+    ids = [task.task_id for task in tasks]
+    if len(set(ids)) != len(ids):
+        raise AssertionError("duplicate desktop task ids")
+    return tasks
