@@ -37,15 +37,15 @@ commit() {  # the audit's JSON records it too (TURNGYM_COMMIT)
 
 warm_starts() {
   # shellcheck disable=SC2086
-  CUDA_VISIBLE_DEVICES=0 python3 benchmarks/train_curves.py --out $C/std-sft $SEARCH --mix default --hops 2 3 \
+  CUDA_VISIBLE_DEVICES=0 python3 benchmarks/train_curves.py --out $C/standard-sft $SEARCH --mix default --hops 2 3 \
     --sft-steps ${SFT_STEPS:-200} --sft-checkpoints ${SFT_STEPS:-200} --start-f1 0 1 --sft-only \
-    --export $C/std-start > $C/std-sft.log 2>&1 &
+    --export $C/standard-start > $C/standard-sft.log 2>&1 &
   # shellcheck disable=SC2086
   CUDA_VISIBLE_DEVICES=$CARD2 python3 benchmarks/train_curves.py --out $C/sparse-sft $SEARCH --mix sparse \
     --hops 3 4 5 --sft-steps ${SFT_STEPS:-200} --sft-checkpoints 25 50 100 ${SFT_STEPS:-200} --start-f1 0 0.15 \
     --sft-only --export $C/sparse-start > $C/sparse-sft.log 2>&1 &
   wait
-  tail -n 3 $C/std-sft.log $C/sparse-sft.log
+  tail -n 3 $C/standard-sft.log $C/sparse-sft.log
 }
 
 audit() {  # NAME CARD MIX HOPS
@@ -102,6 +102,8 @@ for name in ("summary.json", "curves.png"):
         shutil.copy(src / name, out / name)
 EOF
   cp $C/*.log "$OUT/" 2>/dev/null
+  # one archive of the many small files (the device tool returns only so many files a call)
+  (cd "$OUT" && tar czf credit.tgz --remove-files $(ls -d audit-*/ curves tokens.json summary.json 2>/dev/null))
 }
 
 [[ ${BASH_SOURCE[0]} == "$0" ]] || return 0  # sourced: the functions only

@@ -15,7 +15,7 @@
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
 #     --platform manylinux_2_17_x86_64 --platform any -d .whl fastapi annotated-doc starlette uvicorn \
 #     openai jiter distro sniffio mcp mcp-types httpx2 httpcore2 truststore opentelemetry-api \
-#     importlib-metadata zipp pyjwt python-multipart sse-starlette typing-extensions
+#     importlib-metadata zipp pyjwt python-multipart sse-starlette typing-extensions cryptography cffi pycparser
 # (the versions of the CPU machine's venv: `pip show NAME`). The machine has aiohttp, httpx, h11, click.
 # STEPS (15), TASKS (8 per step), GROUP (8), LR (1e-5), SFT (warm-start steps, 60), DEPTH (arith, 1),
 # CONCURRENCY (harness processes at once, 64) and EXTRA (more overrides) change the run; MODEL (a

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from turngym.core.env import Env, ForkError, Task
+from turngym.core.env import ForkError, Task
 from turngym.core.types import Message, ToolResult
 from turngym.envs.desktop import observation as ob
 from turngym.envs.desktop.actions import DesktopActions
@@ -29,6 +29,7 @@ from turngym.envs.desktop.checkers import Verdict, check
 from turngym.envs.desktop.tasks import DesktopTask, build_tasks
 from turngym.sandboxes.desktop import DesktopDead, DesktopSandbox, desktop_pool
 from turngym.sandboxes.docker import SandboxError, run_blocking
+from turngym.tools.env import Env
 
 PROGRESS_WEIGHT = 0.2
 _SETUP = """set -e

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from turngym.core.env import Task
-from turngym.core.types import ToolResult
+from turngym.core.types import Message, ToolResult
 from turngym.envs.desktop.env import DesktopEnv
 from turngym.sandboxes.docker import run_blocking
 
@@ -38,9 +38,10 @@ def targets(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 class GroundingDesktopEnv(DesktopEnv):
-    """One screenshot, one instruction, one click (arguments as :class:`DesktopEnv`)."""
+    """One screenshot, one instruction, one answer: the first turn whose call runs ends the episode
+    (arguments as :class:`DesktopEnv`)."""
 
-    default_max_turns = 1
+    default_max_turns = 3  # answer attempts: a malformed one is an error observation, not the end
     forkable = False
     _not_forkable_reason = "a one-step grounding episode has nothing to branch"
     system_intro = (
@@ -49,7 +50,7 @@ class GroundingDesktopEnv(DesktopEnv):
     )
 
     def __init__(self, task: str | list[str] | None = None, **kwargs: Any):
-        kwargs["max_turns"] = 1
+        kwargs.setdefault("max_turns", self.default_max_turns)
         super().__init__(task, **kwargs)
         self.target: dict[str, Any] | None = None
         self.box: list[float] = []
@@ -73,6 +74,13 @@ class GroundingDesktopEnv(DesktopEnv):
         task.messages[-1].content = f"Click on {what}.\n\n" + task.messages[-1].content.split("\n\n", 1)[-1]
         task.reference = {**task.reference, "box": self.box, "target": what}
         return task
+
+    async def _observe(self, results: list[ToolResult]) -> list[Message]:
+        # the first turn whose call runs is the answer: the episode terminates with it; a malformed
+        # turn gets an error observation and another try (up to max_turns)
+        if any(r.ok for r in results):
+            self._terminated = True
+        return await super()._observe(results)
 
     def _turn_reward(self, results: list[ToolResult], done: bool) -> dict[str, float]:
         hit = 0.0
