@@ -25,7 +25,7 @@ lint:
 	$(BIN)/ruff format --check .
 
 test: setup lint
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra --durations=40
 
 format:
 	$(BIN)/ruff check --fix .

@@ -228,10 +228,16 @@ def test_close_leaves_no_container_behind():
     assert used not in {c.id for c in managed_containers(run_id="desktop")}
 
 
+#: the other templates, one task each (the slow suite's sample); every one of the 40 tasks:
+#: ``python benchmarks/gui_desktop.py --all-tasks`` (docs/envs/gui-desktop.md has its table)
+MORE = ["editor-append-1", "sheet-max-1", "sheet-min-2", "files-delete-0", "files-mkdir-1", "files-move-0"]
+MORE += ["term-files-2"]
+
+
 @pytest.mark.docker
 @pytest.mark.slow
-@pytest.mark.parametrize("task_id", [t.task_id for t in ALL if t.task_id not in SAMPLE])
-def test_expert_solves_every_task(env, task_id):
+@pytest.mark.parametrize("task_id", MORE)
+def test_expert_solves_the_other_templates(env, task_id):
     total, turns, info = _run_expert(env, task_id)
     assert info["check"]["success"], info["check"]
     assert total == pytest.approx(1.0)
