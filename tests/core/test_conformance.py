@@ -9,9 +9,10 @@ import pytest
 import turngym
 from turngym.testing import check_env
 
-#: families that need a service: docker, browsers, or (interop) external MCP servers and remote envs
-#: served by `turngym serve` (tests/remote covers both, conformance included)
-SERVICES = {"docker", "web", "interop"}
+#: families that need a service: docker, browsers, desktops under X in Docker (tests/envs/desktop runs
+#: the suite on them), or (interop) external MCP servers and remote envs served by `turngym serve`
+#: (tests/remote covers both, conformance included)
+SERVICES = {"docker", "web", "desktop", "interop"}
 LIGHT = [s.id for s in turngym.registry.latest() if not SERVICES & set(s.requires)]
 
 
