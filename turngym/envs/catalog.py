@@ -95,7 +95,7 @@ register(
     "gui-desktop-v0",
     "turngym.envs.desktop.env:DesktopEnv",
     family="gui",
-    requires=("desktop",),
+    requires=("desktop", "docker"),
     description="Real Debian desktop apps (mousepad, gnumeric, pcmanfm, xterm, galculator) under Xvfb in Docker; "
     "40 seeded tasks; screenshots (+ optional a11y tree, set-of-marks); checkers read the saved state.",
 )
@@ -103,7 +103,7 @@ register(
     "gui-desktop-grounding-v0",
     "turngym.envs.desktop.grounding:GroundingDesktopEnv",
     family="gui",
-    requires=("desktop",),
+    requires=("desktop", "docker"),
     description="Single-step grounding on real desktop screenshots: click the named element; reward 1 if the "
     "point is inside its accessibility-tree box.",
 )

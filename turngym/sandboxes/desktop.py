@@ -212,14 +212,21 @@ class DesktopSandbox:
         return text
 
     def launch(self, argv: list[str], *, window_class: str, timeout: float = 60.0) -> None:
-        """Start an application as the user and wait until one of its windows shows."""
+        """Start an application as the user and wait until one of its windows shows. A start that shows
+        no window within half the timeout is killed and tried once more (a GTK app's first start
+        sometimes blocks on the session's buses); the second try gets the rest of the timeout."""
         cmd = shlex.join(argv)
-        code, out = self.run_user(
-            f"cd ~ && setsid -f {cmd} </dev/null >/tmp/.app.log 2>&1; "
-            f"timeout {timeout:g} xdotool search --sync --onlyvisible --class {shlex.quote(window_class)} "
-            ">/dev/null",
-            timeout=timeout + 5,
-        )
+        code = 1
+        for wait in (timeout / 2, timeout / 2):
+            code, out = self.run_user(
+                f"cd ~ && setsid -f {cmd} </dev/null >/tmp/.app.log 2>&1; "
+                f"timeout {wait:g} xdotool search --sync --onlyvisible --class {shlex.quote(window_class)} "
+                ">/dev/null",
+                timeout=wait + 5,
+            )
+            if code == 0:
+                return
+            self.run_user(f"pkill -KILL -x {shlex.quote(Path(argv[0]).name[:15])} || true", timeout=10)
         if code != 0:
             _, log = self.run_root("tail -c 1500 /tmp/.app.log 2>/dev/null", timeout=10)
             raise SandboxError(

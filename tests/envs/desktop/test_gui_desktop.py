@@ -204,8 +204,11 @@ def test_grounding_scores_the_click_by_the_element_box():
         obs, info = env.reset(seed=3)
         assert obs[-1].content.startswith("Click on the ")
         _, reward, term, trunc, info = env.step(env.expert_action())
-        assert trunc and reward == 1.0 and info["reference"]["box"] == env.box
+        # the answer ends the episode (terminated: gymnasium refuses an env truncating after one step)
+        assert term and not trunc and reward == 1.0 and info["reference"]["box"] == env.box
         env.reset(seed=3)
+        _, reward, term, trunc, info = env.step("no tool call here")  # an error observation, a new try
+        assert not term and not trunc and info["invalid_action"] and reward == 0.0
         bx, by, bw, bh = env.box
         x = 0 if bx > 5 else bx + bw + 5
         _, reward, *_ = env.step(env.format_call("click", {"x": x, "y": 0}))
