@@ -60,6 +60,11 @@ PLANS: dict[str, tuple[str, Plan]] = {
 }
 #: registered ids this suite does not make, and why
 NOT_HERE = {
+    "gui-desktop-v0": "real desktops under X (~0.8 s an action): the conformance suite's hostile actions "
+    "run on it in tests/envs/desktop (test_turngym_check_passes_every_row), and its bad-input test "
+    "(off-screen clicks, unknown keys, 1 MB of text, huge waits, bad element ids); a generated-action "
+    "plan here is next",
+    "gui-desktop-grounding-v0": "as gui-desktop-v0 (the same tools; conformance by `turngym check`)",
     "remote-v0": "a client of an env served elsewhere (every env it can serve is fuzzed here directly): "
     "tests/reliability/test_hostile_remote.py sends the surrogate and value=true attacks through a real "
     "server (a raw lone surrogate makes RemoteEnv raise: a strict xfail, turngym/remote's to fix), and "

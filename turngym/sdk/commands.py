@@ -35,6 +35,12 @@ def check_command(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     kw: KwOption = None,
+    skip_extra: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--skip-extra", help="With no targets: leave out the envs that need this extra (repeat)."
+        ),
+    ] = None,
 ) -> None:
     """Run the conformance suite on environments; exit code 1 if any check fails."""
     from turngym.core.registry import registry
@@ -48,7 +54,10 @@ def check_command(
     else:  # every registered env that can be made without arguments; the others are named
         for s in registry.latest():
             missing = required_arguments(s)
-            if missing:
+            skipped = sorted(set(skip_extra or []) & set(s.requires))
+            if skipped:
+                console.print(f"[yellow]{s.id}: skipped (--skip-extra {', '.join(skipped)})")
+            elif missing:
                 console.print(
                     f"[yellow]{s.id}: skipped, needs {', '.join(missing)} (check it by name with --env-arg)"
                 )
