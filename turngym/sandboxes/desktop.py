@@ -216,9 +216,8 @@ class DesktopSandbox:
         no window within half the timeout is killed and tried once more (a GTK app's first start
         sometimes blocks on the session's buses); the second try gets the rest of the timeout."""
         cmd = shlex.join(argv)
-        code = 1
         for wait in (timeout / 2, timeout / 2):
-            code, out = self.run_user(
+            code, _ = self.run_user(
                 f"cd ~ && setsid -f {cmd} </dev/null >/tmp/.app.log 2>&1; "
                 f"timeout {wait:g} xdotool search --sync --onlyvisible --class {shlex.quote(window_class)} "
                 ">/dev/null",
@@ -227,11 +226,8 @@ class DesktopSandbox:
             if code == 0:
                 return
             self.run_user(f"pkill -KILL -x {shlex.quote(Path(argv[0]).name[:15])} || true", timeout=10)
-        if code != 0:
-            _, log = self.run_root("tail -c 1500 /tmp/.app.log 2>/dev/null", timeout=10)
-            raise SandboxError(
-                f"{argv[0]} showed no window within {timeout:g} s: {log.decode(errors='replace')}"
-            )
+        _, log = self.run_root("tail -c 1500 /tmp/.app.log 2>/dev/null", timeout=10)
+        raise SandboxError(f"{argv[0]} showed no window within {timeout:g} s: {log.decode(errors='replace')}")
 
     def app_state(self, name: str, window_class: str, grace_s: float = 3.0) -> str:
         """``"dead"`` (the X server or the container is gone), ``"exited"`` (the application ``name`` has
