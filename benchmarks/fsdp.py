@@ -119,11 +119,13 @@ def memory_table() -> str:
     return "\n".join(lines)
 
 
-def build_model(shape: str, device: str, dtype: str, seed: int = 0):
+def build_model(shape: str, device: str, dtype: str, seed: int = 0, vocab: int | None = None):
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config
 
     dims = {"vocab_size": VOCAB, "max_position_embeddings": 32768, **SHAPES[shape]}
+    if vocab is not None:
+        dims["vocab_size"] = vocab
     config = Qwen2Config(**dims)
     torch.manual_seed(seed)
     with torch.device(device):

@@ -184,17 +184,24 @@ class NullLogger:
 
 
 def merge_metrics(
-    ctx: DistContext, metrics: dict[str, float], summed: Sequence[str] = ()
+    ctx: DistContext, metrics: dict[str, float], summed: Sequence[str] = (), maxed: Sequence[str] = ()
 ) -> dict[str, float]:
-    """Metrics of every rank in one dict: keys starting with a prefix in ``summed`` are summed, the
-    rest averaged over the ranks that report them (ranks may report different keys)."""
+    """Metrics of every rank in one dict: keys starting with a prefix in ``summed`` are summed, those
+    with a prefix in ``maxed`` take the largest rank's value, the rest are averaged over the ranks that
+    report them (ranks may report different keys)."""
     if not ctx.enabled:
         return dict(metrics)
     merged: dict[str, list[float]] = {}
     for part in ctx.all_gather(metrics):
         for k, v in part.items():
             merged.setdefault(k, []).append(float(v))
-    return {k: sum(v) if any(k.startswith(p) for p in summed) else sum(v) / len(v) for k, v in merged.items()}
+
+    def merge(k: str, v: list[float]) -> float:
+        if any(k.startswith(p) for p in summed):
+            return sum(v)
+        return max(v) if any(k.startswith(p) for p in maxed) else sum(v) / len(v)
+
+    return {k: merge(k, v) for k, v in merged.items()}
 
 
 @contextlib.contextmanager

@@ -36,7 +36,10 @@ SUMMED_OVER_RANKS = (
     "rollout/trajectories_per_hour",
     "rollout/tree/",
     "rollout/backend/",
+    "throughput/update_tokens",
 )
+#: metrics where the largest rank's value is the one that matters (memory must fit on every card)
+MAXED_OVER_RANKS = ("memory/",)
 
 
 class Trainer:
@@ -87,12 +90,21 @@ class Trainer:
         """One step: rollout and credit, the update, the weight sync; returns the step's metrics."""
         from turngym.trainer.update import policy_update
 
+        from turngym.trainer.oom import phase_peak_gib
+
+        device = self.policy.device
         t0 = time.perf_counter()
         step = self.run.step
+        phase_peak_gib(device)  # each phase's peak from here on
         trajs, credit, metrics = self.orchestrator.collect(step)
+        rollout_peak = phase_peak_gib(device)
         t2 = time.perf_counter()
         metrics.update(policy_update(self.policy, self.cfg, trajs, credit.token_advantages))
         metrics["time/update"] = time.perf_counter() - t2
+        update_peak = phase_peak_gib(device)
+        if update_peak is not None:
+            metrics["memory/rollout_peak_gib"], metrics["memory/update_peak_gib"] = rollout_peak, update_peak
+        metrics["throughput/update_tokens"] = float(sum(len(t.token_ids) for t in trajs if not t.masked))
         t3 = time.perf_counter()
         self.policy.sync_weights(step + 1)
         metrics["time/sync"] = time.perf_counter() - t3
@@ -100,7 +112,15 @@ class Trainer:
             metrics["time/refresh"] = self.policy.refresh_seconds
         self.run.step += 1
         metrics["time/step"] = time.perf_counter() - t0
-        metrics = merge_metrics(self.dist, metrics, summed=SUMMED_OVER_RANKS)
+        metrics = merge_metrics(self.dist, metrics, summed=SUMMED_OVER_RANKS, maxed=MAXED_OVER_RANKS)
+        # the update's model FLOP rate over all ranks: 6 FLOPs a parameter a token (forward + backward)
+        metrics["throughput/update_tflops"] = (
+            6
+            * self.policy.num_params
+            * metrics["throughput/update_tokens"]
+            / max(metrics["time/update"], 1e-9)
+            / 1e12
+        )
         self.orchestrator.note_reuse(metrics, self.run.step)
         if self.cfg.log.save_trajectories:
             self.run.save_trajectories(step + 1, trajs)

@@ -14,6 +14,7 @@ FSDP that ``sync_weights`` refreshes from the shards (``time/refresh``).
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -133,6 +134,11 @@ class Policy:
         """The module with the whole current weights on this rank: what rollouts generate from,
         credit scores with and exports save (the trained module itself unless it is sharded)."""
         return self.full_copy.module if self.full_copy is not None else self.model
+
+    @functools.cached_property
+    def num_params(self) -> int:
+        """Parameters of the whole model (a sharded parameter counts its global size), for FLOP rates."""
+        return sum(p.numel() for p in self.model.parameters())
 
     def release_full_weights(self) -> int:
         """FSDP with ``cluster.fsdp.release_full_copy``: free the full copy's trainable weights for the
