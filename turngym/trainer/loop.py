@@ -88,9 +88,8 @@ class Trainer:
 
     def train_step(self) -> dict[str, float]:
         """One step: rollout and credit, the update, the weight sync; returns the step's metrics."""
-        from turngym.trainer.update import policy_update
-
         from turngym.trainer.oom import phase_peak_gib
+        from turngym.trainer.update import policy_update
 
         device = self.policy.device
         t0 = time.perf_counter()
