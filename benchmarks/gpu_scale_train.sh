@@ -45,7 +45,7 @@ wait)
     ((busy == 0)) && break
     sleep 10
   done
-  "$0" report
+  bash "$0" report
   ;;
 report)
   for f in $SH/runs/*.log; do

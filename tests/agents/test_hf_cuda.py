@@ -353,3 +353,27 @@ async def test_long_context_decode_splits_under_graphs(tiny_dir, tokenizer):
     assert tri.stats["graph_replays"] > 0 and tri.stats["graph_fallbacks"] == 0
     await tri.aclose()
     await ops.aclose()
+
+
+async def test_an_engine_on_the_second_card_captures_its_graphs_there(tiny_dir, tokenizer):
+    """A rank's model on cuda:1 (torchrun's second rank): the engine's scheduler thread, which starts on
+    device 0 like every new thread, must run its Triton kernels and graph captures on cuda:1 — measured
+    on 2 H200s before the fix: "Pointer argument cannot be accessed from Triton", every capture failed."""
+    import torch
+
+    from turngym.agents.hf import HFSlotBackend
+    from turngym.agents.models import load_model
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    model = load_model(tiny_dir, device="cuda:1", dtype=torch.bfloat16)
+    graphs = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=512)
+    eager = HFSlotBackend(model, tokenizer, max_batch_size=8, max_context=512, cuda_graphs=False)
+    ps = prompts(tokenizer)
+    a = await asyncio.gather(*(three_turn_ids(graphs, tokenizer, p, f"g{i}") for i, p in enumerate(ps)))
+    b = await asyncio.gather(*(three_turn_ids(eager, tokenizer, p, f"e{i}") for i, p in enumerate(ps)))
+    assert a == b
+    assert torch.cuda.current_device() == 0  # the caller's thread is left on its own card
+    assert graphs.stats["graph_captures"] > 1 and graphs.stats["graph_fallbacks"] == 0
+    await graphs.aclose()
+    await eager.aclose()

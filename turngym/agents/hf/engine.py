@@ -244,6 +244,12 @@ class HFBackend(TokenBackend):
     def _serve(self) -> None:
         """The scheduler thread: admit arrivals between decode steps until told to stop."""
         try:
+            if self.device.type == "cuda":
+                # CUDA's current device is per thread and a new thread starts on device 0: a rank whose
+                # model lives on cuda:1 would launch Triton kernels and capture graphs on the wrong card
+                import torch
+
+                torch.cuda.set_device(self.device)
             self._serve_batches()
         finally:
             self.iteration_done()
