@@ -119,3 +119,43 @@ async def test_sleep_while_serving_and_an_unknown_level_are_refused(backend, tok
     with pytest.raises(ValueError, match="sleep level must be one of kv, kv\\+graphs, got 'weights'"):
         backend.sleep("weights")
     assert backend.asleep is None and backend.kv.cache is not None
+
+
+def test_the_gpu_sleep_benchmark_runs_its_plumbing_on_cpu(tmp_path):
+    """benchmarks/sleep_wake.py (what benchmarks/gpu_sleep_wake.sh runs on a GPU) on the tiny shape:
+    every mode and cycle, an update between sleep and wake, the same greedy tokens after each wake."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).parents[2]
+    out = tmp_path / "sw.json"
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)}
+    args = [
+        "--shape=tiny",
+        "--device=cpu",
+        "--rows=4",
+        "--prompt-len=8",
+        "--max-tokens=6",
+        "--max-context=64",
+    ]
+    args += ["--update-seqs=2", "--update-len=16", "--cycles=2", f"--out={out}"]
+    proc = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "sleep_wake.py"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(out.read_text())
+    assert result["card"] == "cpu" and "mode | cycle | free_gib" in proc.stdout
+    assert [(r["mode"], r["cycle"]) for r in result["rows"]] == [
+        (m, c) for m in ("awake", "kv", "kv+graphs") for c in (0, 1)
+    ]
+    for r in result["rows"]:
+        assert r["update"] == "ok" and r["equal"] and r["rows_equal"] == 4
+        assert r["graphs"] == "-" and r["captures"] == 0  # no CUDA graphs on CPU
+        assert r["free_gib"] is None and r["sleep_s"] >= 0 and r["wake_s"] >= 0
