@@ -129,7 +129,7 @@ def phase_bytes(cfg: TrainConfig, policy: Policy, card_bytes: int | None = None)
 
 
 def _size(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB ({int(n):,} B)"
+    return f"{n / 2**30:.2f} GiB = {int(n):,} B"
 
 
 def check_memory_budget(cfg: TrainConfig, policy: Policy, card_bytes: int | None = None) -> PhaseBytes | None:
@@ -156,8 +156,8 @@ def check_memory_budget(cfg: TrainConfig, policy: Policy, card_bytes: int | None
     if not over:
         return b
     lines = [
-        f"the {name} phase needs {_size(total)} ({what}), over memory.{name}_fraction = {f} of the card: "
-        f"{_size(f * b.card)}"
+        f"the {name} phase needs {_size(total)} ({what}), over memory.{name}_fraction = {f} of the card "
+        f"({_size(f * b.card)})"
         for name, f, total, what in over
     ]
     raise MemoryBudgetError(
