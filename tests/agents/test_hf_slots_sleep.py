@@ -159,3 +159,49 @@ def test_the_gpu_sleep_benchmark_runs_its_plumbing_on_cpu(tmp_path):
         assert r["update"] == "ok" and r["equal"] and r["rows_equal"] == 4
         assert r["graphs"] == "-" and r["captures"] == 0  # no CUDA graphs on CPU
         assert r["free_gib"] is None and r["sleep_s"] >= 0 and r["wake_s"] >= 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("taken", [False, True], ids=["free", "taken"])
+@pytest.mark.parametrize("level", ["kv", "kv+graphs"])
+async def test_on_cuda_the_graphs_are_kept_only_at_the_same_address_and_rollouts_are_unchanged(
+    tiny_dir, tokenizer, level, taken
+):
+    """With CUDA graphs: a sleep gives the slots' bytes back to the device; the "update" in between
+    (``taken``: a tensor of the slots' size allocated while asleep, held across the wake, so the
+    slots cannot come back where they were if it took their place) leaves the verdict honest — graphs
+    kept only at the old address, else captured again — and the greedy tokens after the wake are
+    the ones before."""
+    import torch
+
+    backend = HFSlotBackend(
+        tiny_dir, tokenizer, device="cuda", dtype=torch.float32, max_batch_size=4, max_context=128
+    )
+    ps = prompts(tokenizer)
+    assert backend.precapture() > 0  # every decode bucket: a later capture is a recapture
+    await rollout(backend, ps)  # and this workload's prefill graphs
+    before = await rollout(backend, ps)
+    assert backend.stats["graph_replays"] > 0 and backend.cuda_graphs
+    await backend.aclose()
+    old, captures = backend.kv.address, backend.stats["graph_captures"]
+    torch.cuda.synchronize()
+    free = torch.cuda.mem_get_info()[0]
+    backend.sleep(level)
+    assert torch.cuda.mem_get_info()[0] >= free + backend.kv_bytes - 2**21  # the device has them back
+    update = torch.empty(backend.kv_bytes, dtype=torch.uint8, device="cuda") if taken else None
+    backend.wake()
+    kept, dropped = backend.stats["wake_graphs_kept"], backend.stats["wake_graphs_dropped"]
+    if level == "kv+graphs":
+        assert kept == dropped == 0 and not backend.runner.graphs.graphs
+    else:
+        assert kept + dropped == 1 and kept == (backend.kv.address == old)
+        if update is not None and update.data_ptr() == old:
+            assert dropped == 1  # the update holds the old address: the graphs cannot be kept
+    after = await rollout(backend, ps)
+    await backend.aclose()
+    recaptured = backend.stats["graph_captures"] - captures
+    assert (recaptured == 0) == (level == "kv" and kept == 1)
+    for (a1, a2), (b1, b2) in zip(before, after, strict=True):
+        assert a1.token_ids == b1.token_ids and a2.token_ids == b2.token_ids
+    del update
+    backend.free_buffers()

@@ -134,8 +134,9 @@ def save_sharded(
     if not background:
         dcp.save(box, checkpoint_id=where)
         return finish()
-    future = dcp.async_save(box, checkpoint_id=where, process_group=_async_group(dist, timeout_s))
-    return PendingCheckpoint(final, future, finish)
+    saving = dcp.async_save(box, checkpoint_id=where, process_group=_async_group(dist, timeout_s))
+    # a Future; an AsyncSaveResponse where staging itself is asynchronous (not the default stager's)
+    return PendingCheckpoint(final, getattr(saving, "upload_completion", saving), finish)
 
 
 def _finish(

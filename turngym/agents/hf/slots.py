@@ -245,9 +245,12 @@ class HFSlotBackend(HFBackend):
         if self.asleep is None:
             return
         t0 = time.perf_counter()
-        self.runner.inputs()
         runner = self.runner
-        if self.asleep == "kv" and (runner.graphs.graphs or runner.prefill_graphs.graphs):
+        kept = self.asleep == "kv" and bool(runner.graphs.graphs or runner.prefill_graphs.graphs)
+        if kept:  # the update's cached blocks back to the device first: the old address may be free again
+            release_cuda_cache()
+        runner.inputs()
+        if kept:
             if self.kv.address == self._slept_at:
                 self.stats["wake_graphs_kept"] += 1
             else:
