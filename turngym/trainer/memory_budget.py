@@ -81,11 +81,14 @@ def _local(p: Any) -> Any:
     return p.to_local() if hasattr(p, "to_local") else p
 
 
-def _bytes(tensors: Any) -> int:
+def _bytes(tensors: Any, device_type: str) -> int:
+    """Bytes of the distinct tensors' local parts that live on a device of ``device_type`` (shards
+    offloaded to the host, ``cluster.fsdp.cpu_offload``, are not on the card)."""
     seen: dict[int, int] = {}
     for t in tensors:
         local = _local(t)
-        seen[id(t)] = local.numel() * local.element_size()
+        if local.device.type == device_type:
+            seen[id(t)] = local.numel() * local.element_size()
     return sum(seen.values())
 
 
@@ -107,9 +110,11 @@ def phase_bytes(cfg: TrainConfig, policy: Policy, card_bytes: int | None = None)
     ``card_bytes``: the device's size (default: the CUDA device's total memory, None elsewhere)."""
     from turngym.trainer.optimizers import state_bytes_per_param
 
+    kind = policy.device.type
     modules = [policy.model, policy.full_model, policy.ref_model]
-    weights = _bytes(p for m in modules if m is not None for p in m.parameters())
-    trainable = [_local(p) for p in policy.params()]
+    weights = _bytes((p for m in modules if m is not None for p in m.parameters()), kind)
+    # gradients and optimizer state live where the trained (local) parameters do
+    trainable = [t for t in map(_local, policy.params()) if t.device.type == kind]
     grads = sum(p.numel() * p.element_size() for p in trainable)
     master = str(trainable[0].dtype).removeprefix("torch.") if trainable else "float32"
     per_param = state_bytes_per_param(cfg.optim.optimizer, master)
