@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import sys
 import time
@@ -160,6 +161,7 @@ def run_mode(args, mode: str, model, device) -> list[dict]:
         last_rollout_s = rollout_s
     backend.free_buffers()
     del backend, optimizer
+    gc.collect()  # the engine's parts refer to each other: its fused weights go only with a collection
     _free(device)
     return rows
 
