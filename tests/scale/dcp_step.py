@@ -4,7 +4,8 @@
     python tests/scale/dcp_step.py load RUN OUT [overrides]
 
 ``save``: ``steps`` updates on the fixed batch of ``ddp_step.global_batch`` (sharded over the ranks),
-a sharded checkpoint after each (``RunState.checkpoint``, keeping ``keep_checkpoints``). ``load``:
+a sharded checkpoint after each (``RunState.checkpoint``, keeping ``keep_checkpoints``; with
+``checkpoint_async=true`` each is written while the next update runs, the last waited for). ``load``:
 ``RunState.resume`` from the newest. Both write ``OUT/state.pt`` from rank 0: the full trainable
 weights, Adam's moments per parameter name, the step, the learning rate and the checkpoint names.
 """
@@ -54,12 +55,15 @@ def main() -> None:
     trainer = Trainer(cfg)
     trainer.setup()
     ctx, run_state = trainer.dist, trainer.run
+    pending = []  # checkpoint_async: whether each save went on in the background
     if mode == "save":
         trajs, advs = global_batch(trainer.policy.model)
         for _ in range(cfg.steps):
             policy_update(trainer.policy, cfg, shard(trajs, ctx), shard(advs, ctx))
             run_state.step += 1
             run_state.checkpoint()
+            pending.append(run_state.pending is not None)
+        run_state.wait_checkpoint()  # what Trainer.train does at the end of a run
     else:
         assert run_state.resume(), "no checkpoint was resumed"
     state = full_state(trainer)
@@ -67,6 +71,7 @@ def main() -> None:
     state["lr"] = trainer.policy.scheduler.get_last_lr()[0]
     state["world"] = ctx.world_size
     state["sharded"] = trainer.policy.sharded
+    state["pending"] = pending
     state["checkpoints"] = sorted(p.name for p in (run / "checkpoints").iterdir())
     if ctx.is_main:
         out.mkdir(parents=True, exist_ok=True)

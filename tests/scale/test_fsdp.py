@@ -152,10 +152,11 @@ def test_fsdp_lora_update_equals_one_process(tmp_path):
     torch.testing.assert_close(fsdp[1]["full_copy"], fsdp[1]["weights"], rtol=0, atol=0)
 
 
-def _roundtrip(tmp_path: Path, save_world: int, load_world: int) -> tuple[dict, dict]:
+def _roundtrip(tmp_path: Path, save_world: int, load_world: int, *save: str) -> tuple[dict, dict]:
     run = tmp_path / "run"
     common = ["cluster.strategy=fsdp", "optim.warmup_steps=5"]  # the schedule's state matters too
-    _launch("dcp_step.py", ["save", str(run), str(tmp_path / "saved"), "steps=3", *common], save_world)
+    args = ["save", str(run), str(tmp_path / "saved"), "steps=3", *common, *save]
+    _launch("dcp_step.py", args, save_world)
     _launch("dcp_step.py", ["load", str(run), str(tmp_path / "loaded"), "steps=3", *common], load_world)
     return torch.load(tmp_path / "saved" / "state.pt"), torch.load(tmp_path / "loaded" / "state.pt")
 
@@ -173,8 +174,11 @@ def _assert_resumed(saved: dict, loaded: dict) -> None:
 
 
 @pytest.mark.slow
-def test_sharded_checkpoint_from_two_ranks_resumes_on_one(tmp_path):
-    saved, loaded = _roundtrip(tmp_path, 2, 1)
+def test_sharded_checkpoint_written_in_the_background_by_two_ranks_resumes_on_one(tmp_path):
+    """``checkpoint_async``: each save's shards are written (over the saver's own gloo group) while the
+    next update runs; the resumed weights, moments and schedule are the saved step's, bit for bit."""
+    saved, loaded = _roundtrip(tmp_path, 2, 1, "checkpoint_async=true")
+    assert saved["pending"] == [True, True, True] and loaded["pending"] == []
     assert (saved["world"], saved["sharded"], loaded["world"], loaded["sharded"]) == (2, True, 1, False)
     state = json.loads((tmp_path / "run" / "checkpoints" / "step-000003" / "state.json").read_text())
     assert (state["format"], state["world_size"]) == ("dcp", 2)
@@ -184,6 +188,7 @@ def test_sharded_checkpoint_from_two_ranks_resumes_on_one(tmp_path):
 @pytest.mark.slow
 def test_sharded_checkpoint_from_one_process_resumes_on_two_ranks(tmp_path):
     saved, loaded = _roundtrip(tmp_path, 1, 2)
+    assert saved["pending"] == [False, False, False]  # written in the foreground
     assert (saved["world"], loaded["world"], loaded["sharded"]) == (1, 2, True)
     _assert_resumed(saved, loaded)
 

@@ -89,3 +89,29 @@ def test_a_checkpoint_of_another_model_is_refused_with_the_names(tmp_path):
         load_sharded(path, bigger, opt2, sched2)
     with pytest.raises(ValueError, match="not a sharded"):
         load_sharded(tmp_path, model, opt, sched)
+
+
+def test_a_background_save_holds_the_state_of_its_step_not_of_when_it_finishes(tmp_path):
+    from turngym.trainer.sharded_checkpoint import PendingCheckpoint
+
+    model, opt, sched = _setup(0)
+    _train(model, opt, sched, 2)
+    at_save = {n: p.detach().clone() for n, p in model.named_parameters()}
+    moments = {n: opt.state[p]["exp_avg"].clone() for n, p in model.named_parameters() if p.requires_grad}
+    lr, draw = sched.get_last_lr(), torch.get_rng_state()
+    pending = save_sharded(tmp_path, 2, model, opt, sched, DistContext(), {}, keep=1, background=True)
+    assert isinstance(pending, PendingCheckpoint) and pending.path == tmp_path / "checkpoints" / "step-000002"
+    _train(model, opt, sched, 3)  # the run goes on while the shards are written
+    assert latest_sharded(tmp_path) is None  # not a checkpoint until it is finished
+    assert pending.wait() == pending.path and latest_sharded(tmp_path) == pending.path
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step-000002"]
+
+    other, other_opt, other_sched = _setup(1)
+    torch.manual_seed(123)  # the checkpoint's RNG state replaces this one
+    assert load_sharded(pending.path, other, other_opt, other_sched)["step"] == 2
+    for name, b in other.named_parameters():
+        if name != "0.bias":
+            torch.testing.assert_close(b, at_save[name], rtol=0, atol=0)
+            torch.testing.assert_close(other_opt.state[b]["exp_avg"], moments[name], rtol=0, atol=0)
+    assert other_sched.get_last_lr() == lr != sched.get_last_lr()
+    assert torch.equal(torch.get_rng_state(), draw)

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from turngym.trainer.memory_budget import MemorySettings, check_sleep_settings
+
 if TYPE_CHECKING:
     from turngym.agents.factory import AgentSpec
 
@@ -131,6 +133,11 @@ class RolloutSettings(_Strict):
     # taken during the SFT and RL updates. Parked rows are dropped and the slots engine's fused
     # weights refreshed before each rollout.
     keep_backend: bool = False
+    # keep one backend (as keep_backend) and give its KV slots ("kv"), or slots and captured CUDA graphs
+    # ("kv+graphs"), back to the card for each update and warm start; taken back at the next rollout
+    # (HFSlotBackend.sleep/wake; docs/scaling.md, "One GPU, two phases")
+    sleep_during_update: bool = False
+    sleep_level: Literal["kv", "kv+graphs"] = "kv+graphs"
     # torch's fp32 matmul precision while the in-process backend generates (an fp32 policy's rollouts;
     # a bf16 policy is unaffected), restored for the update: "high" = TF32 tensor cores on CUDA for its
     # products and the Triton attention's dots (10-bit mantissas in each product, fp32 sums: an H200
@@ -387,6 +394,7 @@ class TrainConfig(_Strict):
     steps: int = 10
     checkpoint_every: int = 0  # 0: only at the end
     keep_checkpoints: int = 2
+    checkpoint_async: bool = False  # sharded checkpoints written in the background (DCP's async_save)
     resume: bool = True  # continue from the latest checkpoint in run_dir if there is one
     weight_sync: Literal["in_process", "vllm_lora", "vllm_full"] = "in_process"
     model: ModelSettings = Field(default_factory=ModelSettings)
@@ -397,6 +405,7 @@ class TrainConfig(_Strict):
     sft: SFTSettings = Field(default_factory=SFTSettings)
     log: LogSettings = Field(default_factory=LogSettings)
     cluster: ClusterSettings = Field(default_factory=ClusterSettings)
+    memory: MemorySettings = Field(default_factory=MemorySettings)  # each phase's share of the card
     # {metric: eval/...}: export the best-scoring policy to run_dir/best
     keep_best: BestSettings | None = None
 
@@ -453,6 +462,9 @@ class TrainConfig(_Strict):
                 "rollout.keep_backend keeps an engine whose CUDA graphs read them at fixed addresses: "
                 "set one of them"
             )
+        check_sleep_settings(self)
+        if self.checkpoint_async and self.cluster.strategy != "fsdp":
+            raise ValueError("checkpoint_async writes sharded checkpoints: it needs cluster.strategy=fsdp")
         if self.rollout.source == "harness" and self.weight_sync == "vllm_lora":
             raise ValueError(
                 "rollout.source=harness serves full weights: use weight_sync in_process or vllm_full"

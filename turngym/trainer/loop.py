@@ -62,6 +62,7 @@ class Trainer:
         import torch
 
         from turngym.trainer.distributed import NullLogger, check_same_config, init_distributed
+        from turngym.trainer.memory_budget import check_memory_budget
         from turngym.trainer.metrics import MetricLogger
         from turngym.trainer.orchestrator import Orchestrator
         from turngym.trainer.policy import Policy
@@ -75,6 +76,7 @@ class Trainer:
             (self.run_dir / "config.json").write_text(cfg.model_dump_json(indent=1))
         torch.manual_seed(cfg.seed)
         self.policy = Policy(cfg, self.dist)
+        check_memory_budget(cfg, self.policy)  # memory.*_fraction: refused now, with the numbers
         self.orchestrator = Orchestrator(cfg, self.policy, self.judge)
         self.logger = (
             MetricLogger(
@@ -97,6 +99,10 @@ class Trainer:
         phase_peak_gib(device)  # each phase's peak from here on
         trajs, credit, metrics = self.orchestrator.collect(step)
         rollout_peak = phase_peak_gib(device)
+        slept = self.orchestrator.sleep_engine()  # rollout.sleep_during_update: the KV leaves the card
+        if slept is not None:
+            metrics["time/sleep"], metrics["time/wake"] = slept, self.orchestrator.wake_s
+            phase_peak_gib(device)  # the update's peak starts from what the sleep left
         t2 = time.perf_counter()
         metrics.update(policy_update(self.policy, self.cfg, trajs, credit.token_advantages))
         metrics["time/update"] = time.perf_counter() - t2
@@ -137,6 +143,8 @@ class Trainer:
         if fresh:
             # the untrained policy's held-out score, so a report can say what the warm start itself did
             before = orch.evaluate() if cfg.sft.steps > 0 and cfg.sft.eval_before else {}
+            if cfg.sft.steps > 0:
+                orch.sleep_engine()  # the eval's kept engine gives its KV back for the warm start
             with main_first(self.dist) as first:  # one warm start; the other ranks load its weights
                 info = run.warm_start(first)
             info = {**{k.replace("eval/", "eval_before_sft/", 1): v for k, v in before.items()}, **info}
@@ -162,6 +170,7 @@ class Trainer:
                 on_step(run.step, last)
             if (cfg.checkpoint_every and run.step % cfg.checkpoint_every == 0) or run.step == stop:
                 run.checkpoint()
+        run.wait_checkpoint()  # checkpoint_async: the last one finished before the run ends
         if run.step >= cfg.steps:
             run.export_final()
         orch.close()

@@ -80,6 +80,7 @@ class Orchestrator:
         self._eval_judge: Callable | None = None  # rollout.eval_judge's, built on first use
         self.env_pool: Any = None  # cluster.env_actors' Ray pool, made at the first rollout
         self.kept_backend: Any = None  # rollout.keep_backend's backend, made at the first rollout
+        self.wake_s = 0.0  # the last wake of a sleeping kept engine (rollout.sleep_during_update)
         self._warned_reuse = False  # the prefix-reuse warning (``note_reuse``) is given once a run
 
     # ----------------------------------------------------------- resources
@@ -110,15 +111,31 @@ class Orchestrator:
         spec = self.cfg.backend_spec()
         if spec.kind != "hf":
             return make_token_backend(spec)
-        if self.kept_backend is not None:  # rollout.keep_backend: the weights moved since its last rollout
-            self.kept_backend.reset_prefix_cache()
-            return self.kept_backend
+        kept = self.kept_backend
+        if kept is not None:  # rollout.keep_backend: the weights moved since its last rollout
+            if getattr(kept, "asleep", None) is not None:  # rollout.sleep_during_update: slots back
+                t0 = time.perf_counter()
+                kept.wake()
+                self.wake_s = time.perf_counter() - t0
+            kept.reset_prefix_cache()
+            return kept
         # a long batching window keeps batch composition (and so sampling) reproducible
         p = self.policy
         backend = make_token_backend(spec, model=p.full_model, tokenizer=p.tokenizer, max_wait_ms=50)
-        if self.cfg.rollout.keep_backend:
+        if self.cfg.rollout.keep_backend or self.cfg.rollout.sleep_during_update:
             self.kept_backend = backend
         return backend
+
+    def sleep_engine(self) -> float | None:
+        """``rollout.sleep_during_update``: the kept engine gives its KV slots (and graphs, at level
+        ``kv+graphs``) back for the update; seconds it took, None when there is nothing to put to
+        sleep (not configured, no engine yet, or one without slots)."""
+        kept = self.kept_backend
+        if not self.cfg.rollout.sleep_during_update or kept is None or not hasattr(kept, "sleep"):
+            return None
+        t0 = time.perf_counter()
+        kept.sleep(self.cfg.rollout.sleep_level)
+        return time.perf_counter() - t0
 
     def close(self) -> None:
         """Shut the env pool down and give a kept backend's KV slots and graphs back."""

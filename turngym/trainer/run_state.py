@@ -38,6 +38,7 @@ class RunState:
         self.cfg, self.policy, self.dist, self.logger = cfg, policy, policy.dist, logger
         self.run_dir = Path(cfg.run_dir)
         self.step = 0
+        self.pending: Any = None  # checkpoint_async: the sharded checkpoint still being written
 
     def resume(self) -> bool:
         """Continue from the newest intact checkpoint when ``cfg.resume``: a full one through
@@ -163,16 +164,18 @@ class RunState:
 
     def save(self) -> Path:
         """A checkpoint of the current step (rank 0; see :mod:`turngym.trainer.checkpoint`), or under
-        strategy fsdp a sharded one (every rank; :mod:`turngym.trainer.sharded_checkpoint`)."""
+        strategy fsdp a sharded one (every rank; :mod:`turngym.trainer.sharded_checkpoint`); with
+        ``checkpoint_async`` its writes go on in the background until :meth:`wait_checkpoint`."""
         from turngym.trainer.checkpoint import save_checkpoint
 
         p = self.policy
         if self.cfg.cluster.strategy == "fsdp":
-            from turngym.trainer.sharded_checkpoint import save_sharded
+            from turngym.trainer.sharded_checkpoint import PendingCheckpoint, save_sharded
 
+            self.wait_checkpoint()  # one background write at a time, finished in order
             state = {"config_hash": config_hash(self.cfg)}
             keep = self.cfg.keep_checkpoints
-            return save_sharded(
+            saved = save_sharded(
                 self.run_dir,
                 self.step,
                 p.model,
@@ -182,7 +185,13 @@ class RunState:
                 state,
                 keep,
                 _seal(self.step),
+                background=self.cfg.checkpoint_async,
+                timeout_s=self.cfg.cluster.timeout_s,
             )
+            if isinstance(saved, PendingCheckpoint):
+                self.pending = saved
+                return saved.path
+            return saved
         return save_checkpoint(
             self.run_dir,
             self.step,
@@ -192,6 +201,12 @@ class RunState:
             {"config_hash": config_hash(self.cfg)},
             self.cfg.keep_checkpoints,
         )
+
+    def wait_checkpoint(self) -> Path | None:
+        """``checkpoint_async``: wait for the checkpoint being written and finish it (every rank);
+        its directory, or None when none is pending."""
+        pending, self.pending = self.pending, None
+        return pending.wait() if pending is not None else None
 
     def export_final(self) -> None:
         """The finished policy in Hugging Face format under ``run_dir/final`` (rank 0)."""

@@ -13,6 +13,12 @@ renames the directory into place and removes all but the newest ``keep``. Every 
 checkpoint is a plain file under its directory (:func:`checkpoint_files`); ``save_sharded(seal=...)``
 runs on the finished directory before the rename, where an integrity manifest over them goes.
 
+``save_sharded(background=True)`` (``checkpoint_async``) writes through DCP's ``async_save``: the
+shards are staged to host memory before it returns, the files are written by a background thread
+over a gloo group of its own (so it never races the training's collectives), and the call returns a
+:class:`PendingCheckpoint`; its ``wait()`` (every rank, before the next save and at the end of the
+run) finishes the checkpoint as above. Until then it is a ``.tmp-`` directory, which resume ignores.
+
 Weights and optimizer state go through ``get_state_dict``/``set_state_dict``
 (``torch.distributed.checkpoint.state_dict``): keys are parameter names, frozen parameters (a LoRA
 run's base model) are left out.
@@ -20,10 +26,12 @@ run's base model) are left out.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +66,37 @@ def checkpoint_files(path: Path) -> list[str]:
     return sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file())
 
 
+class PendingCheckpoint:
+    """A sharded checkpoint whose shards are being written in the background (``save_sharded`` with
+    ``background=True``): ``wait()`` (every rank) waits for this rank's writes, then finishes it
+    (barriers, ``extra.pt``, ``state.json``, the seal, the rename, retention); its final directory."""
+
+    def __init__(self, path: Path, future: Any, finish: Callable[[], Path]):
+        self.path, self._future, self._finish = path, future, finish
+
+    def wait(self) -> Path:
+        self._future.result()  # re-raises a failed write
+        return self._finish()
+
+
+_ASYNC_GROUP: list[Any] = []  # the gloo group background writes use, made at the first one
+
+
+def _async_group(dist: DistContext, timeout_s: float | None) -> Any:
+    """A gloo process group of all ranks for DCP's background writes (None in one process): a CPU
+    backend, which ``async_save`` needs under NCCL, and none of the training's collectives."""
+    if not dist.enabled:
+        return None
+    if not _ASYNC_GROUP:
+        from datetime import timedelta
+
+        import torch.distributed as tdist
+
+        kwargs = {"timeout": timedelta(seconds=timeout_s)} if timeout_s else {}
+        _ASYNC_GROUP.append(tdist.new_group(backend="gloo", **kwargs))
+    return _ASYNC_GROUP[0]
+
+
 def save_sharded(
     run_dir: Path,
     step: int,
@@ -68,11 +107,14 @@ def save_sharded(
     state: dict,
     keep: int,
     seal: Callable[[Path], None] | None = None,
-) -> Path:
-    """Write this step's checkpoint (every rank calls it); returns its final directory. ``seal``
-    (rank 0) runs on the finished temporary directory just before the rename: where an integrity
-    manifest over :func:`checkpoint_files` is written."""
-    import torch
+    background: bool = False,
+    timeout_s: float | None = None,
+) -> Path | PendingCheckpoint:
+    """Write this step's checkpoint (every rank calls it); returns its final directory, or with
+    ``background`` a :class:`PendingCheckpoint` to ``wait()`` on (``timeout_s``: how long the
+    background writes' collectives wait for the other ranks). ``seal`` (rank 0) runs on the
+    finished temporary directory just before the rename: where an integrity manifest over
+    :func:`checkpoint_files` is written."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -85,10 +127,36 @@ def save_sharded(
         tmp.mkdir(parents=True)
     dist.barrier()
     model_sd, optim_sd = get_state_dict(model, optimizer, options=_options())
-    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp / "dcp"))
+    # the schedule and RNG of this step, not of the step the background write ends in
+    extra = {"scheduler": copy.deepcopy(scheduler.state_dict()), "rng": rng_state()}
+    finish = partial(_finish, root, final, tmp, step, dist, extra, state, keep, seal)
+    box, where = {"model": model_sd, "optim": optim_sd}, str(tmp / "dcp")
+    if not background:
+        dcp.save(box, checkpoint_id=where)
+        return finish()
+    saving = dcp.async_save(box, checkpoint_id=where, process_group=_async_group(dist, timeout_s))
+    # a Future; an AsyncSaveResponse where staging itself is asynchronous (not the default stager's)
+    return PendingCheckpoint(final, getattr(saving, "upload_completion", saving), finish)
+
+
+def _finish(
+    root: Path,
+    final: Path,
+    tmp: Path,
+    step: int,
+    dist: DistContext,
+    extra: dict,
+    state: dict,
+    keep: int,
+    seal: Callable[[Path], None] | None,
+) -> Path:
+    """After every rank's shards are written: rank 0 adds ``extra.pt`` and ``state.json`` (last),
+    seals, renames into place and keeps the newest ``keep``."""
+    import torch
+
     dist.barrier()  # every rank's shards are on disk
     if dist.is_main:
-        torch.save({"scheduler": scheduler.state_dict(), "rng": rng_state()}, tmp / "extra.pt")
+        torch.save(extra, tmp / "extra.pt")
         info = {"step": step, "format": FORMAT, "world_size": dist.world_size, **state}
         (tmp / "state.json").write_text(json.dumps(info, indent=1))
         if seal is not None:

@@ -27,11 +27,12 @@ from turngym.agents.hf.registry import (
     register_hf_engine,
     resolve_hf_engine,
 )
-from turngym.agents.hf.slots import HFSlotBackend, KVSlotsTooLarge
+from turngym.agents.hf.slots import EngineAsleep, HFSlotBackend, KVSlotsTooLarge
 from turngym.agents.hf.worker import HFProcessBackend
 
 __all__ = [
     "COMPILE_SETTINGS",
+    "EngineAsleep",
     "ENGINE_CHOICES",
     "HF_ENGINES",
     "HFBackend",

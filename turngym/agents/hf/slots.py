@@ -19,15 +19,20 @@ CUDA graphs of decode blocks and of prefill passes, an optional ``torch.compile`
 * **Fallbacks**: on CPU, or with ``cuda_graphs=False``, decode steps run the same code eagerly; a
   capture or compile that fails turns graphs or compiling off with a warning and a stats counter.
 * It runs in a worker process too (``HFProcessBackend(..., engine="slots")``).
+* **Sleep** (``sleep(level)``/``wake()``, scheduler stopped): ``"kv"`` gives the KV slots back and
+  keeps the graphs, which ``wake()`` keeps only if the slots come back at the address they read
+  (else they are captured again on use); ``"kv+graphs"`` also gives back the graphs and their pool.
+  A request while asleep raises ``EngineAsleep``. Measurements: docs/scaling.md.
 
 ``stats`` adds ``graph_captures``, ``graph_replays``, ``eager_decodes``, ``graph_fallbacks``,
 ``capture_s``, ``compiles``, ``compile_s``, ``compile_fallbacks``, ``decode_blocks``,
-``block_steps_unused`` and the prefill graphs' counters to ``HFBackend``'s. Design notes and
-measurements: docs/engines.md.
+``block_steps_unused``, ``sleeps``/``wakes`` (``_s``, ``wake_graphs_kept``/``_dropped``) and the prefill
+graphs' counters to ``HFBackend``'s. Design notes and measurements: docs/engines.md.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +46,16 @@ from turngym.agents.hf.runner.slots import SlotRunner
 from turngym.agents.hf.scheduler.slots import SlotScheduler
 
 KV_SHARE = 0.5  # the KV slots may take at most this share of the device's free memory
+#: what ``HFSlotBackend.sleep`` gives back: the KV slots, or the slots and the captured graphs
+SLEEP_LEVELS = ("kv", "kv+graphs")
 
 
 class KVSlotsTooLarge(ValueError):
     """The KV slots would not fit the device (``make_hf_backend`` with ``auto`` falls back)."""
+
+
+class EngineAsleep(BackendError):
+    """A request to an engine whose KV slots were given back (``sleep``): ``wake()`` it first."""
 
 
 class HFSlotBackend(HFBackend):
@@ -138,7 +149,15 @@ class HFSlotBackend(HFBackend):
             compile_fallbacks=0,
             decode_blocks=0,
             block_steps_unused=0,
+            sleeps=0,
+            sleep_s=0.0,
+            wakes=0,
+            wake_s=0.0,
+            wake_graphs_kept=0,
+            wake_graphs_dropped=0,
         )
+        self.asleep: str | None = None  # the level of the last ``sleep()`` until ``wake()``
+        self._slept_at: int | None = None  # the slots' address when a "kv" sleep kept the graphs
         self.kv = kv
         self.runner = SlotRunner(
             self,
@@ -192,14 +211,72 @@ class HFSlotBackend(HFBackend):
     def precapture(self, context: int | None = None, filtered: tuple[bool, ...] = (False,)) -> int:
         """Capture now the decode graphs of every width and context bucket up to ``context``
         (``runner.graphs.DecodeGraphs.precapture``); how many it captured (0 without CUDA graphs)."""
+        self._check_awake()
         return self.runner.graphs.precapture(context, filtered)
+
+    def sleep(self, level: str = "kv+graphs") -> int:
+        """Give the KV slots (``"kv"``), or the slots and the captured graphs with their memory pool
+        (``"kv+graphs"``), back to the device until ``wake()``; parked rows are gone with them.
+        Only while the scheduler is stopped (after ``aclose``). Sleeping again is harmless (a deeper
+        level gives the graphs back too). Returns the KV bytes given back now."""
+        if level not in SLEEP_LEVELS:
+            raise ValueError(f"sleep level must be one of {', '.join(SLEEP_LEVELS)}, got {level!r}")
+        self._check_stopped("sleep()")
+        if self.asleep == "kv+graphs" or self.asleep == level:
+            return 0
+        t0 = time.perf_counter()
+        freed = 0
+        if self.asleep is None:
+            self._slept_at = self.kv.address
+            freed = self.kv.release()
+        if level == "kv+graphs":
+            self.runner.free()  # also the static inputs and the graphs (and so their pool)
+        self.scheduler.sharing.forget()
+        self.asleep = level
+        release_cuda_cache()
+        self.stats["sleeps"] += 1
+        self.stats["sleep_s"] += time.perf_counter() - t0
+        return freed
+
+    def wake(self) -> None:
+        """Take the KV slots back (zeroed) after ``sleep()``; the graphs a ``"kv"`` sleep kept are kept
+        only if the slots came back at the address they read (else dropped, captured again on use).
+        Waking an awake engine is harmless."""
+        if self.asleep is None:
+            return
+        t0 = time.perf_counter()
+        runner = self.runner
+        kept = self.asleep == "kv" and bool(runner.graphs.graphs or runner.prefill_graphs.graphs)
+        if kept:  # the update's cached blocks back to the device first: the old address may be free again
+            release_cuda_cache()
+        runner.inputs()
+        if kept:
+            if self.kv.address == self._slept_at:
+                self.stats["wake_graphs_kept"] += 1
+            else:
+                runner.graphs.clear()
+                runner.prefill_graphs.clear()
+                self.stats["wake_graphs_dropped"] += 1
+        self.asleep, self._slept_at = None, None
+        self.stats["wakes"] += 1
+        self.stats["wake_s"] += time.perf_counter() - t0
+
+    def _check_stopped(self, what: str) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            raise RuntimeError(f"{what} while the backend is serving: aclose() it first")
+
+    def _check_awake(self) -> None:
+        if self.asleep is not None:
+            raise EngineAsleep(
+                f"the slots engine is asleep (sleep({self.asleep!r}) gave its KV slots back): wake() it "
+                "before generating"
+            )
 
     def free_buffers(self) -> None:
         """Give the KV slots and the captured graphs back to the device (the trainer calls this
         after each rollout, so its update has the room); the next pass makes them again. Only while
         the scheduler is stopped (after ``aclose``, which also ends every parked row)."""
-        if self._thread is not None and self._thread.is_alive():
-            raise RuntimeError("free_buffers() while the backend is serving: aclose() it first")
+        self._check_stopped("free_buffers()")
         self.runner.free()
         release_cuda_cache()
 
@@ -211,6 +288,7 @@ class HFSlotBackend(HFBackend):
     def _request(
         self, prompt_ids: list[int], sampling: SamplingParams, done: Any, gave_up: Any = lambda: False
     ) -> Request:
+        self._check_awake()
         if len(prompt_ids) > self.max_context:
             raise BackendError(
                 f"a prompt of {len(prompt_ids)} tokens does not fit the backend's context of {self.max_context}"

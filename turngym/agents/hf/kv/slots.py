@@ -4,9 +4,11 @@ left-aligned in it (column = position), so a decode step has the same shapes whe
 and context bucket are in use. The last column is scratch: padded queries write there and nothing
 reads it.
 
-``SlotKV`` allocates the buffers on first use (``buffers()``), gives them back (``free()``), and
-copies rows between slots on the device for prefix sharing (``copy_rows``); ``SlotBatch`` is the
-scheduler's view of which request holds each slot and how many columns it has written.
+``SlotKV`` allocates the buffers on first use (``buffers()``: keys and values of every layer are views
+of one allocation, so one address says where they all are), gives them back (``free()``; ``release()``
+drops only the keys and values, for an engine's sleep), and copies rows between slots on the device for
+prefix sharing (``copy_rows``); ``SlotBatch`` is the scheduler's view of which request holds each slot
+and how many columns it has written.
 """
 
 from __future__ import annotations
@@ -73,17 +75,24 @@ class SlotKV:
     """The KV slots of ``model``: ``slots`` rows of ``max_context`` columns (and the scratch one) on
     ``device``. ``cache`` is None until ``buffers()`` makes them; ``row_base[s, h]`` is the flat row
     of (slot, head, column 0) in a layer's buffer viewed as ``[-1, head_dim]``; ``columns`` the
-    column indices."""
+    column indices; ``arena`` the one tensor every layer's keys and values are views of."""
 
     def __init__(self, model: Any, slots: int, max_context: int, device: Any):
         self.model, self.slots, self.max_context, self.device = model, slots, max_context, device
         self.bytes = kv_cache_bytes(model, slots, max_context + 1)
         self.cache: SlotCache | None = None
+        self.arena: Any = None
         self.row_base: Any = None
         self.columns: Any = None
 
+    @property
+    def address(self) -> int | None:
+        """Where the keys and values are on the device (None: not allocated); what captured graphs read."""
+        return None if self.arena is None else int(self.arena.data_ptr())
+
     def buffers(self) -> SlotCache:
-        """The slots' key and value buffers, made on first use."""
+        """The slots' key and value buffers, made on first use (the index tensors only if they are
+        gone too: a graph captured before a ``release()`` reads them at their addresses)."""
         if self.cache is not None:
             return self.cache
         import torch
@@ -94,18 +103,25 @@ class SlotKV:
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
         dtype = next(self.model.parameters()).dtype
         slots, columns, dev = self.slots, self.max_context + 1, self.device
-        shape = (slots, kv_heads, columns, head_dim)
-        n = config.num_hidden_layers
-        keys = [torch.zeros(shape, dtype=dtype, device=dev) for _ in range(n)]
-        values = [torch.zeros(shape, dtype=dtype, device=dev) for _ in range(n)]
-        self.row_base = torch.arange(slots * kv_heads, device=dev).view(slots, kv_heads) * columns
-        self.columns = torch.arange(columns, device=dev)
-        self.cache = SlotCache(keys, values)
+        shape = (2, config.num_hidden_layers, slots, kv_heads, columns, head_dim)
+        self.arena = torch.zeros(shape, dtype=dtype, device=dev)
+        if self.row_base is None:
+            self.row_base = torch.arange(slots * kv_heads, device=dev).view(slots, kv_heads) * columns
+            self.columns = torch.arange(columns, device=dev)
+        self.cache = SlotCache(list(self.arena[0].unbind(0)), list(self.arena[1].unbind(0)))
         return self.cache
 
+    def release(self) -> int:
+        """Drop the keys and values (their contents are lost; the index tensors stay where they are);
+        the bytes given back (0 when none were allocated). The next ``buffers()`` makes them again."""
+        freed = self.bytes if self.arena is not None else 0
+        self.cache, self.arena = None, None
+        return freed
+
     def free(self) -> None:
-        """Drop the buffers (the next ``buffers()`` makes them again)."""
-        self.cache = None
+        """Drop the buffers and the index tensors (the next ``buffers()`` makes them again)."""
+        self.release()
+        self.row_base, self.columns = None, None
 
     def copy_rows(self, copies: list[Copy]) -> None:
         """Copy the first ``columns`` cache columns of each donor slot into its new slot, every layer,

@@ -62,12 +62,15 @@ class SlotRunner:
         register_attention()
 
     def inputs(self) -> SlotCache:
-        """The KV buffers and the graphs' static inputs and outputs, made on first use."""
+        """The KV buffers and the graphs' static inputs and outputs, made on first use (after an
+        engine's sleep only what it dropped: the graphs it kept read the rest at their addresses)."""
         if self.kv.cache is not None and self.ids is not None:
             return self.kv.cache
         import torch
 
         cache = self.kv.buffers()
+        if self.ids is not None:
+            return cache
         slots, dev = self.max_batch_size, self.device
         spare = slots + 1
         self.ids = torch.full((spare,), self.engine.pad_id, dtype=torch.long, device=dev)
