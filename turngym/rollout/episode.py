@@ -101,6 +101,16 @@ class RolloutStats:
         }
 
 
+@dataclass(frozen=True)
+class ForkSupport:
+    """What one probe env says about forking: whether it can, why not, and its ``max_live`` (live envs
+    of its pool at once; None: no such limit)."""
+
+    forkable: bool
+    why_not: str
+    max_live: int | None
+
+
 class EpisodeFault(Exception):
     """A fault that masks the trajectory with ``reason`` (one of ``MASK_REASONS``)."""
 
@@ -332,6 +342,21 @@ class EpisodeRunner:
         error = await self.close_env(env)
         if error is not None:
             traj.metadata["close_error"] = error
+
+    async def fork_support(self) -> ForkSupport:
+        """Build one env, read whether it can fork (and its ``max_live``), close it: the preflight of
+        the runners that fork (trees, vines) before any episode."""
+        env = await self.build_env()
+        try:
+            base = getattr(env, "unwrapped", env)
+            max_live = getattr(base, "max_live", None)
+            return ForkSupport(
+                forkable=bool(getattr(env, "forkable", False)),
+                why_not=getattr(base, "_not_forkable_reason", "it has no fork()"),
+                max_live=None if max_live is None else int(max_live),
+            )
+        finally:
+            await self.close_env(env)
 
     async def close_env(self, env: Any) -> str | None:
         """Close an env within ``close_timeout``; the error text if that failed, never raised."""

@@ -208,24 +208,18 @@ class TreeRunner:
     async def preflight(self) -> Any:
         """Build one env and check that it can fork, before any episode. Returns None (grow trees),
         or the flat config to run instead (``fallback_flat``); raises ``NotForkable`` otherwise."""
-        env = await self.engine.build_env()
-        try:
-            forkable = bool(getattr(env, "forkable", False))
-            base = getattr(env, "unwrapped", env)
-            why = getattr(base, "_not_forkable_reason", "it has no fork()")
-            max_live = getattr(base, "max_live", None)
-        finally:
-            await self.engine.close_env(env)
-        if forkable:
+        support = await self.engine.fork_support()
+        max_live = support.max_live
+        if support.forkable:
             if max_live is not None:
-                if int(max_live) < self.cfg.k:
+                if max_live < self.cfg.k:
                     raise TreeError(
                         f"{self.engine.env_id} holds at most {max_live} live envs at once (max_live), but a "
                         f"branch point needs {self.cfg.k} (tree k); raise the env's limit or lower k"
                     )
-                self.slots = _Slots(int(max_live))
+                self.slots = _Slots(max_live)
             return None
-        msg = f"tree rollouts need a forkable env: {self.engine.env_id} cannot fork ({why})"
+        msg = f"tree rollouts need a forkable env: {self.engine.env_id} cannot fork ({support.why_not})"
         if not self.cfg.fallback_flat:
             raise NotForkable(msg + "; pass fallback_flat (--tree-fallback-flat) to run flat groups of K")
         log.warning("%s; running flat groups of %d instead (fallback_flat)", msg, self.cfg.k)
