@@ -56,6 +56,23 @@ async def test_schedule_tree_structure_and_stats():
         assert len(leaves) == 2 + len(reach_1)
     assert eng.stats.reconciles() and eng.stats.requested == len(trajs)
     assert eng.stats.tree["trees"] == 3 and eng.stats.as_dict()["tree"]["forks"] == len(trajs) - 3
+    # the engine's tree counters are the sums of the trees' summaries (all but generated_tokens)
+    summaries = [next(t for t in trajs if t.seed == seed).metadata["tree"] for seed in (0, 1, 2)]
+    assert list(summaries[0]) == [
+        "leaf",
+        "nodes",
+        "leaves",
+        "branch_points",
+        "forks",
+        "fork_errors",
+        "fork_s",
+        "generated_tokens",
+        "reused_sampled_tokens",
+        "reused_prefix_tokens",
+    ]
+    for key in ("nodes", "branch_points", "forks", "fork_errors", "reused_prefix_tokens"):
+        assert eng.stats.tree[key] == sum(s[key] for s in summaries), key
+    assert isinstance(summaries[0]["fork_s"], float) and "generated_tokens" not in eng.stats.tree
 
 
 async def test_node_budget_stops_branching_and_paths_still_finish():
