@@ -53,12 +53,12 @@ class EpisodeSettings(Protocol):
 class RolloutStats:
     """Live counters of a run."""
 
-    requested: int = 0
-    completed: int = 0
-    masked: int = 0
-    live: int = 0
-    turns: int = 0
-    generated_tokens: int = 0
+    requested: int = 0  # trajectories started (tree branches included)
+    completed: int = 0  # finished unmasked
+    masked: int = 0  # finished masked (``mask_reasons`` says why); requested = completed + masked
+    live: int = 0  # episodes running now
+    turns: int = 0  # turns recorded
+    generated_tokens: int = 0  # sampled tokens (vine continuations included)
     mask_reasons: Counter = field(default_factory=Counter)
     time_s: Counter = field(default_factory=Counter)  # the time ledger, summed (turngym.rollout.ledger)
     # tree rollouts: nodes, forks, fork_errors, branch_points, reused_sampled_tokens, reused_prefix_tokens
