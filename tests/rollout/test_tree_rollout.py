@@ -218,6 +218,22 @@ async def test_k_above_the_envs_max_live_is_refused():
         await eng.run(1)
 
 
+async def test_the_fork_probe_reads_one_env_and_closes_it():
+    """``EpisodeRunner.fork_support``, the preflight of trees and vines: whether the env forks, why not,
+    and its ``max_live``, from one env that is closed again."""
+    from turngym.rollout.episode import ForkSupport
+
+    arith = await tree_engine().episodes.fork_support()
+    assert isinstance(arith, ForkSupport) and arith.forkable and arith.max_live is None
+    limited = RolloutEngine(LimitedArith, ScriptedAgent(), RolloutConfig(), env_kwargs={"depth": 2})
+    assert (await limited.episodes.fork_support()).max_live == 4
+    FaultyEnv.reset_counters()
+    faulty = RolloutEngine(FaultyEnv, ScriptedAgent(), RolloutConfig(), env_id="faulty")
+    support = await faulty.episodes.fork_support()
+    assert not support.forkable and "does not implement fork()" in support.why_not
+    assert FaultyEnv.made == 1 and FaultyEnv.closed == 1
+
+
 def test_tree_config_is_validated():
     with pytest.raises(ValueError, match="k must be >= 2"):
         TreeConfig(k=1)
