@@ -59,3 +59,12 @@ def test_the_registry_and_the_credit_settings_resolve_through_it():
         build_judge(ArenaSettings(judge_fn="turngym.core.plugins:nope"))
     with pytest.raises(ValueError, match=r"credit\.arena\.judge_fn"):
         build_judge(ArenaSettings(judge_fn="no-colon"))
+
+
+def test_the_harness_reward_fn_resolves_through_it():
+    from turngym.trainer.harness_rollout import load_reward_fn
+
+    assert load_reward_fn("turngym.core.plugins:load_object") is load_object
+    for bad in ("no-colon", "turngym.core.plugins:nope", "turngym.core.plugins:log.name"):
+        with pytest.raises(ValueError, match=r"rollout\.harness\.reward_fn"):
+            load_reward_fn(bad)
