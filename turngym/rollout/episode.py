@@ -5,7 +5,7 @@ fault policy: any failure masks the trajectory with a reason from ``MASK_REASONS
 
 The flat engine (:class:`~turngym.rollout.engine.RolloutEngine`) runs one ``run_episode`` per sample;
 the tree runner (:mod:`turngym.rollout.tree`) plays its own turn loop over ``act`` and ``apply`` and
-finishes forked paths with ``finish``.
+finishes forked paths with ``finish``; trees and vines ask ``fork_support`` (one probe env) first.
 """
 
 from __future__ import annotations
