@@ -29,6 +29,27 @@ def test_cache_key_depends_on_config_and_template(tmp_path):
         tiny_model_path(template="nope", cache_dir=tmp_path)
 
 
+def test_every_field_of_the_shape_reaches_the_saved_model_config(tmp_path):
+    """``TinyConfig.model_shape`` passes the shape to ``Qwen2Config`` by name: a non-default value of
+    each field is in the saved config (the vocabulary is the tokenizer's, the seed seeds the init)."""
+    import json
+
+    shape = TinyConfig(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        seed=3,
+    )
+    saved = json.loads((tiny_model_path(shape, cache_dir=tmp_path) / "config.json").read_text())
+    for name, value in shape.model_shape().items():
+        assert saved[name] == value, name
+    assert saved["head_dim"] == 32 and saved["max_position_embeddings"] == 512
+    assert saved["tie_word_embeddings"] is True
+
+
 def test_tokenizer_is_byte_level_with_markup_tokens(tokenizer):
     text = "Évaluer: (12 + 7) * 3 \u2603 \n\t"
     assert tokenizer.decode(tokenizer.encode(text, add_special_tokens=False)) == text

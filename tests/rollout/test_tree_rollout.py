@@ -56,6 +56,23 @@ async def test_schedule_tree_structure_and_stats():
         assert len(leaves) == 2 + len(reach_1)
     assert eng.stats.reconciles() and eng.stats.requested == len(trajs)
     assert eng.stats.tree["trees"] == 3 and eng.stats.as_dict()["tree"]["forks"] == len(trajs) - 3
+    # the engine's tree counters are the sums of the trees' summaries (all but generated_tokens)
+    summaries = [next(t for t in trajs if t.seed == seed).metadata["tree"] for seed in (0, 1, 2)]
+    assert list(summaries[0]) == [
+        "leaf",
+        "nodes",
+        "leaves",
+        "branch_points",
+        "forks",
+        "fork_errors",
+        "fork_s",
+        "generated_tokens",
+        "reused_sampled_tokens",
+        "reused_prefix_tokens",
+    ]
+    for key in ("nodes", "branch_points", "forks", "fork_errors", "reused_prefix_tokens"):
+        assert eng.stats.tree[key] == sum(s[key] for s in summaries), key
+    assert isinstance(summaries[0]["fork_s"], float) and "generated_tokens" not in eng.stats.tree
 
 
 async def test_node_budget_stops_branching_and_paths_still_finish():
@@ -199,6 +216,22 @@ async def test_k_above_the_envs_max_live_is_refused():
     )
     with pytest.raises(TreeError, match="at most 4 live envs at once .* needs 5"):
         await eng.run(1)
+
+
+async def test_the_fork_probe_reads_one_env_and_closes_it():
+    """``EpisodeRunner.fork_support``, the preflight of trees and vines: whether the env forks, why not,
+    and its ``max_live``, from one env that is closed again."""
+    from turngym.rollout.episode import ForkSupport
+
+    arith = await tree_engine().episodes.fork_support()
+    assert isinstance(arith, ForkSupport) and arith.forkable and arith.max_live is None
+    limited = RolloutEngine(LimitedArith, ScriptedAgent(), RolloutConfig(), env_kwargs={"depth": 2})
+    assert (await limited.episodes.fork_support()).max_live == 4
+    FaultyEnv.reset_counters()
+    faulty = RolloutEngine(FaultyEnv, ScriptedAgent(), RolloutConfig(), env_id="faulty")
+    support = await faulty.episodes.fork_support()
+    assert not support.forkable and "does not implement fork()" in support.why_not
+    assert FaultyEnv.made == 1 and FaultyEnv.closed == 1
 
 
 def test_tree_config_is_validated():

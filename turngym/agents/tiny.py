@@ -120,6 +120,12 @@ class TinyConfig:
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
 
+    def model_shape(self) -> dict[str, int]:
+        """The ``Qwen2Config`` arguments this shape sets (the fields share their names; the vocabulary
+        size is the trained tokenizer's, the seed only seeds the init)."""
+        shape = {k: v for k, v in asdict(self).items() if k not in ("vocab_size", "seed")}
+        return {**shape, "head_dim": self.head_dim}
+
 
 def tiny_model_path(
     config: TinyConfig | None = None, template: str = "chatml", cache_dir: str | Path | None = None
@@ -164,14 +170,8 @@ def build_tiny_model(out_dir: str | Path, config: TinyConfig | None = None, temp
     ids = tokenizer.convert_tokens_to_ids(SPECIAL_TOKENS)
     pad_id, _, im_end = ids
     model_config = Qwen2Config(
+        **config.model_shape(),
         vocab_size=len(tokenizer),
-        hidden_size=config.hidden_size,
-        intermediate_size=config.intermediate_size,
-        num_hidden_layers=config.num_hidden_layers,
-        num_attention_heads=config.num_attention_heads,
-        num_key_value_heads=config.num_key_value_heads,
-        head_dim=config.head_dim,
-        max_position_embeddings=config.max_position_embeddings,
         tie_word_embeddings=True,
         bos_token_id=pad_id,
         eos_token_id=im_end,

@@ -14,7 +14,6 @@ overrides it was made with, so ``env.spec.id`` names the env (``"search-qa-v0"``
 from __future__ import annotations
 
 import difflib
-import importlib
 import re
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -23,7 +22,7 @@ from typing import Any, TypeVar
 
 from gymnasium.envs.registration import EnvSpec as GymEnvSpec
 
-from turngym.core.plugins import load_entry_points
+from turngym.core.plugins import load_entry_points, load_object
 
 ENTRY_POINT_GROUP = "turngym.envs"
 GYM_NAMESPACE = "turngym"
@@ -75,11 +74,8 @@ class EnvSpec(GymEnvSpec):
     def load(self) -> Callable[..., Any]:
         if callable(self.entry_point):
             return self.entry_point
-        module, _, attr = self.entry_point.partition(":")
-        if not attr:
-            raise ValueError(f"entry point {self.entry_point!r} of {self.id!r} must be 'module:Class'")
         try:
-            mod = importlib.import_module(module)
+            return load_object(self.entry_point, f"entry point of {self.id!r}")
         except ImportError as e:
             hint = (
                 f" (install the extra: pip install 'turngym[{','.join(self.requires)}]')"
@@ -87,22 +83,12 @@ class EnvSpec(GymEnvSpec):
                 else ""
             )
             raise ImportError(f"cannot load env {self.id!r}: {e}{hint}") from e
-        obj: Any = mod
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-        return obj
 
     def load_judge(self) -> Any:
         """The ``EnvJudge`` this env publishes (``judge="module:attr"`` at registration), or None."""
         if not self.judge:
             return None
-        module, _, attr = self.judge.partition(":")
-        if not attr:
-            raise ValueError(f"judge {self.judge!r} of {self.id!r} must be 'module:attr'")
-        obj: Any = importlib.import_module(module)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-        return obj
+        return load_object(self.judge, f"judge of {self.id!r}")
 
     # --- what callers may know about an env without constructing one (its class's declarations)
     def parser(self, overrides: dict[str, Any] | None = None) -> Any:

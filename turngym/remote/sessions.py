@@ -75,12 +75,14 @@ class Session:
 
 @dataclass
 class ServeStats:
-    opened: int = 0
-    closed: int = 0
-    closed_idle: int = 0
-    closed_disconnect: int = 0
-    refused_full: int = 0
-    close_errors: int = 0
+    """Session counters of one server (its ``/health`` answer)."""
+
+    opened: int = 0  # sessions created or forked
+    closed: int = 0  # sessions closed, for any reason
+    closed_idle: int = 0  # of those, by the idle reaper
+    closed_disconnect: int = 0  # of those, because the websocket that owned them went away
+    refused_full: int = 0  # creates and forks refused at ``max_sessions``
+    close_errors: int = 0  # closes whose ``env.aclose()`` raised (counted and logged)
 
 
 class SessionManager:

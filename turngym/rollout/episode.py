@@ -5,7 +5,7 @@ fault policy: any failure masks the trajectory with a reason from ``MASK_REASONS
 
 The flat engine (:class:`~turngym.rollout.engine.RolloutEngine`) runs one ``run_episode`` per sample;
 the tree runner (:mod:`turngym.rollout.tree`) plays its own turn loop over ``act`` and ``apply`` and
-finishes forked paths with ``finish``.
+finishes forked paths with ``finish``; trees and vines ask ``fork_support`` (one probe env) first.
 """
 
 from __future__ import annotations
@@ -53,12 +53,12 @@ class EpisodeSettings(Protocol):
 class RolloutStats:
     """Live counters of a run."""
 
-    requested: int = 0
-    completed: int = 0
-    masked: int = 0
-    live: int = 0
-    turns: int = 0
-    generated_tokens: int = 0
+    requested: int = 0  # trajectories started (tree branches included)
+    completed: int = 0  # finished unmasked
+    masked: int = 0  # finished masked (``mask_reasons`` says why); requested = completed + masked
+    live: int = 0  # episodes running now
+    turns: int = 0  # turns recorded
+    generated_tokens: int = 0  # sampled tokens (vine continuations included)
     mask_reasons: Counter = field(default_factory=Counter)
     time_s: Counter = field(default_factory=Counter)  # the time ledger, summed (turngym.rollout.ledger)
     # tree rollouts: nodes, forks, fork_errors, branch_points, reused_sampled_tokens, reused_prefix_tokens
@@ -99,6 +99,16 @@ class RolloutStats:
             **({"tree": dict(self.tree)} if self.tree else {}),
             **({"vine": dict(self.vine)} if self.vine else {}),
         }
+
+
+@dataclass(frozen=True)
+class ForkSupport:
+    """What one probe env says about forking: whether it can, why not, and its ``max_live`` (live envs
+    of its pool at once; None: no such limit)."""
+
+    forkable: bool
+    why_not: str
+    max_live: int | None
 
 
 class EpisodeFault(Exception):
@@ -332,6 +342,21 @@ class EpisodeRunner:
         error = await self.close_env(env)
         if error is not None:
             traj.metadata["close_error"] = error
+
+    async def fork_support(self) -> ForkSupport:
+        """Build one env, read whether it can fork (and its ``max_live``), close it: the preflight of
+        the runners that fork (trees, vines) before any episode."""
+        env = await self.build_env()
+        try:
+            base = getattr(env, "unwrapped", env)
+            max_live = getattr(base, "max_live", None)
+            return ForkSupport(
+                forkable=bool(getattr(env, "forkable", False)),
+                why_not=getattr(base, "_not_forkable_reason", "it has no fork()"),
+                max_live=None if max_live is None else int(max_live),
+            )
+        finally:
+            await self.close_env(env)
 
     async def close_env(self, env: Any) -> str | None:
         """Close an env within ``close_timeout``; the error text if that failed, never raised."""

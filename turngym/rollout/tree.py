@@ -28,6 +28,7 @@ import asyncio
 import logging
 import time
 import zlib
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -157,18 +158,25 @@ class TreeConfig:
 
 
 # ------------------------------------------------------------------ growing
+#: what a tree counts (``_Tree.counts``), in the order of its summary; all but ``generated_tokens``
+#: (the engine counts those itself) are summed into ``engine.stats.tree``
+TREE_COUNTS = (
+    "nodes",
+    "branch_points",
+    "forks",
+    "fork_errors",
+    "fork_s",
+    "generated_tokens",
+    "reused_sampled_tokens",
+    "reused_prefix_tokens",
+)
+
+
 @dataclass
 class _Tree:
     seed: int
     cfg: TreeConfig
-    nodes: int = 0
-    generated: int = 0
-    reused_sampled: int = 0
-    reused_prefix: int = 0
-    forks: int = 0
-    fork_errors: int = 0
-    fork_s: float = 0.0
-    branch_points: int = 0
+    counts: Counter = field(default_factory=lambda: Counter(fork_s=0.0))  # TREE_COUNTS
     cap: int | None = None  # paths reserved out of the env's ``max_live`` (None: no such limit)
     live: int = 0  # paths started whose env is not closed yet
     tasks: list[asyncio.Task] = field(default_factory=list)
@@ -177,23 +185,15 @@ class _Tree:
     def can_branch(self) -> bool:
         c = self.cfg
         return (
-            (c.max_nodes is None or self.nodes < c.max_nodes)
-            and (c.max_tokens is None or self.generated < c.max_tokens)
+            (c.max_nodes is None or self.counts["nodes"] < c.max_nodes)
+            and (c.max_tokens is None or self.counts["generated_tokens"] < c.max_tokens)
             and (self.cap is None or self.live + c.k - 1 <= self.cap)
         )
 
     def summary(self) -> dict[str, float]:
-        return {
-            "nodes": self.nodes,
-            "leaves": len(self.leaves),
-            "branch_points": self.branch_points,
-            "forks": self.forks,
-            "fork_errors": self.fork_errors,
-            "fork_s": round(self.fork_s, 6),
-            "generated_tokens": self.generated,
-            "reused_sampled_tokens": self.reused_sampled,
-            "reused_prefix_tokens": self.reused_prefix,
-        }
+        summary: dict[str, float] = {k: self.counts[k] for k in TREE_COUNTS}
+        summary["fork_s"] = round(summary["fork_s"], 6)
+        return {"nodes": summary.pop("nodes"), "leaves": len(self.leaves), **summary}
 
 
 class TreeRunner:
@@ -208,24 +208,18 @@ class TreeRunner:
     async def preflight(self) -> Any:
         """Build one env and check that it can fork, before any episode. Returns None (grow trees),
         or the flat config to run instead (``fallback_flat``); raises ``NotForkable`` otherwise."""
-        env = await self.engine.build_env()
-        try:
-            forkable = bool(getattr(env, "forkable", False))
-            base = getattr(env, "unwrapped", env)
-            why = getattr(base, "_not_forkable_reason", "it has no fork()")
-            max_live = getattr(base, "max_live", None)
-        finally:
-            await self.engine.close_env(env)
-        if forkable:
+        support = await self.engine.fork_support()
+        max_live = support.max_live
+        if support.forkable:
             if max_live is not None:
-                if int(max_live) < self.cfg.k:
+                if max_live < self.cfg.k:
                     raise TreeError(
                         f"{self.engine.env_id} holds at most {max_live} live envs at once (max_live), but a "
                         f"branch point needs {self.cfg.k} (tree k); raise the env's limit or lower k"
                     )
-                self.slots = _Slots(int(max_live))
+                self.slots = _Slots(max_live)
             return None
-        msg = f"tree rollouts need a forkable env: {self.engine.env_id} cannot fork ({why})"
+        msg = f"tree rollouts need a forkable env: {self.engine.env_id} cannot fork ({support.why_not})"
         if not self.cfg.fallback_flat:
             raise NotForkable(msg + "; pass fallback_flat (--tree-fallback-flat) to run flat groups of K")
         log.warning("%s; running flat groups of %d instead (fallback_flat)", msg, self.cfg.k)
@@ -261,12 +255,10 @@ class TreeRunner:
         for rank, traj in enumerate(leaves):
             traj.sample = rank
             traj.metadata["tree"] = {"leaf": _leaf_id(traj), **summary}
-        eng.stats.tree["fork_s"] += tree.fork_s
-        for key in ("nodes", "forks", "fork_errors", "branch_points"):
-            eng.stats.tree[key] += summary[key]
+        for key in TREE_COUNTS:
+            if key != "generated_tokens":
+                eng.stats.tree[key] += tree.counts[key]
         eng.stats.tree["trees"] += 1
-        eng.stats.tree["reused_sampled_tokens"] += tree.reused_sampled
-        eng.stats.tree["reused_prefix_tokens"] += tree.reused_prefix
         return leaves
 
     # ---- paths
@@ -344,9 +336,9 @@ class TreeRunner:
                 if len(traj.turns) > t:  # recorded (even when the step then faulted)
                     turn = traj.turns[t]
                     turn.node_id, turn.parent_id = f"{parent}.{child}", parent
-                    tree.nodes += 1
+                    tree.counts["nodes"] += 1
                     if turn.gen_span is not None:
-                        tree.generated += turn.gen_span[1] - turn.gen_span[0]
+                        tree.counts["generated_tokens"] += turn.gen_span[1] - turn.gen_span[0]
             if done:
                 return
 
@@ -354,7 +346,7 @@ class TreeRunner:
         """Children 1..K-1 of ``parent`` (the caller's path is child 0): each on ``await env.afork()``
         and a fork of ``session``, run as tasks of the tree. A failed fork is a masked leaf."""
         eng = self.engine
-        tree.branch_points += 1
+        tree.counts["branch_points"] += 1
         prefix_tokens = len(getattr(getattr(session, "tokens", None), "token_ids", ()))
         prefix_sampled = sum(b - a for a, b in (t.gen_span for t in traj.turns if t.gen_span))
         for j in range(1, self.cfg.k):
@@ -366,7 +358,7 @@ class TreeRunner:
             try:
                 child_env = await asyncio.wait_for(env.afork(), eng.config.turn_timeout)
             except Exception as e:  # noqa: BLE001 - the branch is masked, the parent goes on
-                tree.fork_errors += 1
+                tree.counts["fork_errors"] += 1
                 msg = "the fork timed out" if isinstance(e, TimeoutError) else e
                 mask_trajectory(branch, "fork_error", msg)
                 branch.metadata["tree_node"] = node  # the node this branch would have started
@@ -374,13 +366,13 @@ class TreeRunner:
                 self._leaf(tree, branch)
                 continue
             finally:
-                tree.fork_s += time.monotonic() - t0
-            tree.forks += 1
+                tree.counts["fork_s"] += time.monotonic() - t0
+            tree.counts["forks"] += 1
             route = f"{traj.group}#{node}"
             salt = self.engine.config.sampling_seed
             child_session = _fork_session(session, child_env, seed=_seed(tree.seed, node, salt), route=route)
-            tree.reused_sampled += prefix_sampled
-            tree.reused_prefix += prefix_tokens
+            tree.counts["reused_sampled_tokens"] += prefix_sampled
+            tree.counts["reused_prefix_tokens"] += prefix_tokens
             tree.tasks.append(
                 asyncio.create_task(self._branch_path(child_env, child_session, branch, tree, parent, j))
             )

@@ -111,21 +111,16 @@ class _Path:
 async def preflight(episodes: EpisodeRunner) -> int | None:
     """Build one env and check that it can fork, before any episode (``NotForkable`` otherwise);
     returns the env's ``max_live`` (live envs of its pool at once), if it has one."""
-    env = await episodes.build_env()
-    try:
-        forkable = bool(getattr(env, "forkable", False))
-        base = getattr(env, "unwrapped", env)
-        why = getattr(base, "_not_forkable_reason", "it has no fork()")
-        max_live = getattr(base, "max_live", None)
-    finally:
-        await episodes.close_env(env)
-    if not forkable:
-        raise NotForkable(f"vine value estimates need a forkable env: {episodes.env_id} cannot fork ({why})")
-    if max_live is not None and int(max_live) < 2:
+    support = await episodes.fork_support()
+    if not support.forkable:
         raise NotForkable(
-            f"{episodes.env_id} holds at most {max_live} live env (max_live): nothing left to fork"
+            f"vine value estimates need a forkable env: {episodes.env_id} cannot fork ({support.why_not})"
         )
-    return None if max_live is None else int(max_live)
+    if support.max_live is not None and support.max_live < 2:
+        raise NotForkable(
+            f"{episodes.env_id} holds at most {support.max_live} live env (max_live): nothing left to fork"
+        )
+    return support.max_live
 
 
 class LiveEnvs:

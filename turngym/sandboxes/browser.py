@@ -62,11 +62,13 @@ MAX_PAGE_ERRORS = 200
 
 @dataclass
 class PoolStats:
-    launches: int = 0
-    crashes: int = 0
-    leases: int = 0
-    active: int = 0
-    launch_s: list[float] = field(default_factory=list)
+    """Counters of a browser pool's life."""
+
+    launches: int = 0  # browsers started (replacements of crashed ones included)
+    crashes: int = 0  # browsers that died under the pool
+    leases: int = 0  # pages handed out
+    active: int = 0  # pages out now
+    launch_s: list[float] = field(default_factory=list)  # seconds each launch took
 
 
 class BrowserPool:

@@ -34,11 +34,11 @@ _SHARED_LOCK = threading.Lock()
 class PoolStats:
     """Counters of a pool's life (for benchmarks and logs)."""
 
-    handed_out_warm: int = 0
-    handed_out_cold: int = 0
-    replaced_dead: int = 0
-    start_failures: int = 0
-    released: int = 0
+    handed_out_warm: int = 0  # acquires served by a warm spare (checked alive)
+    handed_out_cold: int = 0  # acquires that had to start a container (no spare idle)
+    replaced_dead: int = 0  # warm spares found dead at hand-out and removed
+    start_failures: int = 0  # spare starts that failed (retried by the next fill)
+    released: int = 0  # containers given back (and removed)
 
 
 class SandboxPool:

@@ -33,14 +33,11 @@ class ToolDef:
         terminal: bool = False,
         timeout: float | None = None,
     ):
-        self.fn = fn
-        self.name = name or fn.__name__
-        self.terminal = terminal
-        self.timeout = timeout
-        self.is_async = inspect.iscoroutinefunction(fn)
         doc = docstring_parser.parse(inspect.getdoc(fn) or "")
         summary = " ".join(p for p in (doc.short_description, doc.long_description) if p)
-        self.description = description if description is not None else summary
+        self._define(
+            fn, name or fn.__name__, description if description is not None else summary, terminal, timeout
+        )
         arg_docs = {p.arg_name: (p.description or "") for p in doc.params}
         self.model = _arguments_model(fn, self.name, arg_docs)
         self.spec = ToolSpec(
@@ -49,6 +46,18 @@ class ToolDef:
             parameters=_clean_schema(self.model.model_json_schema()),
             terminal=terminal,
         )
+
+    def _define(
+        self, fn: Callable[..., Any], name: str, description: str, terminal: bool, timeout: float | None
+    ) -> None:
+        """What every definition holds besides its spec and validator (a subclass that brings its own
+        spec, like an MCP server's tool, calls this instead of ``__init__``)."""
+        self.fn = fn
+        self.name = name
+        self.terminal = terminal
+        self.timeout = timeout
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.description = description
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Validated keyword arguments; raises ``pydantic.ValidationError`` (or ``BadArguments`` for

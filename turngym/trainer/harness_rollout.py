@@ -20,12 +20,12 @@ calls.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import secrets
 from typing import Any
 
 import numpy as np
 
+from turngym.core.plugins import load_object
 from turngym.core.types import Trajectory
 from turngym.trainer.config import TrainConfig
 
@@ -42,13 +42,7 @@ CALL_PHASES = (
 
 def load_reward_fn(path: str) -> Any:
     """``"package.module:function"`` -> the function."""
-    module, sep, name = path.partition(":")
-    if not sep or not module or not name:
-        raise ValueError(f"rollout.harness.reward_fn must be 'module:function', got {path!r}")
-    fn = getattr(importlib.import_module(module), name, None)
-    if not callable(fn):
-        raise ValueError(f"rollout.harness.reward_fn {path!r} is not a function")
-    return fn
+    return load_object(path, "rollout.harness.reward_fn", must_call=True)
 
 
 def harness_rollout(

@@ -18,6 +18,25 @@ from turngym.envs.travel.generate import generate_tables
 from turngym.envs.travel.schema import COLUMNS, HOUSE_RULES, ROOM_TYPES
 
 
+def test_the_states_table_loads_from_its_data_file():
+    """50 states with US centroids and 304 cities, each city in one state only, in the file's order
+    (the generated database depends on that order)."""
+    from turngym.envs.travel.cities import STATES, STATES_FILE, all_cities
+
+    assert STATES_FILE.is_file() and len(STATES) == 50
+    assert list(STATES)[:2] == ["Alabama", "Alaska"] and list(STATES)[-1] == "Wyoming"
+    assert STATES["Alabama"] == (
+        32.8,
+        -86.8,
+        1.6,
+        ("Birmingham", "Montgomery", "Mobile", "Huntsville", "Dothan"),
+    )
+    for lat, lon, spread, cities in STATES.values():
+        assert 18 < lat < 72 and -170 < lon < -60 and 0 < spread <= 4 and cities
+    pairs = all_cities()
+    assert len(pairs) == 304 and len({city for city, _ in pairs}) == 304
+
+
 @pytest.fixture(scope="module")
 def full_tables():
     return generate_tables(seed=0)

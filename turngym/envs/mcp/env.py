@@ -70,12 +70,7 @@ class McpToolDef(ToolDef):
         server: str,
         remote_name: str,
     ):
-        self.fn = fn
-        self.name = spec.name
-        self.terminal = False
-        self.timeout = timeout
-        self.is_async = True
-        self.description = spec.description
+        self._define(fn, spec.name, spec.description, terminal=False, timeout=timeout)
         self.spec = spec
         self.server = server
         self.remote_name = remote_name

@@ -209,9 +209,9 @@ class WorldConfig:
 
     seed: int = 0
     n_passages: int = 10_000
-    twin_rate: float = 0.1
-    split_rate: float = 0.3
-    entity_share: float = 0.6
+    twin_rate: float = 0.1  # chance that a new entity is a near-duplicate of one before it
+    split_rate: float = 0.3  # chance that an entity's passage is split in two
+    entity_share: float = 0.6  # share of the passages about entities (the rest: lists and events)
 
     def __post_init__(self) -> None:
         if self.n_passages < 100:

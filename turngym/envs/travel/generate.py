@@ -16,20 +16,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from turngym.envs.travel import schema
 from turngym.envs.travel.cities import STATES
-from turngym.envs.travel.schema import (
-    ACCOMMODATIONS,
-    ATTRACTIONS,
-    CITIES,
-    COLUMNS,
-    DISTANCE,
-    FLIGHTS,
-    HOUSE_RULES,
-    RESTAURANTS,
-    ROAD_MODES,
-    ROOM_TYPES,
-    road_cost,
-)
+from turngym.envs.travel.schema import HOUSE_RULES, ROAD_MODES, ROOM_TYPES, road_cost
 
 # ---------------------------------------------------------------- vocabularies
 _ACC_ADJ = (
@@ -329,9 +318,9 @@ def generate_tables(
 
     km = _haversine_km(lat[:, None], lon[:, None], lat[None, :], lon[None, :])
     tables = {
-        CITIES: pd.DataFrame({"City": city_names, "State": states}),
-        FLIGHTS: _flights(rng, city_names, size, km, start_date, n_days),
-        DISTANCE: _distance(rng, city_names, km),
+        schema.CITIES: pd.DataFrame({"City": city_names, "State": states}),
+        schema.FLIGHTS: _flights(rng, city_names, size, km, start_date, n_days),
+        schema.DISTANCE: _distance(rng, city_names, km),
     }
     acc: list[dict] = []
     rest: list[dict] = []
@@ -340,10 +329,10 @@ def generate_tables(
         acc += _accommodations(rng, city, size[i])
         rest += _restaurants(rng, city, size[i])
         attr += _attractions(rng, city, states[i], lat[i], lon[i], size[i])
-    tables[ACCOMMODATIONS] = pd.DataFrame(acc)
-    tables[RESTAURANTS] = pd.DataFrame(rest)
-    tables[ATTRACTIONS] = pd.DataFrame(attr)
-    return {name: tables[name][COLUMNS[name]] for name in COLUMNS}
+    tables[schema.ACCOMMODATIONS] = pd.DataFrame(acc)
+    tables[schema.RESTAURANTS] = pd.DataFrame(rest)
+    tables[schema.ATTRACTIONS] = pd.DataFrame(attr)
+    return {name: tables[name][schema.COLUMNS[name]] for name in schema.COLUMNS}
 
 
 def _haversine_km(lat1, lon1, lat2, lon2) -> np.ndarray:

@@ -16,6 +16,7 @@ from typing import Literal
 
 import numpy as np
 
+from turngym.core.plugins import load_object
 from turngym.trainer.credit.base import GroupCredit, broadcast
 from turngym.trainer.credit.normalize import zscore
 from turngym.trainer.credit.registry import CreditContext, MethodSettings, credit_method
@@ -339,7 +340,6 @@ def build_judge(settings: ArenaSettings, env: str | None = None) -> Callable:
     ``rubric`` uses the env's rubric and prompt (else ``research``); a programmatic judge without a
     ``judge_fn`` uses the env's programmatic scorer (else the outcome comparison).
     """
-    import importlib
 
     from turngym.core.judging import env_judge
     from turngym.trainer.judges import LLMJudge, ProgrammaticJudge, openai_complete, outcome_judge
@@ -352,8 +352,7 @@ def build_judge(settings: ArenaSettings, env: str | None = None) -> Callable:
         rubric = a.rubric or published or "research"
         return LLMJudge(openai_complete(a.judge_base_url, a.judge_model, temperature=0.0), rubric, a.retries)
     if a.judge_fn:
-        module, _, name = a.judge_fn.partition(":")
-        return ProgrammaticJudge(getattr(importlib.import_module(module), name))
+        return ProgrammaticJudge(load_object(a.judge_fn, "credit.arena.judge_fn", must_call=True))
     if published is not None and published.pairwise is not None:
         return ProgrammaticJudge(published.pairwise)
     return outcome_judge()

@@ -15,7 +15,6 @@ group gives that whole group zero advantages — never a silently wrong rank for
 
 from __future__ import annotations
 
-import importlib
 import logging
 import math
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from turngym.core.plugins import load_object
 from turngym.core.types import Trajectory
 from turngym.trainer.credit.base import GroupCredit, broadcast
 from turngym.trainer.credit.grpo import grpo
@@ -85,13 +85,7 @@ def build_scorer(
     from turngym.core.judging import env_judge
 
     if settings.scorer:
-        module, sep, name = settings.scorer.partition(":")
-        if not sep or not module or not name:
-            raise ValueError(f"credit.pointwise.scorer must be 'module:function', got {settings.scorer!r}")
-        fn = getattr(importlib.import_module(module), name, None)
-        if not callable(fn):
-            raise ValueError(f"credit.pointwise.scorer {settings.scorer!r} is not a callable")
-        return fn
+        return load_object(settings.scorer, "credit.pointwise.scorer", must_call=True)
     published = env_judge(env) if env else None
     if published is not None and published.pointwise is not None:
         return published.pointwise

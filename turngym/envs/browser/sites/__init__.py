@@ -12,9 +12,10 @@ until a site is started): ``function(name, seed=..., port=...)`` returns a start
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any
+
+from turngym.core.plugins import load_object
 
 
 @dataclass(frozen=True)
@@ -50,5 +51,5 @@ def site_entry(name: str) -> SiteEntry:
 
 def start_site(name: str, *, seed: int = 0, port: int | None = None) -> Any:
     """Start site ``name`` (its data from ``seed``) on ``port`` (a free one if None); returns the server."""
-    module, attr = site_entry(name).entry_point.split(":", 1)
-    return getattr(importlib.import_module(module), attr)(name, seed=seed, port=port)
+    serve = load_object(site_entry(name).entry_point, f"the entry point of site {name!r}", must_call=True)
+    return serve(name, seed=seed, port=port)
