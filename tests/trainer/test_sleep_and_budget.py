@@ -129,3 +129,21 @@ def test_settings_that_cannot_work_together_are_refused():
         load_config(None, ["checkpoint_async=true"])
     with pytest.raises(ValueError, match="less than or equal to 1"):
         load_config(None, ["memory.update_fraction=1.5"])
+
+
+def test_sleep_is_refused_on_cuda_before_the_model_loads(tmp_path):
+    """On an H200 the engine's tokens after sleep() and wake() differed from before: a run asking for
+    the sleep on CUDA stops at setup with the reason, before any weights are loaded."""
+    from turngym.trainer.loop import Trainer
+
+    cfg = load_config(
+        None,
+        [
+            f"run_dir={tmp_path}",
+            "model.path=/nonexistent/model",  # never read: the check comes first
+            "model.device=cuda",
+            "rollout.sleep_during_update=true",
+        ],
+    )
+    with pytest.raises(ValueError, match="refused on CUDA: .* greedy tokens after sleep\\(\\) and wake\\(\\)"):
+        Trainer(cfg).setup()

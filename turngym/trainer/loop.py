@@ -61,8 +61,9 @@ class Trainer:
         """Join the process group, load the policy and build the orchestrator and the run state."""
         import torch
 
+        from turngym.agents.models import default_device
         from turngym.trainer.distributed import NullLogger, check_same_config, init_distributed
-        from turngym.trainer.memory_budget import check_memory_budget
+        from turngym.trainer.memory_budget import check_memory_budget, check_sleep_device
         from turngym.trainer.metrics import MetricLogger
         from turngym.trainer.orchestrator import Orchestrator
         from turngym.trainer.policy import Policy
@@ -75,6 +76,7 @@ class Trainer:
         if self.dist.is_main:
             (self.run_dir / "config.json").write_text(cfg.model_dump_json(indent=1))
         torch.manual_seed(cfg.seed)
+        check_sleep_device(cfg, self.dist.device(cfg.model.device) or default_device())  # before loading
         self.policy = Policy(cfg, self.dist)
         check_memory_budget(cfg, self.policy)  # memory.*_fraction: refused now, with the numbers
         self.orchestrator = Orchestrator(cfg, self.policy, self.judge)

@@ -77,6 +77,22 @@ def check_sleep_settings(cfg: TrainConfig) -> None:
         )
 
 
+#: why ``rollout.sleep_during_update`` is refused on CUDA for now (measured, benchmarks/gpu_results.md)
+SLEEP_ON_CUDA_UNVERIFIED = (
+    "rollout.sleep_during_update is refused on CUDA: on an H200 the slots engine's greedy tokens after "
+    "sleep() and wake() differed from those before (tests/agents/test_hf_slots_sleep.py, GPU cases), so "
+    "it would train on wrong rollouts. Leave it off: with rollout.keep_backend false (the default) the "
+    "engine's KV slots and graphs are freed after every rollout anyway, and made again at the next one"
+)
+
+
+def check_sleep_device(cfg: TrainConfig, device: Any) -> None:
+    """Refuse ``rollout.sleep_during_update`` where its wake is not known to give the engine back
+    intact (CUDA, see :data:`SLEEP_ON_CUDA_UNVERIFIED`)."""
+    if cfg.rollout.sleep_during_update and getattr(device, "type", str(device)).startswith("cuda"):
+        raise ValueError(SLEEP_ON_CUDA_UNVERIFIED)
+
+
 def _local(p: Any) -> Any:
     return p.to_local() if hasattr(p, "to_local") else p
 
