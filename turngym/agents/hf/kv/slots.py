@@ -108,7 +108,8 @@ class SlotKV:
         if self.row_base is None:
             self.row_base = torch.arange(slots * kv_heads, device=dev).view(slots, kv_heads) * columns
             self.columns = torch.arange(columns, device=dev)
-        self.cache = SlotCache(list(self.arena[0].unbind(0)), list(self.arena[1].unbind(0)))
+        layers = range(config.num_hidden_layers)  # one view a layer (select, not unbind: writable in place)
+        self.cache = SlotCache([self.arena[0, i] for i in layers], [self.arena[1, i] for i in layers])
         return self.cache
 
     def release(self) -> int:
