@@ -26,21 +26,17 @@ import json
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from fastapi.responses import JSONResponse
 
-from turngym.proxy.episodes import Episode, check_key
-from turngym.proxy.responses import chat_chunks, chat_completion, text_chunks, text_completion
+from turngym.proxy.calls import EPISODE_SCOPE_KEY, call_routes
+from turngym.proxy.episodes import Episode
 from turngym.proxy.service import Proxy
-from turngym.proxy.wire import ProxyError, parse_chat_request, parse_text_request
+from turngym.proxy.wire import ProxyError
 from turngym.remote.security import ServeGuard, guard_app
-
-EPISODE_HEADER = "x-turngym-episode"
-_SCOPE_KEY = "turngym.proxy.episode"
 
 
 async def _body(request: Request) -> Any:
@@ -49,30 +45,6 @@ async def _body(request: Request) -> Any:
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ProxyError(400, f"the body is not JSON: {e}") from None
-
-
-def _episode(request: Request, path_key: str | None) -> str:
-    if path_key is not None:
-        return check_key(path_key)
-    header = request.headers.get(EPISODE_HEADER)
-    if header:
-        return check_key(header)
-    from_key = request.scope.get(_SCOPE_KEY)
-    return check_key(from_key) if from_key else "default"
-
-
-def _sse(items: Iterator[Any]) -> StreamingResponse:
-    def events() -> Iterator[str]:
-        for item in items:
-            yield f"data: {item.model_dump_json(exclude_none=True)}\n\n"
-        yield "data: [DONE]\n\n"
-
-    return StreamingResponse(events(), media_type="text/event-stream")
-
-
-def _json(obj: Any) -> Response:
-    """A response object as JSON straight from pydantic (FastAPI's generic encoder is far slower)."""
-    return Response(obj.model_dump_json(exclude_none=True), media_type="application/json")
 
 
 def _summary(ep: Episode) -> dict[str, Any]:
@@ -90,7 +62,6 @@ def _summary(ep: Episode) -> dict[str, Any]:
 def create_app(proxy: Proxy, *, envs: Any = None, sweep_every_s: float = 1.0) -> FastAPI:
     """The FastAPI app (unguarded: :func:`guarded_app` puts it behind a ``ServeGuard``); ``envs``: an
     ``EpisodeSessions`` whose env tools are served over MCP per episode (``turngym.proxy.envs``)."""
-    tokenizer = proxy.model.tokenizer
     env_lifespan = None
     routes: list[Any] = []
     if envs is not None:
@@ -140,29 +111,8 @@ def create_app(proxy: Proxy, *, envs: Any = None, sweep_every_s: float = 1.0) ->
         ]
         return {"object": "list", "data": [m.model_dump() for m in data]}
 
-    # the call routes are plain Starlette routes: FastAPI's per-request parameter solving cost more
-    # CPU than the proxy's own work on a call (docs/harness.md, "Overhead")
-    async def chat(request: Request) -> Any:
-        req = parse_chat_request(await _body(request))
-        result = await proxy.chat(_episode(request, request.path_params.get("episode")), req)
-        if req.stream:
-            return _sse(
-                chat_chunks(result, tokenizer, logprobs=req.logprobs, include_usage=req.include_usage)
-            )
-        return _json(chat_completion(result, tokenizer, logprobs=req.logprobs))
-
-    async def complete(request: Request) -> Any:
-        req = parse_text_request(await _body(request))
-        result = await proxy.complete(_episode(request, request.path_params.get("episode")), req)
-        lp = req.logprobs is not None
-        if req.stream:
-            return _sse(text_chunks(result, tokenizer, logprobs=lp, include_usage=req.include_usage))
-        return _json(text_completion(result, tokenizer, logprobs=lp))
-
     for prefix in ("/v1", "/v1/episodes/{episode}"):
         app.add_api_route(f"{prefix}/models", models, methods=["GET"])
-        app.router.routes.append(Route(f"{prefix}/chat/completions", chat, methods=["POST"]))
-        app.router.routes.append(Route(f"{prefix}/completions", complete, methods=["POST"]))
 
     @app.get("/v1/episodes")
     async def episodes() -> dict[str, Any]:
@@ -230,11 +180,11 @@ def episode_from_api_key(app: Any, *, token_required: bool) -> Any:
                     break
                 token, at, key = cred.strip().rpartition("@")
                 if at and token and key:
-                    scope = {**scope, _SCOPE_KEY: key}
+                    scope = {**scope, EPISODE_SCOPE_KEY: key}
                     headers[i] = (b"authorization", f"Bearer {token}".encode("latin-1"))
                     scope["headers"] = headers
                 elif not token_required and cred.strip():
-                    scope = {**scope, _SCOPE_KEY: cred.strip()}
+                    scope = {**scope, EPISODE_SCOPE_KEY: cred.strip()}
                 break
         await app(scope, receive, send)
 
@@ -244,7 +194,7 @@ def episode_from_api_key(app: Any, *, token_required: bool) -> Any:
 def guarded_app(proxy: Proxy, guard: ServeGuard, **kwargs: Any) -> Any:
     """The app behind ``guard`` (``/health`` open), with episode keys read from API keys; ``kwargs``
     go to :func:`create_app`."""
-    inner = guard_app(create_app(proxy, **kwargs), guard, open_paths=("/health",))
+    inner = guard_app(call_routes(create_app(proxy, **kwargs), proxy), guard, open_paths=("/health",))
     return episode_from_api_key(inner, token_required=guard.token is not None)
 
 
@@ -277,7 +227,10 @@ class ProxyServer:
 
         from turngym.remote.security import uvicorn_limits
 
-        config = uvicorn.Config(app, log_level="warning", **{**uvicorn_limits(), **uvicorn_kwargs})
+        # uvloop where installed (its socket I/O is the larger part of a short call's CPU); no
+        # X-Forwarded-For rewriting (a loopback server has no proxy in front); no access log
+        options = {"loop": _loop(), "proxy_headers": False, "access_log": False, **uvicorn_limits()}
+        config = uvicorn.Config(app, log_level="warning", **{**options, **uvicorn_kwargs})
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True, name="turngym-proxy"
@@ -302,3 +255,11 @@ class ProxyServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def _loop() -> str:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return "asyncio"
+    return "uvloop"

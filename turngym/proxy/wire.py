@@ -37,7 +37,7 @@ class ProxyError(Exception):
         self.message = message
         self.param = param
         self.code = code
-        self.kind = kind or _KINDS.get(status, "server_error")
+        self.kind = kind or _KINDS.get(status, "invalid_request_error" if status < 500 else "server_error")
 
     def body(self) -> dict[str, Any]:
         from openai.types.shared import ErrorObject
@@ -59,14 +59,11 @@ def invalid(message: str, param: str | None = None, code: str | None = None) -> 
     return ProxyError(400, message, param=param, code=code)
 
 
-@dataclass
-class ChatRequest:
-    """A validated ``/v1/chat/completions`` request."""
+@dataclass(kw_only=True)
+class CallRequest:
+    """What both call routes ask of the model: which model, how to sample, how to answer."""
 
     model: str
-    messages: list[Message]
-    tools: list[dict[str, Any]] = field(default_factory=list)
-    tool_choice: str | dict[str, Any] = "auto"
     n: int = 1
     stream: bool = False
     include_usage: bool = False
@@ -75,24 +72,25 @@ class ChatRequest:
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int | None = None
+
+
+@dataclass(kw_only=True)
+class ChatRequest(CallRequest):
+    """A validated ``/v1/chat/completions`` request."""
+
+    messages: list[Message]
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    tool_choice: str | dict[str, Any] = "auto"
     logprobs: bool = False
     top_logprobs: int = 0
 
 
-@dataclass
-class TextRequest:
+@dataclass(kw_only=True)
+class TextRequest(CallRequest):
     """A validated ``/v1/completions`` request (one prompt: text or token ids)."""
 
-    model: str
     prompt: str | list[int]
-    n: int = 1
-    stream: bool = False
-    include_usage: bool = False
-    stop: list[str] = field(default_factory=list)
     max_tokens: int | None = 16
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int | None = None
     logprobs: int | None = None
 
 
@@ -181,7 +179,8 @@ def _stops(stop: Any) -> list[str]:
     return stops
 
 
-def _common(data: dict[str, Any]) -> dict[str, Any]:
+def _common(data: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+    """The ``CallRequest`` fields of a validated request (``body``: the raw one, for the stream flags)."""
     n = 1 if data.get("n") is None else data["n"]
     if not 1 <= n <= 16:
         raise invalid(f"n must be between 1 and 16, got {n}", "n")
@@ -191,7 +190,17 @@ def _common(data: dict[str, Any]) -> dict[str, Any]:
     top_p = 1.0 if data.get("top_p") is None else float(data["top_p"])
     if not 0 < top_p <= 1:
         raise invalid(f"top_p must be in (0, 1], got {top_p}", "top_p")
-    return {"n": n, "temperature": temperature, "top_p": top_p, "seed": data.get("seed")}
+    stream, include_usage = _stream_flags(body)
+    return {
+        "model": data["model"],
+        "n": n,
+        "stream": stream,
+        "include_usage": include_usage,
+        "stop": _stops(data.get("stop")),
+        "temperature": temperature,
+        "top_p": top_p,
+        "seed": data.get("seed"),
+    }
 
 
 def _max_tokens(value: Any, param: str) -> int | None:
@@ -205,7 +214,6 @@ def _max_tokens(value: Any, param: str) -> int | None:
 def parse_chat_request(body: Any) -> ChatRequest:
     """A ``ChatRequest`` from a JSON body, or ``ProxyError`` (400) naming the bad field."""
     data = _validated(body, _chat_adapter())
-    stream, include_usage = _stream_flags(body)
     fmt = data.get("response_format")
     if fmt and fmt.get("type") != "text":
         raise invalid(f"response_format {fmt.get('type')!r} is not supported (text only)", "response_format")
@@ -231,24 +239,19 @@ def parse_chat_request(body: Any) -> ChatRequest:
     if not messages:
         raise invalid("messages must not be empty", "messages")
     return ChatRequest(
-        model=data["model"],
         messages=messages,
         tools=tools,
         tool_choice=tool_choice,
-        stream=stream,
-        include_usage=include_usage,
-        stop=_stops(data.get("stop")),
         max_tokens=max_tokens,
         logprobs=bool(data.get("logprobs")),
         top_logprobs=top_logprobs,
-        **_common(data),
+        **_common(data, body),
     )
 
 
 def parse_text_request(body: Any) -> TextRequest:
     """A ``TextRequest`` from a ``/v1/completions`` JSON body, or ``ProxyError`` (400)."""
     data = _validated(body, _text_adapter())
-    stream, include_usage = _stream_flags(body)
     if data.get("echo"):
         raise invalid("echo is not supported", "echo")
     if data.get("suffix"):
@@ -267,14 +270,10 @@ def parse_text_request(body: Any) -> TextRequest:
     if logprobs is not None and not 0 <= logprobs <= 5:
         raise invalid("logprobs must be between 0 and 5", "logprobs")
     return TextRequest(
-        model=data["model"],
         prompt=prompt,
-        stream=stream,
-        include_usage=include_usage,
-        stop=_stops(data.get("stop")),
         max_tokens=_max_tokens(data.get("max_tokens", 16), "max_tokens"),
         logprobs=logprobs,
-        **_common(data),
+        **_common(data, body),
     )
 
 
