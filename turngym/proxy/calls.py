@@ -53,7 +53,8 @@ def call_routes(app: Any, proxy: Proxy) -> Any:
             body = _json_body(raw)
             key = _episode(scope, m.group(1))
             if m.group(2) == "chat/completions":
-                req = parse_chat_request(body)
+                ep = proxy.store.live.get(key)  # its last request's messages, parsed already
+                req = parse_chat_request(body, ep.known if ep is not None else None)
                 result = await proxy.chat(key, req)
                 if req.stream:
                     chunks = chat_chunks(

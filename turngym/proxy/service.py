@@ -73,6 +73,7 @@ class Proxy:
                 candidates.append(Candidate(tokens, r.message, s.text, span))
             result = self._record(ep, plan, candidates, samples, fmt, t0, queued, replies[0].error)
             result.replies = replies
+            ep.known = req.known
             return result
 
     async def complete(self, key: str, req: TextRequest) -> CallResult:

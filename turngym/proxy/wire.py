@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,11 +74,27 @@ class CallRequest:
     seed: int | None = None
 
 
+@dataclass
+class KnownMessages:
+    """A chat request's messages as sent (JSON) and as converted. The next request of the episode
+    resends them (a harness keeps its history): the part that is the same JSON is taken from here,
+    and only the rest is validated and converted, so a call costs its new messages, not the history."""
+
+    raw: list[Any] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
+
+    def shared(self, raw: list[Any]) -> int:
+        """How many leading messages of ``raw`` are these, JSON for JSON."""
+        n = min(len(self.raw), len(raw))
+        return next((i for i in range(n) if self.raw[i] != raw[i]), n)
+
+
 @dataclass(kw_only=True)
 class ChatRequest(CallRequest):
     """A validated ``/v1/chat/completions`` request."""
 
     messages: list[Message]
+    known: KnownMessages | None = None  # its messages, for the episode's next request
     tools: list[dict[str, Any]] = field(default_factory=list)
     tool_choice: str | dict[str, Any] = "auto"
     logprobs: bool = False
@@ -121,25 +137,31 @@ def _param(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def _raise_validation(e: ValidationError, prefix: tuple[Any, ...] = ()) -> None:
+def _raise_validation(e: ValidationError, prefix: tuple[Any, ...] = (), shift: int = 0) -> None:
+    """A 400 naming the first bad field; ``shift``: added to the item index the error's loc starts
+    with (the items were validated from ``shift`` on)."""
     errors = e.errors(include_url=False)
     by_param: dict[str, list[str]] = {}
     for err in errors:
-        by_param.setdefault(_param((*prefix, *err["loc"])), []).append(err["msg"])
+        loc = tuple(err["loc"])
+        if shift and loc and isinstance(loc[0], int):
+            loc = (loc[0] + shift, *loc[1:])
+        by_param.setdefault(_param((*prefix, *loc)), []).append(err["msg"])
     param, msgs = next(iter(by_param.items()))
     unique = list(dict.fromkeys(msgs))
     raise invalid(f"invalid value for {param or 'the body'}: {' | '.join(unique[:6])}", param or None)
 
 
-def _materialize(value: Any, loc: tuple[Any, ...]) -> Any:
-    """Plain lists and dicts from a validated value, running the lazy validators on the way."""
+def _materialize(value: Any, loc: tuple[Any, ...], first: int = 0) -> Any:
+    """Plain lists and dicts from a validated value, running the lazy validators on the way
+    (``first``: the index of an iterable's first item in the request)."""
     if isinstance(value, Iterator):  # pydantic's lazy ValidatorIterator (an Iterable field)
         items = []
         try:
-            for i, item in enumerate(value):
+            for i, item in enumerate(value, first):
                 items.append(_materialize(item, (*loc, i)))
         except ValidationError as e:
-            _raise_validation(e, loc)  # the error's own loc starts at the item index
+            _raise_validation(e, loc, first)  # the error's own loc starts at the item index
         return items
     if isinstance(value, dict):
         return {k: _materialize(v, (*loc, k)) for k, v in value.items()}
@@ -148,14 +170,17 @@ def _materialize(value: Any, loc: tuple[Any, ...]) -> Any:
     return value
 
 
-def _validated(body: Any, adapter: TypeAdapter) -> dict[str, Any]:
+def _validated(body: Any, adapter: TypeAdapter, first: dict[str, int] | None = None) -> dict[str, Any]:
+    """``body`` validated by ``adapter``; ``first``: where a list field's items start in the request
+    (the body holds only the rest of them)."""
     if not isinstance(body, dict):
         raise invalid("the request body must be a JSON object")
     try:
         data = adapter.validate_python(body)
     except ValidationError as e:
         _raise_validation(e)
-    return {k: _materialize(v, (k,)) for k, v in data.items()}
+    first = first or {}
+    return {k: _materialize(v, (k,), first.get(k, 0)) for k, v in data.items()}
 
 
 def _stream_flags(body: dict[str, Any]) -> tuple[bool, bool]:
@@ -211,9 +236,12 @@ def _max_tokens(value: Any, param: str) -> int | None:
     return int(value)
 
 
-def parse_chat_request(body: Any) -> ChatRequest:
-    """A ``ChatRequest`` from a JSON body, or ``ProxyError`` (400) naming the bad field."""
-    data = _validated(body, _chat_adapter())
+def parse_chat_request(body: Any, known: KnownMessages | None = None) -> ChatRequest:
+    """A ``ChatRequest`` from a JSON body, or ``ProxyError`` (400) naming the bad field; ``known``:
+    the episode's previous request's messages (the same result, less work: ``KnownMessages``)."""
+    raw = body.get("messages") if isinstance(body, dict) else None
+    k = known.shared(raw) if known is not None and isinstance(raw, list) else 0
+    data = _validated({**body, "messages": raw[k:]} if k else body, _chat_adapter(), {"messages": k})
     fmt = data.get("response_format")
     if fmt and fmt.get("type") != "text":
         raise invalid(f"response_format {fmt.get('type')!r} is not supported (text only)", "response_format")
@@ -235,11 +263,13 @@ def parse_chat_request(body: Any) -> ChatRequest:
     top_logprobs = data.get("top_logprobs") or 0  # accepted; only the sampled token's logprob comes back
     if not 0 <= top_logprobs <= 20:
         raise invalid("top_logprobs must be between 0 and 20", "top_logprobs")
-    messages = to_messages(data["messages"])
+    earlier = known.messages[:k] if known is not None and k else []
+    messages = [*earlier, *to_messages(data["messages"], earlier)]
     if not messages:
         raise invalid("messages must not be empty", "messages")
     return ChatRequest(
         messages=messages,
+        known=KnownMessages(list(raw), messages) if isinstance(raw, list) else None,
         tools=tools,
         tool_choice=tool_choice,
         max_tokens=max_tokens,
@@ -295,11 +325,13 @@ def _text(content: Any, param: str) -> str:
     return "".join(parts)
 
 
-def to_messages(raw: list[dict[str, Any]]) -> list[Message]:
-    """OpenAI message params -> turngym ``Message``s (400 naming the message on what cannot map)."""
+def to_messages(raw: list[dict[str, Any]], earlier: Sequence[Message] = ()) -> list[Message]:
+    """OpenAI message params -> turngym ``Message``s (400 naming the message on what cannot map);
+    ``earlier``: the request's messages before ``raw``, already converted."""
     out: list[Message] = []
-    names: dict[str, str] = {}  # tool call id -> function name (a tool message's name)
-    for i, m in enumerate(raw):
+    # tool call id -> function name (a tool message's name)
+    names = {c.id: c.name for m in earlier for c in m.tool_calls}
+    for i, m in enumerate(raw, len(earlier)):
         role = m["role"]
         content = _text(m.get("content"), f"messages[{i}].content")
         if role in ("system", "developer", "user"):
