@@ -2,8 +2,9 @@
 
 Routes (``{e}``: an episode key, 1-128 characters of ``[A-Za-z0-9_.:@-]``):
 
-* ``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET /v1/models``, each also under
-  ``/v1/episodes/{e}/`` (give the harness ``base_url=http://HOST:PORT/v1/episodes/{e}``);
+* ``POST /v1/chat/completions``, ``POST /v1/completions`` (``turngym.proxy.calls``, ahead of the
+  FastAPI app), ``GET /v1/models``, each also under ``/v1/episodes/{e}/`` (give the harness
+  ``base_url=http://HOST:PORT/v1/episodes/{e}``);
 * ``GET /v1/episodes`` (live and finished keys), ``GET /v1/episodes/{e}`` (the record so far, or the
   finished trajectory), ``POST /v1/episodes/{e}/reward`` (``{"reward": 1.0, "components": {...},
   "end": true}``), ``POST /v1/episodes/{e}`` (open it with ``task_id``/``group``/``sample``/``metadata``),
@@ -14,8 +15,9 @@ of the form ``TOKEN@EPISODE`` (the guard sees only ``TOKEN``), else, without a t
 (``--insecure-no-token``), the API key itself; else the episode ``default``.
 
 Security is ``turngym serve``'s (``turngym.remote.security``): loopback bind by default, the token as
-the OpenAI API key (``Authorization: Bearer``), Host and Origin checks, body caps.
-Errors are OpenAI-style JSON (``{"error": {"message", "type", "param", "code"}}``).
+the OpenAI API key (``Authorization: Bearer``), Host and Origin checks, body caps. ``ProxyServer``
+runs uvicorn on uvloop where installed and keeps the heap it starts with out of the garbage
+collector's passes while it serves (``_hold_heap``). Errors are OpenAI-style JSON (``{"error": {"message", "type", "param", "code"}}``).
 """
 
 from __future__ import annotations
