@@ -271,7 +271,7 @@ def _loop() -> str:
     return "uvloop"
 
 
-_held = [0]  # servers running in this process
+_held = [0, False]  # servers running in this process; whether their first froze the heap
 _held_lock = threading.Lock()
 
 
@@ -281,16 +281,18 @@ def _hold_heap() -> None:
     servers run. A full pass over it takes ~250 ms of one event loop's time, during which every
     episode waits; what the calls allocate is still collected. Garbage is collected first, and the
     heap is handed back (``gc.unfreeze``) when the last server stops, so a long-lived process (the
-    trainer) collects it as before."""
+    trainer) collects it as before. A process that froze its heap itself is left as it is."""
     with _held_lock:
         _held[0] += 1
-        if _held[0] == 1:
+        if _held[0] == 1 and gc.get_freeze_count() == 0:
             gc.collect()
             gc.freeze()
+            _held[1] = True
 
 
 def _release_heap() -> None:
     with _held_lock:
         _held[0] -= 1
-        if _held[0] == 0:
+        if _held[0] == 0 and _held[1]:
             gc.unfreeze()
+            _held[1] = False
