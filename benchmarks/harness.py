@@ -5,7 +5,7 @@
 For each backend (``instant``: fixed ids at once, the proxy's cost alone; ``sim``: a latency model of
 a GPU server, ``SIM_STEP_S`` per decode step whatever the batch, so 64 episodes decode together;
 ``tiny``: the tiny HF model on CPU with continuous batching) the proxy runs in a child process (its own GIL, as in use) and is
-called over loopback with ``httpx`` (one episode per client coroutine, a growing conversation: each
+called over loopback with ``aiohttp`` (one episode per client coroutine, a growing conversation: each
 call sends the previous reply and a new user turn). The baseline calls ``backend.generate`` in this
 process with the same prompts (rendered once with the chat template) and the same ``max_tokens``.
 

@@ -365,3 +365,41 @@ def test_a_rewritten_reply_is_a_located_drift_and_segments_split_into_trajectori
         assert part.prompt_len == s
     # the second segment's prompt is a fresh rendering of the rewritten conversation
     assert "Calling tools" in scripted.proxy.model.text_format.decode(parts[1].token_ids)
+
+
+class Faulty(ScriptedBackend):
+    """The scripted expert, with a bug: a prompt that mentions 'crash' raises (not a BackendError)."""
+
+    async def _generate(self, prompt_ids, sampling, route, adapter):
+        if "crash" in self.fmt.decode(prompt_ids):
+            raise ZeroDivisionError("the backend's own bug")
+        return await super()._generate(prompt_ids, sampling, route, adapter)
+
+
+def test_a_call_route_takes_only_post_and_a_fault_of_ours_is_an_openai_500(tokenizer):
+    import gc
+
+    from turngym.proxy import server
+
+    held = server._held[0]
+    proxy = make_proxy(backend=Faulty(tokenizer, arith_policy), tokenizer=tokenizer, name="m")
+    with serve_proxy(proxy, token=TOKEN) as running:
+        assert gc.get_freeze_count() > 0  # the heap at start is left out of the collector's passes
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        got = httpx.get(running.url + "/v1/episodes/e/chat/completions", headers=auth)
+        assert got.status_code == 405 and got.json()["error"]["type"] == "invalid_request_error"
+        c = client(running, "e")
+        c.chat.completions.create(model="m", messages=TASK)
+        with pytest.raises(openai.InternalServerError) as e:
+            c.chat.completions.create(model="m", messages=[{"role": "user", "content": "crash"}])
+        assert e.value.body["code"] == "internal_error" and "ZeroDivisionError" in e.value.body["message"]
+        with pytest.raises(openai.InternalServerError):  # streaming fails the same way, before any event
+            c.chat.completions.create(model="m", messages=[{"role": "user", "content": "crash"}], stream=True)
+        assert len(proxy.store.live["e"].calls) == 1  # the failed calls left the episode as it was
+        c.chat.completions.create(model="m", messages=TASK)  # and it goes on
+        assert len(proxy.store.live["e"].calls) == 2
+        running.post_reward("e", 1.0)
+        with pytest.raises(openai.ConflictError) as e:
+            c.chat.completions.create(model="m", messages=TASK)
+        assert e.value.body["type"] == "invalid_request_error" and e.value.body["code"] == "episode_finished"
+    assert server._held[0] == held and (held or gc.get_freeze_count() == 0)  # handed back when the last stops

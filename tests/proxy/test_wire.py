@@ -83,3 +83,40 @@ def test_a_bad_value_is_refused_naming_its_field(field, value):
 def test_a_body_that_is_not_an_object_is_refused(body):
     with pytest.raises(ProxyError, match="JSON object"):
         parse_chat_request(body)
+
+
+def _dumped(req):
+    return [m.model_dump() for m in req.messages]
+
+
+@settings(max_examples=150, deadline=None)
+@given(conversations(), conversations(), st.integers(0, 12))
+def test_a_request_after_a_known_one_parses_as_if_alone(first, second, keep):
+    """The episode's previous request's messages (KnownMessages) change nothing but the work: the
+    next request, whatever it shares with them, maps exactly as it would on its own."""
+    prev = parse_chat_request({"model": "m", "messages": first})
+    msgs = first[:keep] + second  # kept history, then new (a tool result may answer a kept call)
+    body = {"model": "m", "messages": msgs}
+    alone = parse_chat_request(json.loads(json.dumps(body)))
+    after = parse_chat_request(body, prev.known)
+    assert _dumped(after) == _dumped(alone)
+    shared = prev.known.shared(msgs)
+    assert shared >= min(keep, len(first))  # more where the new part happens to repeat the old
+    assert all(after.messages[i] is prev.messages[i] for i in range(shared))  # reused, not re-made
+    assert after.known.raw == msgs and after.known.messages == after.messages
+
+
+@settings(max_examples=60, deadline=None)
+@given(conversations(), st.sampled_from([{"role": "wizard", "content": "x"}, {"content": "no role"},
+                                         {"role": "user", "content": [{"type": "image_url"}]}]))  # fmt: skip
+def test_a_bad_message_after_known_ones_is_named_by_its_place_in_the_request(msgs, bad):
+    prev = parse_chat_request({"model": "m", "messages": msgs})
+    body = {"model": "m", "messages": [*msgs, {"role": "user", "content": "ok"}, bad]}
+    with pytest.raises(ProxyError) as alone:
+        parse_chat_request(json.loads(json.dumps(body)))
+    with pytest.raises(ProxyError) as after:
+        parse_chat_request(body, prev.known)
+    assert after.value.param == alone.value.param and after.value.param.startswith(
+        f"messages[{len(msgs) + 1}]"
+    )
+    assert after.value.message == alone.value.message

@@ -9,7 +9,8 @@ turngym trajectories (one turn per call) with their reward. docs/harness.md has 
 * ``model``: backend + chat template + tool-call parser; ``responses``: OpenAI response objects;
 * ``segments``: does a call continue the sequence (token for token) or start a new segment;
 * ``episodes``: episodes, rewards, deadlines, trajectories; ``service``: one call end to end;
-* ``server``: the FastAPI routes behind ``turngym.remote.security``; ``api``: ``make_proxy``,
+* ``calls``: the two call routes as bare ASGI; ``server``: the other routes (FastAPI) behind
+  ``turngym.remote.security``, and the server; ``api``: ``make_proxy``,
   ``serve_proxy``; ``harness``: run a harness command G times per task and collect its episodes;
 * ``commands``: ``turngym proxy``.
 """

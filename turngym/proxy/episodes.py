@@ -87,6 +87,7 @@ class Episode:
     mask_reason: str = ""
     trajectory: Trajectory | None = None
     routes: set[str] = field(default_factory=set)  # the backend routes its calls used
+    known: Any = None  # its last chat request's messages (``turngym.proxy.wire.KnownMessages``)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property

@@ -25,7 +25,7 @@ from typing import Any
 from turngym.agents.backend import SamplingParams
 from turngym.agents.chat import ChatFormat
 from turngym.core.types import Message, ToolCall
-from turngym.proxy.wire import ProxyError
+from turngym.proxy.wire import CallRequest, ProxyError
 from turngym.tools.parsers import get_parser
 
 
@@ -109,30 +109,22 @@ class ProxyModel:
         return room
 
     async def sample(
-        self,
-        fmt: ChatFormat,
-        prompt_ids: list[int],
-        *,
-        n: int,
-        max_tokens: int | None,
-        temperature: float,
-        top_p: float,
-        seed: int | None,
-        stop: list[str],
-        route: str,
+        self, fmt: ChatFormat, prompt_ids: list[int], req: CallRequest, route: str
     ) -> list[Sample]:
+        """``req.n`` generations of ``prompt_ids`` sampled as ``req`` asks (see the module docstring)."""
         import asyncio
 
         room = self.room(len(prompt_ids))
+        stop, seed = req.stop, req.seed
         stop_ids = set(fmt.stop_token_ids)
         for s in stop:
             ids = fmt.encode(s)
             if len(ids) == 1:
                 stop_ids.add(ids[0])
         base = SamplingParams(
-            max_tokens=min(max_tokens or self.max_tokens, room),
-            temperature=temperature,
-            top_p=top_p,
+            max_tokens=min(req.max_tokens or self.max_tokens, room),
+            temperature=req.temperature,
+            top_p=req.top_p,
             stop_token_ids=tuple(sorted(stop_ids)),
         )
         gens = await asyncio.gather(
@@ -142,7 +134,7 @@ class ProxyModel:
                     base.replace(seed=None if seed is None else seed + i),
                     route=route if i == 0 else f"{route}#{i}",
                 )
-                for i in range(n)
+                for i in range(req.n)
             )
         )
         out = []

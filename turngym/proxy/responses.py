@@ -41,6 +41,12 @@ def _usage(result: CallResult) -> CompletionUsage:
     )
 
 
+def _envelope(result: CallResult, prefix: str, *, usage: bool = True) -> dict[str, Any]:
+    """The fields every response object of a call shares (its id, time, model; its usage)."""
+    head: dict[str, Any] = {"id": prefix + result.id, "created": result.created, "model": result.model}
+    return head | {"usage": _usage(result)} if usage else head
+
+
 def _token_text(tokenizer: Any, tid: int) -> str:
     return tokenizer.decode([tid], skip_special_tokens=False)
 
@@ -85,14 +91,7 @@ def chat_completion(result: CallResult, tokenizer: Any, *, logprobs: bool) -> Ch
         )
         for i, (s, r) in enumerate(zip(result.samples, result.replies, strict=True))
     ]
-    return ChatCompletion(
-        id=result.id,
-        object="chat.completion",
-        created=result.created,
-        model=result.model,
-        choices=choices,
-        usage=_usage(result),
-    )
+    return ChatCompletion(object="chat.completion", choices=choices, **_envelope(result, "chatcmpl-"))
 
 
 def chat_chunks(
@@ -100,12 +99,10 @@ def chat_chunks(
 ) -> Iterator[ChatCompletionChunk]:
     def chunk(choices: list[ChunkChoice], usage: CompletionUsage | None = None) -> ChatCompletionChunk:
         return ChatCompletionChunk(
-            id=result.id,
             object="chat.completion.chunk",
-            created=result.created,
-            model=result.model,
             choices=choices,
             usage=usage,
+            **_envelope(result, "chatcmpl-", usage=False),
         )
 
     for i, (s, r) in enumerate(zip(result.samples, result.replies, strict=True)):
@@ -158,14 +155,7 @@ def text_completion(result: CallResult, tokenizer: Any, *, logprobs: bool) -> Co
         )
         for i, s in enumerate(result.samples)
     ]
-    return Completion(
-        id=result.id.replace("chatcmpl-", "cmpl-"),
-        object="text_completion",
-        created=result.created,
-        model=result.model,
-        choices=choices,
-        usage=_usage(result),
-    )
+    return Completion(object="text_completion", choices=choices, **_envelope(result, "cmpl-"))
 
 
 def text_chunks(

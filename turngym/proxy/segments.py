@@ -69,7 +69,8 @@ class Plan:
 
 
 def _same(a: Message, b: Message) -> bool:
-    return a.model_dump(exclude={"images"}) == b.model_dump(exclude={"images"})
+    # the same object: a message the episode's previous request sent as well (``KnownMessages``)
+    return a is b or a.model_dump(exclude={"images"}) == b.model_dump(exclude={"images"})
 
 
 def _same_reply(sent: Message, ours: Message) -> bool:

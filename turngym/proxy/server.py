@@ -2,8 +2,9 @@
 
 Routes (``{e}``: an episode key, 1-128 characters of ``[A-Za-z0-9_.:@-]``):
 
-* ``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET /v1/models``, each also under
-  ``/v1/episodes/{e}/`` (give the harness ``base_url=http://HOST:PORT/v1/episodes/{e}``);
+* ``POST /v1/chat/completions``, ``POST /v1/completions`` (``turngym.proxy.calls``, ahead of the
+  FastAPI app), ``GET /v1/models``, each also under ``/v1/episodes/{e}/`` (give the harness
+  ``base_url=http://HOST:PORT/v1/episodes/{e}``);
 * ``GET /v1/episodes`` (live and finished keys), ``GET /v1/episodes/{e}`` (the record so far, or the
   finished trajectory), ``POST /v1/episodes/{e}/reward`` (``{"reward": 1.0, "components": {...},
   "end": true}``), ``POST /v1/episodes/{e}`` (open it with ``task_id``/``group``/``sample``/``metadata``),
@@ -14,33 +15,31 @@ of the form ``TOKEN@EPISODE`` (the guard sees only ``TOKEN``), else, without a t
 (``--insecure-no-token``), the API key itself; else the episode ``default``.
 
 Security is ``turngym serve``'s (``turngym.remote.security``): loopback bind by default, the token as
-the OpenAI API key (``Authorization: Bearer``), Host and Origin checks, body caps.
-Errors are OpenAI-style JSON (``{"error": {"message", "type", "param", "code"}}``).
+the OpenAI API key (``Authorization: Bearer``), Host and Origin checks, body caps. ``ProxyServer``
+runs uvicorn on uvloop where installed and keeps the heap it starts with out of the garbage
+collector's passes while it serves (``_hold_heap``). Errors are OpenAI-style JSON (``{"error": {"message", "type", "param", "code"}}``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from fastapi.responses import JSONResponse
 
-from turngym.proxy.episodes import Episode, check_key
-from turngym.proxy.responses import chat_chunks, chat_completion, text_chunks, text_completion
+from turngym.proxy.calls import EPISODE_SCOPE_KEY, call_routes
+from turngym.proxy.episodes import Episode
 from turngym.proxy.service import Proxy
-from turngym.proxy.wire import ProxyError, parse_chat_request, parse_text_request
+from turngym.proxy.wire import ProxyError
 from turngym.remote.security import ServeGuard, guard_app
-
-EPISODE_HEADER = "x-turngym-episode"
-_SCOPE_KEY = "turngym.proxy.episode"
 
 
 async def _body(request: Request) -> Any:
@@ -49,30 +48,6 @@ async def _body(request: Request) -> Any:
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ProxyError(400, f"the body is not JSON: {e}") from None
-
-
-def _episode(request: Request, path_key: str | None) -> str:
-    if path_key is not None:
-        return check_key(path_key)
-    header = request.headers.get(EPISODE_HEADER)
-    if header:
-        return check_key(header)
-    from_key = request.scope.get(_SCOPE_KEY)
-    return check_key(from_key) if from_key else "default"
-
-
-def _sse(items: Iterator[Any]) -> StreamingResponse:
-    def events() -> Iterator[str]:
-        for item in items:
-            yield f"data: {item.model_dump_json(exclude_none=True)}\n\n"
-        yield "data: [DONE]\n\n"
-
-    return StreamingResponse(events(), media_type="text/event-stream")
-
-
-def _json(obj: Any) -> Response:
-    """A response object as JSON straight from pydantic (FastAPI's generic encoder is far slower)."""
-    return Response(obj.model_dump_json(exclude_none=True), media_type="application/json")
 
 
 def _summary(ep: Episode) -> dict[str, Any]:
@@ -90,7 +65,6 @@ def _summary(ep: Episode) -> dict[str, Any]:
 def create_app(proxy: Proxy, *, envs: Any = None, sweep_every_s: float = 1.0) -> FastAPI:
     """The FastAPI app (unguarded: :func:`guarded_app` puts it behind a ``ServeGuard``); ``envs``: an
     ``EpisodeSessions`` whose env tools are served over MCP per episode (``turngym.proxy.envs``)."""
-    tokenizer = proxy.model.tokenizer
     env_lifespan = None
     routes: list[Any] = []
     if envs is not None:
@@ -140,29 +114,8 @@ def create_app(proxy: Proxy, *, envs: Any = None, sweep_every_s: float = 1.0) ->
         ]
         return {"object": "list", "data": [m.model_dump() for m in data]}
 
-    # the call routes are plain Starlette routes: FastAPI's per-request parameter solving cost more
-    # CPU than the proxy's own work on a call (docs/harness.md, "Overhead")
-    async def chat(request: Request) -> Any:
-        req = parse_chat_request(await _body(request))
-        result = await proxy.chat(_episode(request, request.path_params.get("episode")), req)
-        if req.stream:
-            return _sse(
-                chat_chunks(result, tokenizer, logprobs=req.logprobs, include_usage=req.include_usage)
-            )
-        return _json(chat_completion(result, tokenizer, logprobs=req.logprobs))
-
-    async def complete(request: Request) -> Any:
-        req = parse_text_request(await _body(request))
-        result = await proxy.complete(_episode(request, request.path_params.get("episode")), req)
-        lp = req.logprobs is not None
-        if req.stream:
-            return _sse(text_chunks(result, tokenizer, logprobs=lp, include_usage=req.include_usage))
-        return _json(text_completion(result, tokenizer, logprobs=lp))
-
     for prefix in ("/v1", "/v1/episodes/{episode}"):
         app.add_api_route(f"{prefix}/models", models, methods=["GET"])
-        app.router.routes.append(Route(f"{prefix}/chat/completions", chat, methods=["POST"]))
-        app.router.routes.append(Route(f"{prefix}/completions", complete, methods=["POST"]))
 
     @app.get("/v1/episodes")
     async def episodes() -> dict[str, Any]:
@@ -230,11 +183,11 @@ def episode_from_api_key(app: Any, *, token_required: bool) -> Any:
                     break
                 token, at, key = cred.strip().rpartition("@")
                 if at and token and key:
-                    scope = {**scope, _SCOPE_KEY: key}
+                    scope = {**scope, EPISODE_SCOPE_KEY: key}
                     headers[i] = (b"authorization", f"Bearer {token}".encode("latin-1"))
                     scope["headers"] = headers
                 elif not token_required and cred.strip():
-                    scope = {**scope, _SCOPE_KEY: cred.strip()}
+                    scope = {**scope, EPISODE_SCOPE_KEY: cred.strip()}
                 break
         await app(scope, receive, send)
 
@@ -244,7 +197,7 @@ def episode_from_api_key(app: Any, *, token_required: bool) -> Any:
 def guarded_app(proxy: Proxy, guard: ServeGuard, **kwargs: Any) -> Any:
     """The app behind ``guard`` (``/health`` open), with episode keys read from API keys; ``kwargs``
     go to :func:`create_app`."""
-    inner = guard_app(create_app(proxy, **kwargs), guard, open_paths=("/health",))
+    inner = guard_app(call_routes(create_app(proxy, **kwargs), proxy), guard, open_paths=("/health",))
     return episode_from_api_key(inner, token_required=guard.token is not None)
 
 
@@ -277,11 +230,15 @@ class ProxyServer:
 
         from turngym.remote.security import uvicorn_limits
 
-        config = uvicorn.Config(app, log_level="warning", **{**uvicorn_limits(), **uvicorn_kwargs})
+        # uvloop where installed (its socket I/O is the larger part of a short call's CPU); no
+        # X-Forwarded-For rewriting (a loopback server has no proxy in front); no access log
+        options = {"loop": _loop(), "proxy_headers": False, "access_log": False, **uvicorn_limits()}
+        config = uvicorn.Config(app, log_level="warning", **{**options, **uvicorn_kwargs})
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True, name="turngym-proxy"
         )
+        _hold_heap()
         self._thread.start()
         for _ in range(600):  # up to 60 s
             if self.server.started:
@@ -295,6 +252,8 @@ class ProxyServer:
         if self.server is not None and self._thread is not None:
             self.server.should_exit = True
             self._thread.join(timeout=30)
+            self._thread = None
+            _release_heap()
         self.sock.close()
 
     def __enter__(self) -> ProxyServer:
@@ -302,3 +261,38 @@ class ProxyServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def _loop() -> str:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return "asyncio"
+    return "uvloop"
+
+
+_held = [0, False]  # servers running in this process; whether their first froze the heap
+_held_lock = threading.Lock()
+
+
+def _hold_heap() -> None:
+    """Leave the heap as it is when the first server starts (the model, the tokenizer, the
+    libraries: ~460k objects with the tiny model) out of the garbage collector's passes while
+    servers run. A full pass over it takes ~250 ms of one event loop's time, during which every
+    episode waits; what the calls allocate is still collected. Garbage is collected first, and the
+    heap is handed back (``gc.unfreeze``) when the last server stops, so a long-lived process (the
+    trainer) collects it as before. A process that froze its heap itself is left as it is."""
+    with _held_lock:
+        _held[0] += 1
+        if _held[0] == 1 and gc.get_freeze_count() == 0:
+            gc.collect()
+            gc.freeze()
+            _held[1] = True
+
+
+def _release_heap() -> None:
+    with _held_lock:
+        _held[0] -= 1
+        if _held[0] == 0 and _held[1]:
+            gc.unfreeze()
+            _held[1] = False

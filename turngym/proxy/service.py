@@ -21,14 +21,14 @@ from turngym.core.types import Message
 from turngym.proxy.episodes import CallRecord, Episode, EpisodeStore
 from turngym.proxy.model import ProxyModel, Reply, Sample
 from turngym.proxy.segments import Candidate, Plan, plan_chat, plan_text
-from turngym.proxy.wire import ChatRequest, ProxyError, TextRequest
+from turngym.proxy.wire import CallRequest, ChatRequest, ProxyError, TextRequest
 
 
 @dataclass
 class CallResult:
     """What a call produced: the samples, the replies (chat) and the usage numbers."""
 
-    id: str
+    id: str  # the responses prefix it (chatcmpl-, cmpl-)
     created: int
     model: str
     episode: str
@@ -73,6 +73,7 @@ class Proxy:
                 candidates.append(Candidate(tokens, r.message, s.text, span))
             result = self._record(ep, plan, candidates, samples, fmt, t0, queued, replies[0].error)
             result.replies = replies
+            ep.known = req.known
             return result
 
     async def complete(self, key: str, req: TextRequest) -> CallResult:
@@ -92,23 +93,11 @@ class Proxy:
                 candidates.append(Candidate(tokens, _text_action(s.text), s.text, span))
             return self._record(ep, plan, candidates, samples, fmt, t0, queued, "")
 
-    async def _sample(
-        self, ep: Episode, plan: Plan, fmt: object, req: ChatRequest | TextRequest
-    ) -> list[Sample]:
+    async def _sample(self, ep: Episode, plan: Plan, fmt: object, req: CallRequest) -> list[Sample]:
         route = f"{ep.key}/{ep.segments if not plan.continued else max(ep.segments - 1, 0)}"
         ep.routes.update([route, *(f"{route}#{i}" for i in range(1, req.n))])
         try:
-            return await self.model.sample(
-                fmt,  # type: ignore[arg-type]
-                plan.tokens.token_ids.tolist(),
-                n=req.n,
-                max_tokens=req.max_tokens,
-                temperature=req.temperature,
-                top_p=req.top_p,
-                seed=req.seed,
-                stop=req.stop,
-                route=route,
-            )
+            return await self.model.sample(fmt, plan.tokens.token_ids.tolist(), req, route)  # type: ignore[arg-type]
         except BackendError as e:
             raise ProxyError(503, f"the backend failed: {e}", code="backend_error") from e
 
@@ -148,7 +137,7 @@ class Proxy:
         )
         ep.commit(plan, candidates, record, fmt)
         return CallResult(
-            id=f"chatcmpl-{uuid.uuid4().hex[:24]}",
+            id=uuid.uuid4().hex[:24],
             created=int(time.time()),
             model=self.model.name,
             episode=ep.key,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +37,7 @@ class ProxyError(Exception):
         self.message = message
         self.param = param
         self.code = code
-        self.kind = kind or _KINDS.get(status, "server_error")
+        self.kind = kind or _KINDS.get(status, "invalid_request_error" if status < 500 else "server_error")
 
     def body(self) -> dict[str, Any]:
         from openai.types.shared import ErrorObject
@@ -59,14 +59,11 @@ def invalid(message: str, param: str | None = None, code: str | None = None) -> 
     return ProxyError(400, message, param=param, code=code)
 
 
-@dataclass
-class ChatRequest:
-    """A validated ``/v1/chat/completions`` request."""
+@dataclass(kw_only=True)
+class CallRequest:
+    """What both call routes ask of the model: which model, how to sample, how to answer."""
 
     model: str
-    messages: list[Message]
-    tools: list[dict[str, Any]] = field(default_factory=list)
-    tool_choice: str | dict[str, Any] = "auto"
     n: int = 1
     stream: bool = False
     include_usage: bool = False
@@ -75,24 +72,41 @@ class ChatRequest:
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int | None = None
+
+
+@dataclass
+class KnownMessages:
+    """A chat request's messages as sent (JSON) and as converted. The next request of the episode
+    resends them (a harness keeps its history): the part that is the same JSON is taken from here,
+    and only the rest is validated and converted, so a call costs its new messages, not the history."""
+
+    raw: list[Any] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
+
+    def shared(self, raw: list[Any]) -> int:
+        """How many leading messages of ``raw`` are these, JSON for JSON."""
+        n = min(len(self.raw), len(raw))
+        return next((i for i in range(n) if self.raw[i] != raw[i]), n)
+
+
+@dataclass(kw_only=True)
+class ChatRequest(CallRequest):
+    """A validated ``/v1/chat/completions`` request."""
+
+    messages: list[Message]
+    known: KnownMessages | None = None  # its messages, for the episode's next request
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    tool_choice: str | dict[str, Any] = "auto"
     logprobs: bool = False
     top_logprobs: int = 0
 
 
-@dataclass
-class TextRequest:
+@dataclass(kw_only=True)
+class TextRequest(CallRequest):
     """A validated ``/v1/completions`` request (one prompt: text or token ids)."""
 
-    model: str
     prompt: str | list[int]
-    n: int = 1
-    stream: bool = False
-    include_usage: bool = False
-    stop: list[str] = field(default_factory=list)
     max_tokens: int | None = 16
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int | None = None
     logprobs: int | None = None
 
 
@@ -123,25 +137,31 @@ def _param(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def _raise_validation(e: ValidationError, prefix: tuple[Any, ...] = ()) -> None:
+def _raise_validation(e: ValidationError, prefix: tuple[Any, ...] = (), shift: int = 0) -> None:
+    """A 400 naming the first bad field; ``shift``: added to the item index the error's loc starts
+    with (the items were validated from ``shift`` on)."""
     errors = e.errors(include_url=False)
     by_param: dict[str, list[str]] = {}
     for err in errors:
-        by_param.setdefault(_param((*prefix, *err["loc"])), []).append(err["msg"])
+        loc = tuple(err["loc"])
+        if shift and loc and isinstance(loc[0], int):
+            loc = (loc[0] + shift, *loc[1:])
+        by_param.setdefault(_param((*prefix, *loc)), []).append(err["msg"])
     param, msgs = next(iter(by_param.items()))
     unique = list(dict.fromkeys(msgs))
     raise invalid(f"invalid value for {param or 'the body'}: {' | '.join(unique[:6])}", param or None)
 
 
-def _materialize(value: Any, loc: tuple[Any, ...]) -> Any:
-    """Plain lists and dicts from a validated value, running the lazy validators on the way."""
+def _materialize(value: Any, loc: tuple[Any, ...], first: int = 0) -> Any:
+    """Plain lists and dicts from a validated value, running the lazy validators on the way
+    (``first``: the index of an iterable's first item in the request)."""
     if isinstance(value, Iterator):  # pydantic's lazy ValidatorIterator (an Iterable field)
         items = []
         try:
-            for i, item in enumerate(value):
+            for i, item in enumerate(value, first):
                 items.append(_materialize(item, (*loc, i)))
         except ValidationError as e:
-            _raise_validation(e, loc)  # the error's own loc starts at the item index
+            _raise_validation(e, loc, first)  # the error's own loc starts at the item index
         return items
     if isinstance(value, dict):
         return {k: _materialize(v, (*loc, k)) for k, v in value.items()}
@@ -150,14 +170,17 @@ def _materialize(value: Any, loc: tuple[Any, ...]) -> Any:
     return value
 
 
-def _validated(body: Any, adapter: TypeAdapter) -> dict[str, Any]:
+def _validated(body: Any, adapter: TypeAdapter, first: dict[str, int] | None = None) -> dict[str, Any]:
+    """``body`` validated by ``adapter``; ``first``: where a list field's items start in the request
+    (the body holds only the rest of them)."""
     if not isinstance(body, dict):
         raise invalid("the request body must be a JSON object")
     try:
         data = adapter.validate_python(body)
     except ValidationError as e:
         _raise_validation(e)
-    return {k: _materialize(v, (k,)) for k, v in data.items()}
+    first = first or {}
+    return {k: _materialize(v, (k,), first.get(k, 0)) for k, v in data.items()}
 
 
 def _stream_flags(body: dict[str, Any]) -> tuple[bool, bool]:
@@ -181,7 +204,8 @@ def _stops(stop: Any) -> list[str]:
     return stops
 
 
-def _common(data: dict[str, Any]) -> dict[str, Any]:
+def _common(data: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+    """The ``CallRequest`` fields of a validated request (``body``: the raw one, for the stream flags)."""
     n = 1 if data.get("n") is None else data["n"]
     if not 1 <= n <= 16:
         raise invalid(f"n must be between 1 and 16, got {n}", "n")
@@ -191,7 +215,17 @@ def _common(data: dict[str, Any]) -> dict[str, Any]:
     top_p = 1.0 if data.get("top_p") is None else float(data["top_p"])
     if not 0 < top_p <= 1:
         raise invalid(f"top_p must be in (0, 1], got {top_p}", "top_p")
-    return {"n": n, "temperature": temperature, "top_p": top_p, "seed": data.get("seed")}
+    stream, include_usage = _stream_flags(body)
+    return {
+        "model": data["model"],
+        "n": n,
+        "stream": stream,
+        "include_usage": include_usage,
+        "stop": _stops(data.get("stop")),
+        "temperature": temperature,
+        "top_p": top_p,
+        "seed": data.get("seed"),
+    }
 
 
 def _max_tokens(value: Any, param: str) -> int | None:
@@ -202,10 +236,12 @@ def _max_tokens(value: Any, param: str) -> int | None:
     return int(value)
 
 
-def parse_chat_request(body: Any) -> ChatRequest:
-    """A ``ChatRequest`` from a JSON body, or ``ProxyError`` (400) naming the bad field."""
-    data = _validated(body, _chat_adapter())
-    stream, include_usage = _stream_flags(body)
+def parse_chat_request(body: Any, known: KnownMessages | None = None) -> ChatRequest:
+    """A ``ChatRequest`` from a JSON body, or ``ProxyError`` (400) naming the bad field; ``known``:
+    the episode's previous request's messages (the same result, less work: ``KnownMessages``)."""
+    raw = body.get("messages") if isinstance(body, dict) else None
+    k = known.shared(raw) if known is not None and isinstance(raw, list) else 0
+    data = _validated({**body, "messages": raw[k:]} if k else body, _chat_adapter(), {"messages": k})
     fmt = data.get("response_format")
     if fmt and fmt.get("type") != "text":
         raise invalid(f"response_format {fmt.get('type')!r} is not supported (text only)", "response_format")
@@ -227,28 +263,25 @@ def parse_chat_request(body: Any) -> ChatRequest:
     top_logprobs = data.get("top_logprobs") or 0  # accepted; only the sampled token's logprob comes back
     if not 0 <= top_logprobs <= 20:
         raise invalid("top_logprobs must be between 0 and 20", "top_logprobs")
-    messages = to_messages(data["messages"])
+    earlier = known.messages[:k] if known is not None and k else []
+    messages = [*earlier, *to_messages(data["messages"], earlier)]
     if not messages:
         raise invalid("messages must not be empty", "messages")
     return ChatRequest(
-        model=data["model"],
         messages=messages,
+        known=KnownMessages(list(raw), messages) if isinstance(raw, list) else None,
         tools=tools,
         tool_choice=tool_choice,
-        stream=stream,
-        include_usage=include_usage,
-        stop=_stops(data.get("stop")),
         max_tokens=max_tokens,
         logprobs=bool(data.get("logprobs")),
         top_logprobs=top_logprobs,
-        **_common(data),
+        **_common(data, body),
     )
 
 
 def parse_text_request(body: Any) -> TextRequest:
     """A ``TextRequest`` from a ``/v1/completions`` JSON body, or ``ProxyError`` (400)."""
     data = _validated(body, _text_adapter())
-    stream, include_usage = _stream_flags(body)
     if data.get("echo"):
         raise invalid("echo is not supported", "echo")
     if data.get("suffix"):
@@ -267,14 +300,10 @@ def parse_text_request(body: Any) -> TextRequest:
     if logprobs is not None and not 0 <= logprobs <= 5:
         raise invalid("logprobs must be between 0 and 5", "logprobs")
     return TextRequest(
-        model=data["model"],
         prompt=prompt,
-        stream=stream,
-        include_usage=include_usage,
-        stop=_stops(data.get("stop")),
         max_tokens=_max_tokens(data.get("max_tokens", 16), "max_tokens"),
         logprobs=logprobs,
-        **_common(data),
+        **_common(data, body),
     )
 
 
@@ -296,11 +325,13 @@ def _text(content: Any, param: str) -> str:
     return "".join(parts)
 
 
-def to_messages(raw: list[dict[str, Any]]) -> list[Message]:
-    """OpenAI message params -> turngym ``Message``s (400 naming the message on what cannot map)."""
+def to_messages(raw: list[dict[str, Any]], earlier: Sequence[Message] = ()) -> list[Message]:
+    """OpenAI message params -> turngym ``Message``s (400 naming the message on what cannot map);
+    ``earlier``: the request's messages before ``raw``, already converted."""
     out: list[Message] = []
-    names: dict[str, str] = {}  # tool call id -> function name (a tool message's name)
-    for i, m in enumerate(raw):
+    # tool call id -> function name (a tool message's name)
+    names = {c.id: c.name for m in earlier for c in m.tool_calls}
+    for i, m in enumerate(raw, len(earlier)):
         role = m["role"]
         content = _text(m.get("content"), f"messages[{i}].content")
         if role in ("system", "developer", "user"):
