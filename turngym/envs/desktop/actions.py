@@ -10,6 +10,7 @@ The desktop is driven with ``xdotool`` as the desktop user (:class:`~turngym.san
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 from typing import Any, Literal
 
@@ -20,7 +21,7 @@ MAX_TYPE_CHARS = 2000
 MAX_WAIT_S = 10.0
 MAX_SCROLL = 50
 Button = Literal["left", "middle", "right"]
-_BUTTONS = {"left": "1", "middle": "2", "right": "3"}
+_BUTTONS = {"left": 1, "middle": 2, "right": 3}
 _ALIASES = {
     "enter": "Return", "return": "Return", "tab": "Tab", "backspace": "BackSpace", "delete": "Delete",
     "del": "Delete", "esc": "Escape", "escape": "Escape", "space": "space", "up": "Up", "down": "Down",
@@ -65,6 +66,10 @@ def combo(keys: list[str]) -> str:
     return "+".join(normalise_key(k) for k in keys)
 
 
+def _move(x: int, y: int) -> dict[str, Any]:
+    return {"a": "move", "x": x, "y": y}
+
+
 def split_chord(key: str) -> list[str]:
     """``"ctrl+shift+n"`` -> ``["ctrl", "shift", "n"]`` (a lone ``+`` stays a key)."""
     return [key] if key.strip() == "+" else [p for p in key.split("+") if p != ""] or [key]
@@ -90,17 +95,16 @@ class DesktopActions:
             raise ToolError(f"({x:g}, {y:g}) is off the screen; x must be in [0, {w}) and y in [0, {h})")
         return int(x * self._scale), int(y * self._scale)
 
-    async def _xdo(self, name: str, record: dict[str, Any], *commands: list[str]) -> None:
+    async def _xdo(self, name: str, record: dict[str, Any], *actions: dict[str, Any]) -> None:
         if self.desk is None:
             raise ToolError("no desktop is running (the episode is over)")
-        chars = sum(len(a) for c in commands for a in c)
-        await run_blocking(self.desk.xdotool, *commands, timeout=15.0 + 0.03 * chars)
+        chars = sum(len(a.get("text", "")) for a in actions)
+        await run_blocking(functools.partial(self.desk.act, list(actions), timeout=15.0 + 0.03 * chars))
         self._record(name, record)
 
     async def _click_at(self, name: str, rec: dict[str, Any], x: float, y: float, button: str, n: int) -> str:
         sx, sy = self._screen_point(x, y)
-        args = ["mousemove", "--sync", str(sx), str(sy), "click", "--repeat", str(n), _BUTTONS[button]]
-        await self._xdo(name, rec, args)
+        await self._xdo(name, rec, _move(sx, sy), {"a": "click", "button": _BUTTONS[button], "repeat": n})
         self._mouse = (sx, sy)
         return f"{name.replace('_', ' ')} at ({x:g}, {y:g})"
 
@@ -149,7 +153,7 @@ class DesktopActions:
             y: vertical pixel
         """
         sx, sy = self._screen_point(x, y)
-        await self._xdo("move_to", {"x": x, "y": y}, ["mousemove", "--sync", str(sx), str(sy)])
+        await self._xdo("move_to", {"x": x, "y": y}, _move(sx, sy))
         self._mouse = (sx, sy)
         return f"mouse at ({x:g}, {y:g})"
 
@@ -163,19 +167,8 @@ class DesktopActions:
         """
         sx, sy = self._screen_point(x, y)
         mx, my = self._mouse
-        args = [
-            "mousemove",
-            "--sync",
-            str(mx),
-            str(my),
-            "mousedown",
-            "1",
-            "mousemove",
-            "--sync",
-            str(sx),
-            str(sy),
-        ]
-        await self._xdo("drag_to", {"x": x, "y": y}, [*args, "mouseup", "1"])
+        drag = (_move(mx, my), {"a": "down", "button": 1}, _move(sx, sy), {"a": "up", "button": 1})
+        await self._xdo("drag_to", {"x": x, "y": y}, *drag)
         self._mouse = (sx, sy)
         return f"dragged to ({x:g}, {y:g})"
 
@@ -189,13 +182,14 @@ class DesktopActions:
         """
         if abs(dx) > MAX_SCROLL or abs(dy) > MAX_SCROLL:
             raise ToolError(f"at most {MAX_SCROLL} wheel clicks per call")
-        args: list[str] = []
-        for count, neg, pos in ((dy, "4", "5"), (dx, "6", "7")):
-            if count:
-                args += ["click", "--repeat", str(abs(count)), pos if count > 0 else neg]
-        if not args:
+        wheel = [
+            {"a": "click", "button": pos if count > 0 else neg, "repeat": abs(count)}
+            for count, neg, pos in ((dy, 4, 5), (dx, 6, 7))
+            if count
+        ]
+        if not wheel:
             raise ToolError("scroll needs dx or dy")
-        await self._xdo("scroll", {"dy": dy, "dx": dx}, args)
+        await self._xdo("scroll", {"dy": dy, "dx": dx}, *wheel)
         return f"scrolled ({dx}, {dy})"
 
     @tool
@@ -209,13 +203,15 @@ class DesktopActions:
             raise ToolError(f"text too long ({len(text)} > {MAX_TYPE_CHARS} characters); type it in parts")
         if not text:
             raise ToolError("empty text")
-        commands: list[list[str]] = []
+        if any((ord(c) < 32 and c != "\n") or ord(c) == 127 for c in text):
+            raise ToolError("text has control characters; press keys (tab, esc, ...) with press")
+        actions: list[dict[str, Any]] = []
         for i, line in enumerate(text.split("\n")):
             if i:
-                commands.append(["key", "Return"])
+                actions.append({"a": "key", "chord": "Return"})
             if line:
-                commands.append(["type", "--delay", "12", "--", line])
-        await self._xdo("type", {"text": text}, *commands)
+                actions.append({"a": "type", "text": line})
+        await self._xdo("type", {"text": text}, *actions)
         return f"typed {len(text)} characters"
 
     @tool
@@ -226,7 +222,7 @@ class DesktopActions:
             key: key name
         """
         chord = combo(split_chord(key))
-        await self._xdo("press", {"key": key}, ["key", "--clearmodifiers", chord])
+        await self._xdo("press", {"key": key}, {"a": "key", "chord": chord})
         return f"pressed {key}"
 
     @tool
@@ -237,7 +233,7 @@ class DesktopActions:
             keys: key names, modifiers first
         """
         chord = combo(list(keys))
-        await self._xdo("hotkey", {"keys": list(keys)}, ["key", "--clearmodifiers", chord])
+        await self._xdo("hotkey", {"keys": list(keys)}, {"a": "key", "chord": chord})
         return f"pressed {'+'.join(keys)}"
 
     @tool

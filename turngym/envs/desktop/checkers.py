@@ -159,13 +159,27 @@ def check_fs(desk: DesktopSandbox, spec: dict[str, Any], cache: dict[str, Any]) 
 
 def check_clipboard(desk: DesktopSandbox, spec: dict[str, Any], cache: dict[str, Any]) -> Verdict:
     code, out = desk.run_user("timeout 3 xclip -o -selection clipboard 2>/dev/null", timeout=10)
-    got = out.decode(errors="replace").strip() if code == 0 else ""
+    return clipboard_verdict(out.decode(errors="replace") if code == 0 else "", spec)
+
+
+def clipboard_verdict(text: str, spec: dict[str, Any]) -> Verdict:
+    """The ``clipboard`` verdict for the clipboard's text."""
+    got = text.strip()
     if _same_number(got, spec["value"]):
         return Verdict(True, 1.0, "the clipboard holds the result")
     return Verdict(False, 0.0, f"the clipboard holds {got[:40]!r}" if got else "the clipboard is empty")
 
 
 CHECKERS = {"file_text": check_file_text, "sheet": check_sheet, "fs": check_fs, "clipboard": check_clipboard}
+
+
+def watched_paths(spec: dict[str, Any]) -> list[str]:
+    """The paths whose ``stat`` tells whether the checker's reading can have changed since the last turn."""
+    if spec["kind"] in ("file_text", "sheet"):
+        return [spec["path"]]
+    if spec["kind"] == "fs":
+        return [*spec["present"], *spec["absent"], *spec["same"]]
+    return []
 
 
 def check(desk: DesktopSandbox, spec: dict[str, Any], cache: dict[str, Any]) -> Verdict:
