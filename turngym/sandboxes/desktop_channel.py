@@ -11,6 +11,7 @@ exec`` per command; a request that carried actions is never sent twice).
 from __future__ import annotations
 
 import json
+import select
 import shlex
 import socket
 import struct
@@ -123,6 +124,8 @@ class HelperChannel:
             try:
                 if self._sock is None:
                     self._start()
+                if self._closed():
+                    raise HelperLost("the desktop helper exited")  # before this request: not sent
                 self._id += 1
                 body = json.dumps({**req, "id": self._id}).encode()
                 try:
@@ -137,6 +140,18 @@ class HelperChannel:
             except HelperLost:
                 self._kill()
                 raise
+
+    def _closed(self) -> bool:
+        """Whether the helper's stream has ended (checked without waiting, before a request)."""
+        readable, _, _ = select.select([self._sock], [], [], 0)
+        if not readable:
+            return False
+        try:
+            self._sock.settimeout(1.0)
+            self._fill(time.monotonic() + 1.0)  # frames that are there (stderr noise) are kept
+        except HelperLost:
+            return True
+        return False
 
     def _kill(self) -> None:
         self.broken = True

@@ -222,29 +222,24 @@ def _app_state(name, window_class, grace):
 
 def _settled_shot(settle, app=None):
     """The screenshot once two captures ``quiet`` seconds apart agree (after ``min``, at most ``max``),
-    and the app's state (checked during the first quiet wait)."""
+    then the app's state (``app``: name, window class, grace seconds)."""
     lo, quiet, hi = (
-        min(max(float(settle.get(k, d)), 0.0), 10.0) for k, d in (("min", 0.0), ("quiet", 0.04), ("max", 0.3))
+        min(max(float(settle.get(k, d)), 0.0), 10.0)
+        for k, d in (("min", 0.03), ("quiet", 0.05), ("max", 0.3))
     )
     start = time.monotonic()
-    time.sleep(lo)
+    time.sleep(min(lo, hi))
     last = _shot()
-    state = None
     while last is not None and time.monotonic() - start < hi:
-        t = time.monotonic()
-        if state is None and app is not None:
-            state = _app_state(*app)
-            if state == "exited":
-                return _shot() or last, state
-        time.sleep(max(0.0, quiet - (time.monotonic() - t)))
+        time.sleep(quiet)
         cur = _shot()
         if cur is None or cur == last:
-            last = cur if cur is not None else last
             break
         last = cur
-    if state is None and app is not None and last is not None:
-        state = _app_state(*app)
-    return last, state
+    if last is None or app is None:
+        return last, None
+    state = _app_state(*app)
+    return (_shot() or last) if state == "exited" else last, state
 
 
 def _stat(paths):

@@ -142,6 +142,23 @@ def test_x_server_death_ends_the_episode_with_a_cause(env):
 
 
 @pytest.mark.docker
+def test_a_lost_helper_falls_back_to_docker_exec_and_the_episode_goes_on(env):
+    env.reset(seed=0, options={"task": "term-output-2"})
+    env.step(env.format_call("move_to", {"x": 50, "y": 50}))
+    assert env.desk.helper.pid and not env.desk.helper.broken
+    env.desk.run_root(f"kill -KILL {env.desk.helper.pid}")
+    command = env.current.plan[0][1]  # the task's own command, typed into the terminal
+    obs, reward, term, trunc, info = env.step(env.format_call("type", {"text": command}))
+    if info["error"]:  # the request was on its way when the stream closed: an error, never run twice
+        assert "stopped answering" in info["error"] and not term
+        obs, reward, term, trunc, info = env.step(env.format_call("type", {"text": command}))
+    assert env.desk.helper.broken  # the action went by docker exec
+    assert not term and not info["error"] and obs[-1].images
+    *_, info = env.step(env.format_call("done", {}))
+    assert info["check"]["success"], info["check"]
+
+
+@pytest.mark.docker
 def test_fork_replays_and_branches_independently(env):
     env.reset(seed=0, options={"task": "editor-append-1"})
     env.step(env.format_call("press", {"key": "ctrl+End"}))
