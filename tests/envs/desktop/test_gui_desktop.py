@@ -13,7 +13,7 @@ from turngym.tools import ToolError
 
 ALL = build_tasks()
 #: one task of each template: the default suite's expert sample (the whole sweep is slow)
-SAMPLE = ["editor-new-file-0", "sheet-sum-0", "files-rename-0", "term-output-1", "calc-0"]
+SAMPLE = ["editor-new-file-0", "sheet-sum-0", "files-rename-0", "term-output-1", "calc-0", "prefs-files-0"]
 
 
 def test_forty_tasks_over_five_apps_each_naming_its_app():
@@ -27,7 +27,7 @@ def test_forty_tasks_over_five_apps_each_naming_its_app():
         assert (
             t.summary()["app"] == t.app
             and t.plan
-            and t.check["kind"] in {"file_text", "sheet", "fs", "clipboard"}
+            and t.check["kind"] in {"file_text", "sheet", "fs", "clipboard", "config"}
         )
 
 
@@ -76,6 +76,30 @@ def test_expert_solves_task_through_the_gui(env, task_id):
     assert total == pytest.approx(1.0)
     assert turns < env.max_turns
     assert info["app"] == next(t.app for t in ALL if t.task_id == task_id)
+
+
+_INI_WORD = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_0123456789", min_size=1, max_size=8)
+
+
+@given(st.dictionaries(_INI_WORD, st.dictionaries(_INI_WORD, st.text(alphabet='abc 01#="', max_size=6))))
+def test_config_values_reads_the_section_asked_for(sections):
+    from turngym.envs.desktop.checkers import config_values
+
+    text = "# a comment\nstray=line\n" + "".join(
+        f"[{name}]\n" + "".join(f"{k} = {v}\n" for k, v in body.items()) + "\n"
+        for name, body in sections.items()
+    )
+    for name, body in sections.items():
+        assert config_values(text, name) == {k: v.strip() for k, v in body.items()}
+    assert config_values(text, "no-such-section") == {}
+
+
+@pytest.mark.docker
+def test_a_preference_counts_only_once_the_app_saved_it(env):
+    env.reset(seed=0, options={"task": "prefs-files-1"})  # turn on single click in pcmanfm
+    _, reward, term, _, info = env.step(env.format_call("done", {}))
+    assert term and reward == 0.0 and not info["check"]["success"]
+    assert "single_click is '0'" in info["check"]["detail"]  # read from libfm.conf, not the claim
 
 
 @pytest.mark.docker
@@ -251,7 +275,7 @@ def test_close_leaves_no_container_behind():
 #: the other templates, one task each (the slow suite's sample); every one of the 40 tasks:
 #: ``python benchmarks/gui_desktop.py --all-tasks`` (docs/envs/gui-desktop.md has its table)
 MORE = ["editor-append-1", "sheet-max-1", "sheet-min-2", "files-delete-0", "files-mkdir-1", "files-move-0"]
-MORE += ["term-files-2"]
+MORE += ["term-files-2", "prefs-calc-2"]
 
 
 @pytest.mark.docker

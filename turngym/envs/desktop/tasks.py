@@ -1,4 +1,4 @@
-"""The ``gui-desktop`` tasks: 40 tasks over five real applications, generated from seeds.
+"""The ``gui-desktop`` tasks: 47 tasks over five real applications, generated from seeds.
 
 Each :class:`DesktopTask` names its ``app``, what the episode starts (files written into the home
 directory, the application launched), the instruction, a checker spec (read by
@@ -257,6 +257,63 @@ def calc_clipboard(i: int, rng: np.random.Generator) -> DesktopTask:
     )  # fmt: skip
 
 
+# ---------------------------------------------------------------- preferences (galculator, pcmanfm)
+#: galculator's Preferences > Display > Modules Visibility check boxes and their keys in its config
+_CALC_MODULES = {
+    "Number base units": "display_module_number", "Angle base units": "display_module_angle",
+    "Notation": "display_module_notation", "Arithmetic operation": "display_module_arith",
+    "Open brackets": "display_module_open",
+}  # fmt: skip
+#: the Edit menu's last item is Preferences in both apps: open the menu, wrap up to it
+_OPEN_PREFERENCES: tuple[Step, ...] = (
+    ("key", "alt+e"),
+    ("wait", 0.6),
+    ("key", "Up"),
+    ("key", "Return"),
+    ("wait", 1.2),
+)
+
+
+def prefs_calc(i: int, rng: np.random.Generator) -> DesktopTask:
+    names = [str(n) for n in rng.permutation(list(_CALC_MODULES))]
+    name = names[0]
+    conf = f"{HOME}/.config/galculator/galculator.conf"
+    keep = {_CALC_MODULES[n]: "true" for n in names[1:]}
+    return DesktopTask(
+        f"prefs-calc-{i}", "galculator", "prefs-calc",
+        f'In the calculator\'s preferences (Edit > Preferences, tab Display), hide the "{name}" module '
+        "(untick it under Modules Visibility) and leave the other settings alone, close the dialog, then quit "
+        "the calculator (Ctrl+Q) so that it saves its settings.",
+        ("galculator",), "galculator",
+        {"kind": "config", "path": conf, "section": "general", "key": _CALC_MODULES[name], "value": "false",
+         "keep": keep},
+        (*_OPEN_PREFERENCES, ("click_node", "check box", name), ("wait", 0.3),
+         ("click_node", "push button", "Close"), ("wait", 0.5), ("key", "ctrl+q"), ("wait", 1.0)),
+    )  # fmt: skip
+
+
+#: pcmanfm's Preferences > General check boxes: (label, libfm.conf key, wanted value, verb, mnemonic)
+_FM_SETTINGS = (
+    ("Confirm before deleting files", "confirm_del", "0", "turn off", "alt+n"),
+    ("Open files with single click", "single_click", "1", "turn on", "alt+o"),
+    ("Don't ask options on launch executable file", "quick_exec", "1", "turn on", "alt+l"),
+)
+
+
+def prefs_files(i: int, rng: np.random.Generator) -> DesktopTask:
+    label, key, value, verb, mnemonic = _FM_SETTINGS[i % len(_FM_SETTINGS)]
+    conf = f"{HOME}/.config/libfm/libfm.conf"
+    keep = {k: ("1" if v == "0" else "0") for _, k, v, _, _ in _FM_SETTINGS if k != key}
+    return DesktopTask(
+        f"prefs-files-{i}", "pcmanfm", "prefs-files",
+        f'In the file manager\'s preferences (Edit > Preferences, General), {verb} "{label}", leave the '
+        "other settings alone and close the dialog.",
+        ("pcmanfm", DOCS), "pcmanfm",
+        {"kind": "config", "path": conf, "section": "config", "key": key, "value": value, "keep": keep},
+        (*_OPEN_PREFERENCES, ("key", mnemonic), ("wait", 0.4), ("key", "alt+c"), ("wait", 0.8)),
+    )  # fmt: skip
+
+
 TEMPLATES: list[tuple[Callable[[int, np.random.Generator], DesktopTask], int]] = [
     (editor_new_file, 4),
     (editor_append, 4),
@@ -268,6 +325,8 @@ TEMPLATES: list[tuple[Callable[[int, np.random.Generator], DesktopTask], int]] =
     (term_output, 5),
     (term_files, 3),
     (calc_clipboard, 8),
+    (prefs_calc, 4),
+    (prefs_files, 3),
 ]
 
 
