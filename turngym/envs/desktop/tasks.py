@@ -275,10 +275,10 @@ _OPEN_PREFERENCES: tuple[Step, ...] = (
 
 
 def prefs_calc(i: int, rng: np.random.Generator) -> DesktopTask:
-    names = [str(n) for n in rng.permutation(list(_CALC_MODULES))]
-    name = names[0]
+    names = list(_CALC_MODULES)
+    name = names[i % len(names)]  # one module per task (the instruction's only varying part)
     conf = f"{HOME}/.config/galculator/galculator.conf"
-    keep = {_CALC_MODULES[n]: "true" for n in names[1:]}
+    keep = {_CALC_MODULES[n]: "true" for n in names if n != name}
     return DesktopTask(
         f"prefs-calc-{i}", "galculator", "prefs-calc",
         f'In the calculator\'s preferences (Edit > Preferences, tab Display), hide the "{name}" module '
