@@ -114,6 +114,12 @@ def test_desktop_container_is_locked_down_and_labelled():
         assert ans["ok"] and ans["stat"]["/nonexistent"] is None and ans["stat"]["/home/user/.bashrc"]
         code, out = desk.run_user("ps -o user= -C Xvfb,openbox | sort -u")
         assert out.split() == [b"user"]
+        # started means the window manager manages the screen (an app's window mapped while openbox was
+        # still starting never showed) and the accessibility registry runs (no app start activates it)
+        code, out = desk.run_user("ls /tmp/.turngym-wm-ready && xprop -root _NET_SUPPORTING_WM_CHECK")
+        assert code == 0 and b"window id" in out
+        code, _ = desk.run_user("pgrep -f ^/usr/libexec/at-spi2-registryd")
+        assert code == 0
         code, _ = desk.run_user("touch /usr/evil")
         assert code != 0
     finally:

@@ -118,9 +118,25 @@ run 'setsid -f Xvfb {DISPLAY} -screen 0 {width}x{height}x24 -nolisten tcp -nores
 for i in $(seq 1 100); do [ -e /tmp/.X11-unix/X0 ] && break; sleep 0.05; done
 run 'setsid -f dbus-daemon --session --nofork --address={BUS}'
 for i in $(seq 1 100); do [ -e /tmp/.turngym-bus ] && break; sleep 0.05; done
-run 'setsid -f openbox'
+# openbox drops the map requests that arrive while it starts (the app's window then never shows): wait
+# until it runs its startup command, which it does once it manages the screen
+run 'setsid -f openbox --startup "touch /tmp/.turngym-wm-ready"'
+for i in $(seq 1 200); do [ -e /tmp/.turngym-wm-ready ] && break; sleep 0.05; done
 run 'setsid -f /usr/libexec/at-spi-bus-launcher --launch-immediately'
+# the accessibility bus and its registry daemon up before any app starts: an app's first start would
+# otherwise activate them itself and block on them (its GTK bridge waits on the buses) under load
+for i in $(seq 1 200); do
+  A=$({user} dbus-send --session --print-reply=literal --dest=org.a11y.Bus /org/a11y/bus org.a11y.Bus.GetAddress 2>/dev/null) && [ -n "$A" ] && break
+  sleep 0.05
+done
+A=$(echo $A)
+for i in $(seq 1 200); do
+  {user} dbus-send --bus="$A" --print-reply --dest=org.a11y.atspi.Registry /org/a11y/atspi/registry \
+    org.freedesktop.DBus.Peer.Ping >/dev/null 2>&1 && break
+  sleep 0.05
+done
 for i in $(seq 1 100); do {user} xdotool getdisplaygeometry >/dev/null 2>&1 && break; sleep 0.05; done
+[ -e /tmp/.turngym-wm-ready ] || echo "openbox did not start"
 {user} xdotool getdisplaygeometry
 """
 
@@ -297,20 +313,18 @@ class DesktopSandbox:
         return Observation(self.screenshot(), state, self.a11y_nodes() if a11y else [])
 
     def launch(self, argv: list[str], *, window_class: str, timeout: float = 60.0) -> None:
-        """Start an application as the user and wait until one of its windows shows. A start that shows
-        no window within half the timeout is killed and tried once more (a GTK app's first start
-        sometimes blocks on the session's buses); the second try gets the rest of the timeout."""
+        """Start an application as the user and wait until one of its windows shows (a ``SandboxError``
+        naming the app and its log if none does within ``timeout``)."""
         cmd = shlex.join(argv)
-        for wait in (timeout / 2, timeout / 2):
-            code, _ = self.run_user(
-                f"cd ~ && setsid -f {cmd} </dev/null >/tmp/.app.log 2>&1; "
-                f"timeout {wait:g} xdotool search --sync --onlyvisible --class {shlex.quote(window_class)} "
-                ">/dev/null",
-                timeout=wait + 5,
-            )
-            if code == 0:
-                return
-            self.run_user(f"pkill -KILL -x {shlex.quote(Path(argv[0]).name[:15])} || true", timeout=10)
+        code, _ = self.run_user(
+            f"cd ~ && setsid -f {cmd} </dev/null >/tmp/.app.log 2>&1; "
+            f"timeout {timeout:g} xdotool search --sync --onlyvisible --class {shlex.quote(window_class)} "
+            ">/dev/null",
+            timeout=timeout + 5,
+        )
+        if code == 0:
+            return
+        self.run_user(f"pkill -KILL -x {shlex.quote(Path(argv[0]).name[:15])} || true", timeout=10)
         _, log = self.run_root("tail -c 1500 /tmp/.app.log 2>/dev/null", timeout=10)
         raise SandboxError(f"{argv[0]} showed no window within {timeout:g} s: {log.decode(errors='replace')}")
 
