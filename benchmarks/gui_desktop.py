@@ -6,7 +6,9 @@ Measured in one run (the machine is shared: the load average is printed with the
   * reset from the warm pool (a started desktop handed out, task files written, the app launched and
     shown, first screenshot): p50 / p90 over ``--resets`` episodes, with 1 s of agent time before each;
   * an action + screenshot step (``move_to``, then the settle and the PNG screenshot observation):
-    p50 / p90 over ``--steps`` steps; the settle is reported separately (``settle_s``);
+    p50 / p95 over ``--steps`` steps, through the desktop's helper process (the default) and, in the
+    same run, through one ``docker exec`` per command with the fixed ``settle_s`` wait (``helper=False``,
+    the old path: ``exec_step_*``);
   * fork cost (replay of a 4-turn episode on a fresh desktop);
   * memory per live desktop (the container's memory use, Docker's stats, with the task's app open);
   * expert success and turns over the tasks (a sample, or every task with ``--all-tasks``);
@@ -34,6 +36,17 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))] if xs else float("nan")
 
 
+def step_numbers(env: DesktopEnv, steps: int, prefix: str) -> dict[str, float]:
+    """p50 / p95 of a ``move_to`` step (the action, the settle, the screenshot observation, the check)."""
+    step_s = []
+    env.reset(seed=0, options={"task": "editor-append-1"})
+    for i in range(steps):
+        t0 = time.perf_counter()
+        env.step(env.format_call("move_to", {"x": 100 + 10 * i, "y": 300}))
+        step_s.append(time.perf_counter() - t0)
+    return {f"{prefix}step_p50_s": pct(step_s, 50), f"{prefix}step_p95_s": pct(step_s, 95)}
+
+
 def desktop_numbers(
     resets: int, steps: int, all_tasks: bool, tasks: list[str] | None = None
 ) -> dict[str, Any]:
@@ -47,16 +60,14 @@ def desktop_numbers(
             t0 = time.perf_counter()
             env.reset(seed=i, options={"task": ["term-output-0", "editor-append-0", "calc-1"][i % 3]})
             reset_s.append(time.perf_counter() - t0)
-        out["reset_p50_s"], out["reset_p90_s"] = pct(reset_s, 50), pct(reset_s, 90)
-        step_s = []
+        out["reset_p50_s"], out["reset_p95_s"] = pct(reset_s, 50), pct(reset_s, 95)
+        out.update(step_numbers(env, steps, ""))
+        old = DesktopEnv(warm=1, helper=False)
+        try:
+            out.update(step_numbers(old, steps, "exec_"))
+        finally:
+            old.close()
         env.reset(seed=0, options={"task": "editor-append-1"})
-        for i in range(steps):
-            t0 = time.perf_counter()
-            env.step(env.format_call("move_to", {"x": 100 + 10 * i, "y": 300}))
-            step_s.append(time.perf_counter() - t0)
-        out["step_p50_s"], out["step_p90_s"] = pct(step_s, 50), pct(step_s, 90)
-        out["step_p50_without_settle_s"] = out["step_p50_s"] - env.settle_s
-        out["settle_s"] = env.settle_s
         stats = env.desk.sb.container.stats(stream=False)
         out["memory_per_desktop_mib"] = stats["memory_stats"].get("usage", 0) / 2**20
         env.reset(seed=0, options={"task": "editor-append-2"})

@@ -60,7 +60,7 @@ PLANS: dict[str, tuple[str, Plan]] = {
 }
 #: registered ids this suite does not make, and why
 NOT_HERE = {
-    "gui-desktop-v0": "real desktops under X (~0.8 s an action): the conformance suite's hostile actions "
+    "gui-desktop-v0": "real desktops under X (~0.15 s an action): the conformance suite's hostile actions "
     "run on it in tests/envs/desktop (test_turngym_check_passes_every_row), and its bad-input test "
     "(off-screen clicks, unknown keys, 1 MB of text, huge waits, bad element ids); a generated-action "
     "plan here is next",

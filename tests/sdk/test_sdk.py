@@ -163,3 +163,26 @@ def test_check_cli_names_each_failure_last_on_stderr(tmp_path):
         "seed and action",
     ]
     assert "Coin: FAIL" in out.stdout
+
+
+def test_check_cli_skip_extra_leaves_out_the_envs_needing_it():
+    """`turngym check` with no targets checks every registered env but those needing a skipped extra:
+    each of those is named as skipped, never made (no browser, container or server starts)."""
+    extras = ("web", "interop", "search", "docker", "travel", "desktop")
+    skipped = [s.id for s in turngym.registry.latest() if set(s.requires) & set(extras)]
+    assert "gui-desktop-v0" in skipped and "arith-v0" not in skipped
+    args = [arg for extra in extras for arg in ("--skip-extra", extra)]
+    out = subprocess.run(
+        [sys.executable, "-m", "turngym.cli", "check", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    for env_id in skipped:
+        assert f"{env_id}: skipped (--skip-extra" in out.stdout
+        assert f"{env_id}: PASS" not in out.stdout and f"{env_id}: FAIL" not in out.stdout
+    assert "arith-v0: PASS" in out.stdout  # an env needing no skipped extra is still checked
+    spec = turngym.registry.latest()[[s.id for s in turngym.registry.latest()].index("gui-desktop-v0")]
+    assert f"gui-desktop-v0: skipped (--skip-extra {', '.join(sorted(spec.requires))})" in out.stdout

@@ -8,7 +8,10 @@ the desktop's processes outlive the command that started them (:func:`exec_plain
 clean-up would kill them).
 
 Input goes through ``xdotool``, screenshots through ``xwd`` (decoded and PNG-encoded on the host), the
-accessibility tree through AT-SPI (:mod:`turngym.sandboxes.desktop_a11y_dump`). Every command the
+accessibility tree through AT-SPI (:mod:`turngym.sandboxes.desktop_a11y_dump`), all by default through
+the long-lived helper process (:mod:`turngym.sandboxes.desktop_helper`): :meth:`DesktopSandbox.act` and
+:meth:`DesktopSandbox.observe` are one round trip each (``helper=False``: one ``docker exec`` per
+command, as before, also the fallback when the helper is lost). Every command the
 desktop's user could influence runs as that user; root commands (setup, checkers) read files the user
 cannot reach. A dead X server is a :class:`DesktopDead`; a stuck command is cut at its timeout.
 """
@@ -19,9 +22,12 @@ import io
 import json
 import shlex
 import struct
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from turngym.sandboxes.desktop_channel import HelperChannel, HelperLost
+from turngym.sandboxes.desktop_helper import BadRequest, action_argv
 from turngym.sandboxes.desktop_image import HOME, UID, desktop_image
 from turngym.sandboxes.docker import DockerSandbox, SandboxError
 from turngym.sandboxes.limits import Limits
@@ -59,6 +65,17 @@ _A11Y_SCRIPT = Path(__file__).with_name("desktop_a11y_dump.py").read_text()
 
 class DesktopDead(SandboxError):
     """The desktop's X server is gone (killed, crashed) or its container died."""
+
+
+@dataclass
+class Observation:
+    """What :meth:`DesktopSandbox.observe` read: the screen, the app's state, and what was asked for."""
+
+    image: Any
+    state: str = "running"
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    clipboard: str | None = None
+    stat: dict[str, Any] | None = None
 
 
 def exec_plain(
@@ -101,9 +118,25 @@ run 'setsid -f Xvfb {DISPLAY} -screen 0 {width}x{height}x24 -nolisten tcp -nores
 for i in $(seq 1 100); do [ -e /tmp/.X11-unix/X0 ] && break; sleep 0.05; done
 run 'setsid -f dbus-daemon --session --nofork --address={BUS}'
 for i in $(seq 1 100); do [ -e /tmp/.turngym-bus ] && break; sleep 0.05; done
-run 'setsid -f openbox'
+# openbox drops the map requests that arrive while it starts (the app's window then never shows): wait
+# until it runs its startup command, which it does once it manages the screen
+run 'setsid -f openbox --startup "touch /tmp/.turngym-wm-ready"'
+for i in $(seq 1 200); do [ -e /tmp/.turngym-wm-ready ] && break; sleep 0.05; done
 run 'setsid -f /usr/libexec/at-spi-bus-launcher --launch-immediately'
+# the accessibility bus and its registry daemon up before any app starts: an app's first start would
+# otherwise activate them itself and block on them (its GTK bridge waits on the buses) under load
+for i in $(seq 1 200); do
+  A=$({user} dbus-send --session --print-reply=literal --dest=org.a11y.Bus /org/a11y/bus org.a11y.Bus.GetAddress 2>/dev/null) && [ -n "$A" ] && break
+  sleep 0.05
+done
+A=$(echo $A)
+for i in $(seq 1 200); do
+  {user} dbus-send --bus="$A" --print-reply --dest=org.a11y.atspi.Registry /org/a11y/atspi/registry \
+    org.freedesktop.DBus.Peer.Ping >/dev/null 2>&1 && break
+  sleep 0.05
+done
 for i in $(seq 1 100); do {user} xdotool getdisplaygeometry >/dev/null 2>&1 && break; sleep 0.05; done
+[ -e /tmp/.turngym-wm-ready ] || echo "openbox did not start"
 {user} xdotool getdisplaygeometry
 """
 
@@ -150,9 +183,10 @@ def png_bytes(image: Any) -> bytes:
 class DesktopSandbox:
     """A desktop session in a container (from :func:`desktop_pool` or :meth:`create`)."""
 
-    def __init__(self, sb: DockerSandbox, width: int, height: int):
+    def __init__(self, sb: DockerSandbox, width: int, height: int, *, helper: bool = True):
         self.sb = sb
         self.width, self.height = width, height
+        self.helper = HelperChannel(sb, width, height, _as_user) if helper else None
 
     @classmethod
     def create(cls, width: int = 1024, height: int = 768, *, image: str | None = None) -> DesktopSandbox:
@@ -211,21 +245,86 @@ class DesktopSandbox:
             raise SandboxError(f"xdotool failed ({code}): {text.strip()[:500]}")
         return text
 
+    # ------------------------------------------------------------ one step
+    def _use_helper(self) -> HelperChannel | None:
+        return self.helper if self.helper is not None and not self.helper.broken else None
+
+    def act(self, actions: list[dict[str, Any]], *, timeout: float = 15.0) -> None:
+        """Run actions of the helper's vocabulary (:func:`~turngym.sandboxes.desktop_helper.action_argv`)
+        in order; a ``SandboxError`` on the first failure, :class:`DesktopDead` if X is gone."""
+        try:
+            argvs = [action_argv(a, self.width, self.height) for a in actions]
+        except BadRequest as e:
+            raise SandboxError(f"not a desktop action: {e}") from e
+        helper = self._use_helper()
+        if helper is None:
+            self.xdotool(*argvs, timeout=timeout)
+            return
+        try:
+            ans, _ = helper.request({"actions": actions}, timeout + 10.0)
+        except HelperLost as e:
+            self.check_alive()
+            if e.sent:
+                raise SandboxError(f"the desktop helper stopped answering during an action: {e}") from e
+            self.xdotool(*argvs, timeout=timeout)
+            return
+        if not ans.get("ok"):
+            if ans.get("state") == "dead":
+                raise DesktopDead("the desktop died: the X server does not answer")
+            raise SandboxError(str(ans.get("error", "the action failed")))
+
+    def observe(
+        self,
+        *,
+        settle_s: float = 0.3,
+        app: tuple[str, str] | None = None,
+        a11y: bool = False,
+        clipboard: bool = False,
+        stat: list[str] | None = None,
+    ) -> Observation:
+        """Let the screen settle (through the helper: until two captures agree, at most ``settle_s``;
+        without it: ``settle_s``), then the screenshot, the app's state (:meth:`app_state`) and optionally
+        the accessibility tree, the clipboard text and ``stat`` of paths. :class:`DesktopDead` if X is gone."""
+        helper = self._use_helper()
+        if helper is not None:
+            req: dict[str, Any] = {"observe": True, "settle": {"max": settle_s}, "a11y": a11y,
+                                   "clipboard": clipboard, "stat": list(stat or [])}  # fmt: skip
+            if app is not None:
+                req["app"] = {"name": app[0], "class": app[1]}
+            try:
+                ans, blob = helper.request(req, 60.0)
+            except HelperLost:
+                self.check_alive()
+            else:
+                if ans.get("state") == "dead":
+                    self.check_alive()
+                    raise DesktopDead("the desktop died: the X server does not answer")
+                if not ans.get("ok", True):
+                    raise SandboxError(str(ans.get("error")))
+                nodes = [n for n in ans.get("a11y", []) if isinstance(n, dict) and "role" in n]
+                return Observation(decode_xwd(blob), ans.get("state", "running"), nodes,
+                                   ans.get("clipboard"), ans.get("stat"))  # fmt: skip
+        import time
+
+        time.sleep(settle_s)
+        state = self.app_state(*app) if app is not None else "running"
+        if state == "dead":
+            raise DesktopDead("the desktop died: the X server does not answer")
+        return Observation(self.screenshot(), state, self.a11y_nodes() if a11y else [])
+
     def launch(self, argv: list[str], *, window_class: str, timeout: float = 60.0) -> None:
-        """Start an application as the user and wait until one of its windows shows. A start that shows
-        no window within half the timeout is killed and tried once more (a GTK app's first start
-        sometimes blocks on the session's buses); the second try gets the rest of the timeout."""
+        """Start an application as the user and wait until one of its windows shows (a ``SandboxError``
+        naming the app and its log if none does within ``timeout``)."""
         cmd = shlex.join(argv)
-        for wait in (timeout / 2, timeout / 2):
-            code, _ = self.run_user(
-                f"cd ~ && setsid -f {cmd} </dev/null >/tmp/.app.log 2>&1; "
-                f"timeout {wait:g} xdotool search --sync --onlyvisible --class {shlex.quote(window_class)} "
-                ">/dev/null",
-                timeout=wait + 5,
-            )
-            if code == 0:
-                return
-            self.run_user(f"pkill -KILL -x {shlex.quote(Path(argv[0]).name[:15])} || true", timeout=10)
+        code, _ = self.run_user(
+            f"cd ~ && setsid -f {cmd} </dev/null >/tmp/.app.log 2>&1; "
+            f"timeout {timeout:g} xdotool search --sync --onlyvisible --class {shlex.quote(window_class)} "
+            ">/dev/null",
+            timeout=timeout + 5,
+        )
+        if code == 0:
+            return
+        self.run_user(f"pkill -KILL -x {shlex.quote(Path(argv[0]).name[:15])} || true", timeout=10)
         _, log = self.run_root("tail -c 1500 /tmp/.app.log 2>/dev/null", timeout=10)
         raise SandboxError(f"{argv[0]} showed no window within {timeout:g} s: {log.decode(errors='replace')}")
 
@@ -258,6 +357,13 @@ class DesktopSandbox:
 
     def a11y_nodes(self, timeout: float = 10.0) -> list[dict[str, Any]]:
         """The showing nodes of the accessibility tree (see :mod:`desktop_a11y_dump`); [] if AT-SPI fails."""
+        helper = self._use_helper()
+        if helper is not None:
+            try:
+                ans, _ = helper.request({"a11y": True}, timeout)
+                return [n for n in ans.get("a11y", []) if isinstance(n, dict) and "role" in n]
+            except HelperLost:
+                self.check_alive()
         code, out = self.run_user("exec python3 -", timeout=timeout, stdin=_A11Y_SCRIPT.encode())
         nodes = []
         for line in out.decode(errors="replace").splitlines():
@@ -279,6 +385,8 @@ class DesktopSandbox:
             return None
 
     def close(self) -> None:
+        if self.helper is not None:
+            self.helper.close()
         self.sb.close()
 
 

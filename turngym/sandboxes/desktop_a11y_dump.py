@@ -3,6 +3,8 @@ desktop container as the desktop user, by ``python3 -``; standalone: it imports 
 
 Each line: ``{"depth", "role", "name", "text", "x", "y", "w", "h", "states", "app"}`` for the showing
 nodes (bounds in screen pixels). Bounded: at most ``MAX_NODES`` nodes and ``MAX_DEPTH`` levels.
+:func:`rows` yields them as dicts (the desktop helper, :mod:`turngym.sandboxes.desktop_helper`, runs it in
+its own process); run as a script it prints them.
 """
 
 import json
@@ -13,12 +15,14 @@ MAX_DEPTH = 40
 KEEP_STATES = ("focused", "selected", "checked", "pressed", "editable", "sensitive", "expanded", "active")
 
 
-def main():
+def rows():
+    """The showing nodes, one dict each (a dict with ``error`` if pyatspi is missing)."""
     try:
         import pyatspi
     except Exception as e:  # noqa: BLE001
-        print(json.dumps({"error": f"pyatspi unavailable: {e}"}))
+        yield {"error": f"pyatspi unavailable: {e}"}
         return
+    out = []
     desktop = pyatspi.Registry.getDesktop(0)
     count = [0]
 
@@ -49,7 +53,7 @@ def main():
                 count[0] += 1
                 row = {"depth": depth, "role": role, "name": name[:200], "text": text, "x": x, "y": y}
                 row.update({"w": w, "h": h, "states": kept, "app": app})
-                sys.stdout.write(json.dumps(row) + "\n")
+                out.append(row)
             for i in range(min(node.childCount, 400)):
                 walk(node.getChildAtIndex(i), depth + 1, app or name)
         except Exception:  # noqa: BLE001 - a node that went away while it was read
@@ -59,6 +63,13 @@ def main():
         app = desktop.getChildAtIndex(i)
         if app is not None:
             walk(app, 1, app.name or "")
+    yield from out
 
 
-main()
+def main():
+    for row in rows():
+        sys.stdout.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -13,7 +13,7 @@ from turngym.tools import ToolError
 
 ALL = build_tasks()
 #: one task of each template: the default suite's expert sample (the whole sweep is slow)
-SAMPLE = ["editor-new-file-0", "sheet-sum-0", "files-rename-0", "term-output-1", "calc-0"]
+SAMPLE = ["editor-new-file-0", "sheet-sum-0", "files-rename-0", "term-output-1", "calc-0", "prefs-files-0"]
 
 
 def test_forty_tasks_over_five_apps_each_naming_its_app():
@@ -27,7 +27,7 @@ def test_forty_tasks_over_five_apps_each_naming_its_app():
         assert (
             t.summary()["app"] == t.app
             and t.plan
-            and t.check["kind"] in {"file_text", "sheet", "fs", "clipboard"}
+            and t.check["kind"] in {"file_text", "sheet", "fs", "clipboard", "config"}
         )
 
 
@@ -76,6 +76,30 @@ def test_expert_solves_task_through_the_gui(env, task_id):
     assert total == pytest.approx(1.0)
     assert turns < env.max_turns
     assert info["app"] == next(t.app for t in ALL if t.task_id == task_id)
+
+
+_INI_WORD = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_0123456789", min_size=1, max_size=8)
+
+
+@given(st.dictionaries(_INI_WORD, st.dictionaries(_INI_WORD, st.text(alphabet='abc 01#="', max_size=6))))
+def test_config_values_reads_the_section_asked_for(sections):
+    from turngym.envs.desktop.checkers import config_values
+
+    text = "# a comment\nstray=line\n" + "".join(
+        f"[{name}]\n" + "".join(f"{k} = {v}\n" for k, v in body.items()) + "\n"
+        for name, body in sections.items()
+    )
+    for name, body in sections.items():
+        assert config_values(text, name) == {k: v.strip() for k, v in body.items()}
+    assert config_values(text, "no-such-section") == {}
+
+
+@pytest.mark.docker
+def test_a_preference_counts_only_once_the_app_saved_it(env):
+    env.reset(seed=0, options={"task": "prefs-files-1"})  # turn on single click in pcmanfm
+    _, reward, term, _, info = env.step(env.format_call("done", {}))
+    assert term and reward == 0.0 and not info["check"]["success"]
+    assert "single_click is '0'" in info["check"]["detail"]  # read from libfm.conf, not the claim
 
 
 @pytest.mark.docker
@@ -139,6 +163,23 @@ def test_x_server_death_ends_the_episode_with_a_cause(env):
     obs, reward, term, trunc, info = env.step(env.format_call("press", {"key": "a"}))
     assert term and "died" in info["end_cause"]
     assert "ended" in obs[-1].content
+
+
+@pytest.mark.docker
+def test_a_lost_helper_falls_back_to_docker_exec_and_the_episode_goes_on(env):
+    env.reset(seed=0, options={"task": "term-output-2"})
+    env.step(env.format_call("move_to", {"x": 50, "y": 50}))
+    assert env.desk.helper.pid and not env.desk.helper.broken
+    env.desk.run_root(f"kill -KILL {env.desk.helper.pid}")
+    command = env.current.plan[0][1]  # the task's own command, typed into the terminal
+    obs, reward, term, trunc, info = env.step(env.format_call("type", {"text": command}))
+    if info["error"]:  # the request was on its way when the stream closed: an error, never run twice
+        assert "stopped answering" in info["error"] and not term
+        obs, reward, term, trunc, info = env.step(env.format_call("type", {"text": command}))
+    assert env.desk.helper.broken  # the action went by docker exec
+    assert not term and not info["error"] and obs[-1].images
+    *_, info = env.step(env.format_call("done", {}))
+    assert info["check"]["success"], info["check"]
 
 
 @pytest.mark.docker
@@ -234,7 +275,7 @@ def test_close_leaves_no_container_behind():
 #: the other templates, one task each (the slow suite's sample); every one of the 40 tasks:
 #: ``python benchmarks/gui_desktop.py --all-tasks`` (docs/envs/gui-desktop.md has its table)
 MORE = ["editor-append-1", "sheet-max-1", "sheet-min-2", "files-delete-0", "files-mkdir-1", "files-move-0"]
-MORE += ["term-files-2"]
+MORE += ["term-files-2", "prefs-calc-2"]
 
 
 @pytest.mark.docker

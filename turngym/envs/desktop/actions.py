@@ -1,26 +1,24 @@
-"""The computer actions of ``gui-desktop``: OSWorld-style mouse and keyboard tools, in screenshot pixels
-and (with the accessibility tree on) by element id.
+"""The computer actions of ``gui-desktop``: the shared OSWorld-style tools of
+:mod:`turngym.tools.computer` over the desktop (``xdotool`` through the desktop's helper), plus
+``scroll`` in wheel clicks, ``fail`` and, with the accessibility tree on, ``click_element``.
 
 Every tool checks its input before anything reaches the desktop: points must lie on the screenshot,
 key names must be known (OSWorld / pyautogui names or X keysyms), typed text is capped, waits are
 bounded. Each successful call is recorded (name and arguments, per turn) so a fork can replay it.
-The desktop is driven with ``xdotool`` as the desktop user (:class:`~turngym.sandboxes.desktop.DesktopSandbox`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
-from typing import Any, Literal
+import functools
+from typing import Any
 
 from turngym.sandboxes.docker import run_blocking
 from turngym.tools import ToolError, tool
+from turngym.tools.computer import Button, ComputerBackend, common_key, keyboard_tools, pointer_tools
 
-MAX_TYPE_CHARS = 2000
-MAX_WAIT_S = 10.0
 MAX_SCROLL = 50
-Button = Literal["left", "middle", "right"]
-_BUTTONS = {"left": "1", "middle": "2", "right": "3"}
+_BUTTONS = {"left": 1, "middle": 2, "right": 3}
 _ALIASES = {
     "enter": "Return", "return": "Return", "tab": "Tab", "backspace": "BackSpace", "delete": "Delete",
     "del": "Delete", "esc": "Escape", "escape": "Escape", "space": "space", "up": "Up", "down": "Down",
@@ -39,14 +37,10 @@ _KEYSYMS = set(_ALIASES.values()) | {f"F{i}" for i in range(1, 13)} | set(_PUNCT
 
 def normalise_key(key: str) -> str:
     """One key name (OSWorld/pyautogui style, or an X keysym) -> an xdotool keysym; ``ToolError`` if unknown."""
+    named = common_key(key, _ALIASES)
+    if named is not None:
+        return named
     k = key.strip()
-    if not k:
-        raise ToolError("empty key name")
-    low = k.lower()
-    if low in _ALIASES:
-        return _ALIASES[low]
-    if re.fullmatch(r"f([1-9]|1[0-2])", low):
-        return low.upper()
     if len(k) == 1 and k.isascii() and k.isalnum():
         return k
     if k in _PUNCT:
@@ -65,15 +59,31 @@ def combo(keys: list[str]) -> str:
     return "+".join(normalise_key(k) for k in keys)
 
 
+def _move(x: int, y: int) -> dict[str, Any]:
+    return {"a": "move", "x": x, "y": y}
+
+
 def split_chord(key: str) -> list[str]:
     """``"ctrl+shift+n"`` -> ``["ctrl", "shift", "n"]`` (a lone ``+`` stays a key)."""
     return [key] if key.strip() == "+" else [p for p in key.split("+") if p != ""] or [key]
 
 
-class DesktopActions:
-    """Mixin of the computer tools (put it before ``Env``). The host env provides ``desk`` (the live
-    :class:`DesktopSandbox`), ``screen_size`` (screenshot pixels), ``_scale`` (screen pixels per
-    screenshot pixel), ``_nodes`` (the element list of the last observation) and ``_record``."""
+#: the summaries of the shared computer tools (:func:`turngym.tools.computer.keyboard_tools`)
+_SUMMARIES = {
+    "type": 'Type text with the keyboard into whatever has focus ("\\n" presses Enter).',
+    "press": 'Press and release one key or chord (e.g. "enter", "tab", "esc", "a", "ctrl+s").',
+    "hotkey": 'Press keys together, e.g. ["ctrl", "s"].',
+    "wait": "Wait for the screen to change (a dialog, a slow application).",
+    "done": "Say the task is complete; ends the episode (the checker reads the real state).",
+}
+
+
+class DesktopActions(ComputerBackend):
+    """Mixin of the computer tools (put it before ``Env``): the shared ones of
+    :mod:`turngym.tools.computer` over ``xdotool``, plus ``scroll`` in wheel clicks, ``fail`` and
+    ``click_element``. The host env provides ``desk`` (the live :class:`DesktopSandbox`),
+    ``screen_size`` (screenshot pixels), ``_scale`` (screen pixels per screenshot pixel), ``_nodes``
+    (the element list of the last observation) and ``_record``."""
 
     desk: Any
     screen_size: tuple[int, int]
@@ -84,100 +94,63 @@ class DesktopActions:
     def _record(self, name: str, args: dict[str, Any]) -> None:
         raise NotImplementedError
 
+    def _computer_did(self, name: str, args: dict[str, Any]) -> None:
+        self._record(name, args)
+
     def _screen_point(self, x: float, y: float) -> tuple[int, int]:
         w, h = self.screen_size
         if not (0 <= x < w and 0 <= y < h):
             raise ToolError(f"({x:g}, {y:g}) is off the screen; x must be in [0, {w}) and y in [0, {h})")
         return int(x * self._scale), int(y * self._scale)
 
-    async def _xdo(self, name: str, record: dict[str, Any], *commands: list[str]) -> None:
+    async def _xdo(self, *actions: dict[str, Any]) -> None:
         if self.desk is None:
             raise ToolError("no desktop is running (the episode is over)")
-        chars = sum(len(a) for c in commands for a in c)
-        await run_blocking(self.desk.xdotool, *commands, timeout=15.0 + 0.03 * chars)
-        self._record(name, record)
+        chars = sum(len(a.get("text", "")) for a in actions)
+        await run_blocking(functools.partial(self.desk.act, list(actions), timeout=15.0 + 0.03 * chars))
 
-    async def _click_at(self, name: str, rec: dict[str, Any], x: float, y: float, button: str, n: int) -> str:
+    # ------------------------------------------------------------------ backend of the computer tools
+    async def pointer_click(self, x: float, y: float, button: str, clicks: int) -> None:
         sx, sy = self._screen_point(x, y)
-        args = ["mousemove", "--sync", str(sx), str(sy), "click", "--repeat", str(n), _BUTTONS[button]]
-        await self._xdo(name, rec, args)
+        await self._xdo(_move(sx, sy), {"a": "click", "button": _BUTTONS[button], "repeat": clicks})
         self._mouse = (sx, sy)
-        return f"{name.replace('_', ' ')} at ({x:g}, {y:g})"
 
-    # ------------------------------------------------------------------ pixel tools
-    @tool
-    async def click(self, x: float, y: float, button: Button = "left", num_clicks: int = 1) -> str:
-        """Move the mouse to (x, y) and click.
-
-        Args:
-            x: horizontal pixel of the screenshot
-            y: vertical pixel of the screenshot
-            button: mouse button
-            num_clicks: 1, 2 or 3 clicks
-        """
-        if not 1 <= num_clicks <= 3:
-            raise ToolError("num_clicks must be 1, 2 or 3")
-        rec = {"x": x, "y": y, "button": button, "num_clicks": num_clicks}
-        return await self._click_at("click", rec, x, y, button, num_clicks)
-
-    @tool
-    async def double_click(self, x: float, y: float) -> str:
-        """Double-click at (x, y).
-
-        Args:
-            x: horizontal pixel
-            y: vertical pixel
-        """
-        return await self._click_at("double_click", {"x": x, "y": y}, x, y, "left", 2)
-
-    @tool
-    async def right_click(self, x: float, y: float) -> str:
-        """Right-click at (x, y).
-
-        Args:
-            x: horizontal pixel
-            y: vertical pixel
-        """
-        return await self._click_at("right_click", {"x": x, "y": y}, x, y, "right", 1)
-
-    @tool
-    async def move_to(self, x: float, y: float) -> str:
-        """Move the mouse to (x, y) without clicking.
-
-        Args:
-            x: horizontal pixel
-            y: vertical pixel
-        """
+    async def pointer_move(self, x: float, y: float) -> None:
         sx, sy = self._screen_point(x, y)
-        await self._xdo("move_to", {"x": x, "y": y}, ["mousemove", "--sync", str(sx), str(sy)])
+        await self._xdo(_move(sx, sy))
         self._mouse = (sx, sy)
-        return f"mouse at ({x:g}, {y:g})"
 
-    @tool
-    async def drag_to(self, x: float, y: float) -> str:
-        """Press the left button where the mouse is, drag to (x, y) and release.
-
-        Args:
-            x: horizontal pixel to drop at
-            y: vertical pixel to drop at
-        """
+    async def pointer_drag(self, x: float, y: float) -> None:
         sx, sy = self._screen_point(x, y)
-        mx, my = self._mouse
-        args = [
-            "mousemove",
-            "--sync",
-            str(mx),
-            str(my),
-            "mousedown",
-            "1",
-            "mousemove",
-            "--sync",
-            str(sx),
-            str(sy),
-        ]
-        await self._xdo("drag_to", {"x": x, "y": y}, [*args, "mouseup", "1"])
+        await self._xdo(
+            _move(*self._mouse), {"a": "down", "button": 1}, _move(sx, sy), {"a": "up", "button": 1}
+        )
         self._mouse = (sx, sy)
-        return f"dragged to ({x:g}, {y:g})"
+
+    async def keys_type(self, text: str) -> None:
+        if not text:
+            raise ToolError("empty text")
+        if any((ord(c) < 32 and c != "\n") or ord(c) == 127 for c in text):
+            raise ToolError("text has control characters; press keys (tab, esc, ...) with press")
+        actions: list[dict[str, Any]] = []
+        for i, line in enumerate(text.split("\n")):
+            if i:
+                actions.append({"a": "key", "chord": "Return"})
+            if line:
+                actions.append({"a": "type", "text": line})
+        await self._xdo(*actions)
+
+    async def keys_press(self, key: str) -> None:
+        await self._xdo({"a": "key", "chord": combo(split_chord(key))})
+
+    async def keys_hotkey(self, keys: list[str]) -> None:
+        await self._xdo({"a": "key", "chord": combo(keys)})
+
+    async def pause(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    # ------------------------------------------------------------------ tools
+    click, double_click, right_click, move_to, drag_to = pointer_tools()
 
     @tool
     async def scroll(self, dy: int, dx: int = 0) -> str:
@@ -189,74 +162,18 @@ class DesktopActions:
         """
         if abs(dx) > MAX_SCROLL or abs(dy) > MAX_SCROLL:
             raise ToolError(f"at most {MAX_SCROLL} wheel clicks per call")
-        args: list[str] = []
-        for count, neg, pos in ((dy, "4", "5"), (dx, "6", "7")):
-            if count:
-                args += ["click", "--repeat", str(abs(count)), pos if count > 0 else neg]
-        if not args:
+        wheel = [
+            {"a": "click", "button": pos if count > 0 else neg, "repeat": abs(count)}
+            for count, neg, pos in ((dy, 4, 5), (dx, 6, 7))
+            if count
+        ]
+        if not wheel:
             raise ToolError("scroll needs dx or dy")
-        await self._xdo("scroll", {"dy": dy, "dx": dx}, args)
+        await self._xdo(*wheel)
+        self._record("scroll", {"dy": dy, "dx": dx})
         return f"scrolled ({dx}, {dy})"
 
-    @tool
-    async def type(self, text: str) -> str:
-        """Type text with the keyboard into whatever has focus ("\\n" presses Enter).
-
-        Args:
-            text: the text to type
-        """
-        if len(text) > MAX_TYPE_CHARS:
-            raise ToolError(f"text too long ({len(text)} > {MAX_TYPE_CHARS} characters); type it in parts")
-        if not text:
-            raise ToolError("empty text")
-        commands: list[list[str]] = []
-        for i, line in enumerate(text.split("\n")):
-            if i:
-                commands.append(["key", "Return"])
-            if line:
-                commands.append(["type", "--delay", "12", "--", line])
-        await self._xdo("type", {"text": text}, *commands)
-        return f"typed {len(text)} characters"
-
-    @tool
-    async def press(self, key: str) -> str:
-        """Press and release one key or chord (e.g. "enter", "tab", "esc", "a", "ctrl+s").
-
-        Args:
-            key: key name
-        """
-        chord = combo(split_chord(key))
-        await self._xdo("press", {"key": key}, ["key", "--clearmodifiers", chord])
-        return f"pressed {key}"
-
-    @tool
-    async def hotkey(self, keys: list[str]) -> str:
-        """Press keys together, e.g. ["ctrl", "s"].
-
-        Args:
-            keys: key names, modifiers first
-        """
-        chord = combo(list(keys))
-        await self._xdo("hotkey", {"keys": list(keys)}, ["key", "--clearmodifiers", chord])
-        return f"pressed {'+'.join(keys)}"
-
-    @tool
-    async def wait(self, seconds: float = 1.0) -> str:
-        """Wait for the screen to change (a dialog, a slow application).
-
-        Args:
-            seconds: how long (at most 10)
-        """
-        if not 0 <= seconds <= MAX_WAIT_S:
-            raise ToolError(f"seconds must be between 0 and {MAX_WAIT_S:g}")
-        await asyncio.sleep(seconds)
-        self._record("wait", {"seconds": seconds})
-        return f"waited {seconds:g} s"
-
-    @tool(terminal=True)
-    async def done(self) -> str:
-        """Say the task is complete; ends the episode (the checker reads the real state)."""
-        return "done"
+    type, press, hotkey, wait, done = keyboard_tools(_SUMMARIES)
 
     @tool(terminal=True)
     async def fail(self) -> str:
@@ -291,6 +208,6 @@ class DesktopActions:
         if not 1 <= num_clicks <= 3:
             raise ToolError("num_clicks must be 1, 2 or 3")
         x, y = self._node_center(element_id)
-        rec = {"element_id": element_id, "button": button, "num_clicks": num_clicks}
-        await self._click_at("click_element", rec, x, y, button, num_clicks)
+        await self.pointer_click(x, y, button, num_clicks)
+        self._record("click_element", {"element_id": element_id, "button": button, "num_clicks": num_clicks})
         return f"clicked element [{element_id}]"

@@ -4,7 +4,9 @@
 * ``sheet``: the saved gnumeric workbook, recalculated by ``ssconvert`` to CSV (values) and read as XML
   (that the formula cell holds a formula with the named function);
 * ``fs``: the file system (paths present / absent, file contents kept);
-* ``clipboard``: the X clipboard's text (``xclip``).
+* ``clipboard``: the X clipboard's text (``xclip``);
+* ``config``: an application's saved settings file (``key=value`` lines under ``[section]`` headers):
+  the asked setting has the wanted value and the ``keep`` settings theirs.
 
 Each returns a :class:`Verdict`: ``success`` and ``progress`` in [0, 1] (the partial credit the env
 pays turn by turn: file exists, cells right so far). Root-side commands never carry agent text; a
@@ -159,13 +161,61 @@ def check_fs(desk: DesktopSandbox, spec: dict[str, Any], cache: dict[str, Any]) 
 
 def check_clipboard(desk: DesktopSandbox, spec: dict[str, Any], cache: dict[str, Any]) -> Verdict:
     code, out = desk.run_user("timeout 3 xclip -o -selection clipboard 2>/dev/null", timeout=10)
-    got = out.decode(errors="replace").strip() if code == 0 else ""
+    return clipboard_verdict(out.decode(errors="replace") if code == 0 else "", spec)
+
+
+def clipboard_verdict(text: str, spec: dict[str, Any]) -> Verdict:
+    """The ``clipboard`` verdict for the clipboard's text."""
+    got = text.strip()
     if _same_number(got, spec["value"]):
         return Verdict(True, 1.0, "the clipboard holds the result")
     return Verdict(False, 0.0, f"the clipboard holds {got[:40]!r}" if got else "the clipboard is empty")
 
 
-CHECKERS = {"file_text": check_file_text, "sheet": check_sheet, "fs": check_fs, "clipboard": check_clipboard}
+def config_values(text: str, section: str) -> dict[str, str]:
+    """The ``key=value`` settings under ``[section]`` of an INI-style settings file (quotes kept)."""
+    values: dict[str, str] = {}
+    current = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("[") and line.endswith("]"):
+            current = line[1:-1].strip()
+        elif current == section and "=" in line and not line.startswith(("#", ";")):
+            key, _, value = line.partition("=")
+            values[key.strip()] = value.strip()
+    return values
+
+
+def check_config(desk: DesktopSandbox, spec: dict[str, Any], cache: dict[str, Any]) -> Verdict:
+    data = desk.read_file(spec["path"])
+    if data is None:
+        return Verdict(False, 0.0, f"{spec['path']} does not exist (the app saves its settings later)")
+    values = config_values(data.decode("utf-8", errors="replace"), spec["section"])
+    got = values.get(spec["key"])
+    changed = sorted(k for k, v in spec.get("keep", {}).items() if values.get(k, v) != v)
+    if got != spec["value"]:
+        return Verdict(False, 0.0, f"{spec['key']} is {got!r}, not {spec['value']!r}")
+    if changed:
+        return Verdict(False, 0.5, f"{spec['key']} is right but other settings changed: {', '.join(changed)}")
+    return Verdict(True, 1.0, f"{spec['key']} = {got} saved")
+
+
+CHECKERS = {
+    "file_text": check_file_text,
+    "sheet": check_sheet,
+    "fs": check_fs,
+    "clipboard": check_clipboard,
+    "config": check_config,
+}
+
+
+def watched_paths(spec: dict[str, Any]) -> list[str]:
+    """The paths whose ``stat`` tells whether the checker's reading can have changed since the last turn."""
+    if spec["kind"] in ("file_text", "sheet", "config"):
+        return [spec["path"]]
+    if spec["kind"] == "fs":
+        return [*spec["present"], *spec["absent"], *spec["same"]]
+    return []
 
 
 def check(desk: DesktopSandbox, spec: dict[str, Any], cache: dict[str, Any]) -> Verdict:

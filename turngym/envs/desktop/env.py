@@ -16,7 +16,7 @@ fresh desktop (:mod:`turngym.envs.desktop.fork`). ``env.tasks`` lists the tasks 
 
 from __future__ import annotations
 
-import asyncio
+import functools
 from typing import Any
 
 import numpy as np
@@ -25,9 +25,9 @@ from turngym.core.env import ForkError, Task
 from turngym.core.types import Message, ToolResult
 from turngym.envs.desktop import observation as ob
 from turngym.envs.desktop.actions import DesktopActions
-from turngym.envs.desktop.checkers import Verdict, check
+from turngym.envs.desktop.checkers import Verdict, check, clipboard_verdict, watched_paths
 from turngym.envs.desktop.tasks import DesktopTask, build_tasks
-from turngym.sandboxes.desktop import DesktopDead, DesktopSandbox, desktop_pool
+from turngym.sandboxes.desktop import DesktopDead, DesktopSandbox, Observation, desktop_pool
 from turngym.sandboxes.docker import SandboxError, run_blocking
 from turngym.tools.env import Env
 
@@ -47,7 +47,10 @@ class DesktopEnv(DesktopActions, Env):
             pixels of the screenshot.
         a11y: add the accessibility tree as an element list (and the ``click_element`` tool works).
         marks: draw the element boxes and ids on the screenshot (set-of-marks; needs ``a11y``).
-        settle_s: seconds to let the screen settle after each action before the screenshot.
+        settle_s: the longest the screen may take to settle after a turn before the screenshot (through
+            the helper, the screenshot is taken as soon as two captures 40 ms apart agree).
+        helper: drive the desktop through its long-lived helper process (one round trip a step); False:
+            one ``docker exec`` per command and a fixed ``settle_s`` wait (the old, slower path).
         warm: desktops the shared pool keeps started.
         task_seed: the seed the task contents are generated from.
     """
@@ -72,6 +75,7 @@ class DesktopEnv(DesktopActions, Env):
         settle_s: float = 0.3,
         warm: int = 1,
         task_seed: int = 0,
+        helper: bool = True,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
@@ -83,6 +87,9 @@ class DesktopEnv(DesktopActions, Env):
         if marks and not a11y:
             raise ValueError("marks=True needs a11y=True")
         self.a11y, self.marks, self.settle_s, self.warm = a11y, marks, float(settle_s), int(warm)
+        self.use_helper = bool(helper)
+        self._app_seen = "running"
+        self._check_fp: Any = None
         all_tasks = build_tasks(task_seed)
         by_id = {t.task_id: t for t in all_tasks}
         names = [task] if isinstance(task, str) else list(task or by_id)
@@ -123,6 +130,8 @@ class DesktopEnv(DesktopActions, Env):
     async def _release(self) -> None:
         desk, self.desk = self.desk, None
         if desk is not None:
+            if desk.helper is not None:
+                desk.helper.close()
             pool = self._get_pool()
             await run_blocking(pool.release, desk.sb)
 
@@ -130,7 +139,7 @@ class DesktopEnv(DesktopActions, Env):
         """A fresh desktop with the task's files and application (``self.desk``)."""
         pool = self._get_pool()
         sb = await run_blocking(pool.acquire, 120.0)
-        self.desk = DesktopSandbox(sb, *self.screen)
+        self.desk = DesktopSandbox(sb, *self.screen, helper=self.use_helper)
         try:
             await run_blocking(self._setup, self.desk, task)
         except BaseException:
@@ -154,15 +163,24 @@ class DesktopEnv(DesktopActions, Env):
             raise SandboxError(f"task setup failed: {out.decode(errors='replace')[-800:]}")
         desk.launch(list(task.launch), window_class=task.window_class)
 
-    async def _screen_message(self, head: str, settle: bool = True) -> Message:
-        """Settle, then the screenshot (+ element list) as a user message; updates the state key."""
-        assert self.desk is not None
-        if settle:
-            await asyncio.sleep(self.settle_s)
-        image = await run_blocking(self.desk.screenshot)
-        nodes = await run_blocking(self.desk.a11y_nodes) if self.a11y else []
+    async def _screen_message(self, head: str, *, watch_app: bool = False, final: bool = True) -> Message:
+        """Settle, then the screenshot (+ element list) as a user message; updates the state key, the
+        verdict and ``_app_seen`` (the app's state, with ``watch_app``)."""
+        assert self.desk is not None and self.current is not None
+        task = self.current
+        observe = functools.partial(
+            self.desk.observe,
+            settle_s=self.settle_s,
+            app=(task.launch[0], task.window_class) if watch_app else None,
+            a11y=self.a11y,
+            clipboard=task.check["kind"] == "clipboard",
+            stat=watched_paths(task.check),
+        )
+        seen = await run_blocking(observe)
+        self._app_seen = seen.state
+        image, nodes = seen.image, seen.nodes
         self._nodes = ob.element_list(nodes, self.screen) if self.a11y else []
-        verdict = await run_blocking(check, self.desk, self.current.check, self._check_cache)  # type: ignore[union-attr]
+        verdict = await run_blocking(self._check, seen, final or seen.state == "exited")
         self._verdict = verdict
         self._last_key = f"{ob.image_digest(image)}:{ob.tree_digest(nodes)}:{verdict.progress:.3f}"
         if image.size != self.screen_size:
@@ -179,6 +197,23 @@ class DesktopEnv(DesktopActions, Env):
             )
         return Message(role="user", content=text, images=[png_bytes(image)])
 
+    def _check(self, seen: Observation, final: bool) -> Verdict:
+        """The checker's verdict. Between turns, a state the helper saw unchanged (the checked paths'
+        ``stat``, the clipboard text) reuses the last verdict; the clipboard is judged from the text the
+        helper read. The last turn's verdict (and every one without the helper) is the full checker's."""
+        assert self.desk is not None and self.current is not None
+        spec = self.current.check
+        fp = None if seen.stat is None and seen.clipboard is None else (seen.stat, seen.clipboard)
+        if not final and fp is not None:
+            if fp == self._check_fp and self._verdict is not None:
+                return self._verdict
+            if spec["kind"] == "clipboard" and seen.clipboard is not None:
+                self._check_fp = fp
+                return clipboard_verdict(seen.clipboard, spec)
+        verdict = check(self.desk, spec, self._check_cache)
+        self._check_fp = fp
+        return verdict
+
     # ------------------------------------------------------------------ env hooks
     async def _reset(self, rng: np.random.Generator, options: dict[str, Any]) -> Task:
         await self._release()
@@ -194,9 +229,10 @@ class DesktopEnv(DesktopActions, Env):
         self.current = task
         self._nodes, self._mouse, self._progress, self._verdict = [], (0, 0), 0.0, None
         self._check_cache, self.end_cause, self._plan_pos = {}, "", 0
+        self._check_fp, self._app_seen = None, "running"
         self._log, self._turn_calls = [], []
         await self._start_desktop(task)
-        first = await self._screen_message(f"Task: {task.instruction}\n\n")
+        first = await self._screen_message(f"Task: {task.instruction}\n\n", final=False)
         self._progress = self._progress0 = self._verdict.progress if self._verdict else 0.0
         self._keys = [self._last_key]
         system = Message(
@@ -215,13 +251,10 @@ class DesktopEnv(DesktopActions, Env):
         try:
             task = self.current
             assert task is not None
-            await asyncio.sleep(self.settle_s)
-            state = await run_blocking(self.desk.app_state, task.launch[0], task.window_class)
-            if state == "dead":
-                raise DesktopDead("the X server died")
-            if state == "exited":
+            final = self._terminated or self.turn >= self.max_turns
+            msg = await self._screen_message("", watch_app=True, final=final)
+            if self._app_seen == "exited":
                 self._end(f"the application {task.app} exited")
-            msg = await self._screen_message("", settle=False)
         except (DesktopDead, SandboxError) as e:
             self._end(f"the desktop died ({e})")
             self._keys.append("dead")
@@ -261,6 +294,8 @@ class DesktopEnv(DesktopActions, Env):
     def _done_release(self) -> None:
         """The episode is over: the desktop goes back (a replayed fork starts its own)."""
         desk, self.desk = self.desk, None
+        if desk is not None and desk.helper is not None:
+            desk.helper.close()
         if desk is not None and self._pool is not None:
             self._pool.release_later(desk.sb)
 

@@ -1,4 +1,4 @@
-"""The ``gui-desktop`` tasks: 40 tasks over five real applications, generated from seeds.
+"""The ``gui-desktop`` tasks: 47 tasks over five real applications, generated from seeds.
 
 Each :class:`DesktopTask` names its ``app``, what the episode starts (files written into the home
 directory, the application launched), the instruction, a checker spec (read by
@@ -45,13 +45,8 @@ class DesktopTask:
 
     def summary(self) -> dict[str, Any]:
         """The row of ``env.tasks``: id, app, template, instruction and checker kind."""
-        return {
-            "task_id": self.task_id,
-            "app": self.app,
-            "template": self.template,
-            "instruction": self.instruction,
-            "checker": self.check["kind"],
-        }
+        row = {k: getattr(self, k) for k in ("task_id", "app", "template", "instruction")}
+        return {**row, "checker": self.check["kind"]}
 
 
 def _words(rng: np.random.Generator, n: int) -> list[str]:
@@ -140,48 +135,49 @@ def _fm_files(rng: np.random.Generator, i: int) -> tuple[list[str], dict[str, st
     return names, {f"{DOCS}/{n}": f"{n} {i}\n" for n in names}
 
 
+def _in_file_manager(
+    task_id: str,
+    what: str,
+    plan: tuple[Step, ...],
+    files: dict[str, str],
+    *,
+    present: list[str],
+    absent: list[str],
+    same: dict[str, str] | None = None,
+) -> DesktopTask:
+    """A pcmanfm task (showing ``DOCS``): do ``what``; the ``fs`` checker wants ``present`` / ``absent``
+    paths and the ``same`` contents."""
+    check = {"kind": "fs", "present": present, "absent": absent, "same": same or {}}
+    return DesktopTask(task_id, "pcmanfm", task_id.rsplit("-", 1)[0], f"In the file manager (showing {DOCS}), {what}",
+                       ("pcmanfm", DOCS), "pcmanfm", check, plan, files=files)  # fmt: skip
+
+
 def files_rename(i: int, rng: np.random.Generator) -> DesktopTask:
     names, files = _fm_files(rng, i)
     src, dst = names[1], f"renamed-{i}.txt"
-    return DesktopTask(
-        f"files-rename-{i}", "pcmanfm", "files-rename",
-        f"In the file manager (showing {DOCS}), rename {src} to {dst}.",
-        ("pcmanfm", DOCS), "pcmanfm",
-        {"kind": "fs", "present": [f"{DOCS}/{dst}"], "absent": [f"{DOCS}/{src}"],
-         "same": {f"{DOCS}/{dst}": files[f"{DOCS}/{src}"]}},
-        (*_select(src), ("key", "F2"), ("wait", 0.8), ("key", "ctrl+a"), ("type", dst), ("key", "Return"),
-         ("wait", 0.5)),
-        files=files,
-    )  # fmt: skip
+    plan = (*_select(src), ("key", "F2"), ("wait", 0.8), ("key", "ctrl+a"), ("type", dst), ("key", "Return"),
+            ("wait", 0.5))  # fmt: skip
+    return _in_file_manager(f"files-rename-{i}", f"rename {src} to {dst}.", plan, files,
+                            present=[f"{DOCS}/{dst}"], absent=[f"{DOCS}/{src}"],
+                            same={f"{DOCS}/{dst}": files[f"{DOCS}/{src}"]})  # fmt: skip
 
 
 def files_delete(i: int, rng: np.random.Generator) -> DesktopTask:
     names, files = _fm_files(rng, i)
     victim = names[2]
-    keep = [f"{DOCS}/{n}" for n in names if n != victim]
-    return DesktopTask(
-        f"files-delete-{i}", "pcmanfm", "files-delete",
-        f"In the file manager (showing {DOCS}), delete {victim} (moving it to the trash is fine). "
-        "Leave the other files alone.",
-        ("pcmanfm", DOCS), "pcmanfm",
-        {"kind": "fs", "present": keep, "absent": [f"{DOCS}/{victim}"], "same": {}},
-        (*_select(victim), ("key", "Delete"), ("wait", 0.8), ("key", "Return"), ("wait", 0.5)),
-        files=files,
-    )  # fmt: skip
+    plan = (*_select(victim), ("key", "Delete"), ("wait", 0.8), ("key", "Return"), ("wait", 0.5))
+    what = f"delete {victim} (moving it to the trash is fine). Leave the other files alone."
+    return _in_file_manager(f"files-delete-{i}", what, plan, files,
+                            present=[f"{DOCS}/{n}" for n in names if n != victim], absent=[f"{DOCS}/{victim}"])  # fmt: skip
 
 
 def files_mkdir(i: int, rng: np.random.Generator) -> DesktopTask:
     names, files = _fm_files(rng, i)
     new = f"{_words(rng, 1)[0]}-folder-{i}"
-    return DesktopTask(
-        f"files-mkdir-{i}", "pcmanfm", "files-mkdir",
-        f"In the file manager (showing {DOCS}), create a new folder named {new} there.",
-        ("pcmanfm", DOCS), "pcmanfm",
-        {"kind": "fs", "present": [f"{DOCS}/{new}/"], "absent": [], "same": {}},
-        (("key", "ctrl+shift+n"), ("wait", 0.8), ("key", "ctrl+a"), ("type", new), ("key", "Return"),
-         ("wait", 0.5)),
-        files=files,
-    )  # fmt: skip
+    plan = (("key", "ctrl+shift+n"), ("wait", 0.8), ("key", "ctrl+a"), ("type", new), ("key", "Return"),
+            ("wait", 0.5))  # fmt: skip
+    return _in_file_manager(f"files-mkdir-{i}", f"create a new folder named {new} there.", plan, files,
+                            present=[f"{DOCS}/{new}/"], absent=[])  # fmt: skip
 
 
 def files_move(i: int, rng: np.random.Generator) -> DesktopTask:
@@ -189,19 +185,24 @@ def files_move(i: int, rng: np.random.Generator) -> DesktopTask:
     box = f"{DOCS}/archive"
     files[f"{box}/.keep"] = ""
     moved = names[0]
-    return DesktopTask(
-        f"files-move-{i}", "pcmanfm", "files-move",
-        f"In the file manager (showing {DOCS}), move {moved} into the folder {box}.",
-        ("pcmanfm", DOCS), "pcmanfm",
-        {"kind": "fs", "present": [f"{box}/{moved}"], "absent": [f"{DOCS}/{moved}"],
-         "same": {f"{box}/{moved}": files[f"{DOCS}/{moved}"]}},
-        (*_select(moved), ("key", "ctrl+x"), ("key", "ctrl+l"), ("type", box), ("key", "Return"),
-         ("wait", 0.8), ("key", "ctrl+v"), ("wait", 0.8)),
-        files=files,
-    )  # fmt: skip
+    plan = (*_select(moved), ("key", "ctrl+x"), ("key", "ctrl+l"), ("type", box), ("key", "Return"),
+            ("wait", 0.8), ("key", "ctrl+v"), ("wait", 0.8))  # fmt: skip
+    return _in_file_manager(f"files-move-{i}", f"move {moved} into the folder {box}.", plan, files,
+                            present=[f"{box}/{moved}"], absent=[f"{DOCS}/{moved}"],
+                            same={f"{box}/{moved}": files[f"{DOCS}/{moved}"]})  # fmt: skip
 
 
 # ---------------------------------------------------------------- terminal (xterm)
+def _in_terminal(
+    task_id: str, instruction: str, command: str, path: str, text: str, exact: bool = False
+) -> DesktopTask:
+    """An xterm task whose expert types one command line and whose checker reads ``path``."""
+    template = task_id.rsplit("-", 1)[0]
+    check = {"kind": "file_text", "path": path, "text": text, **({"exact": True} if exact else {})}
+    plan = (("type", command + "\n"), ("wait", 0.5))
+    return DesktopTask(task_id, "xterm", template, instruction, ("xterm",), "xterm", check, plan)
+
+
 def term_output(i: int, rng: np.random.Generator) -> DesktopTask:
     a = int(rng.integers(2, 20))
     b = a + int(rng.integers(3, 9))
@@ -214,27 +215,20 @@ def term_output(i: int, rng: np.random.Generator) -> DesktopTask:
         cmd, text = f"echo {word} | tr a-z A-Z", word.upper() + "\n"
     else:
         cmd, text = f"expr {a} \\* {b}", f"{a * b}\n"
-    return DesktopTask(
-        f"term-output-{i}", "xterm", "term-output",
-        f"In the terminal, run the command `{cmd}` and save its output (stdout) to the file {out}.",
-        ("xterm",), "xterm",
-        {"kind": "file_text", "path": out, "text": text, "exact": True},
-        (("type", f"{cmd} > {out}\n"), ("wait", 0.5)),
-    )  # fmt: skip
+    instruction = f"In the terminal, run the command `{cmd}` and save its output (stdout) to the file {out}."
+    return _in_terminal(f"term-output-{i}", instruction, f"{cmd} > {out}", out, text, exact=True)
 
 
 def term_files(i: int, rng: np.random.Generator) -> DesktopTask:
     w = _words(rng, 3)
     d = f"{HOME}/project-{w[0]}"
     text = f"{w[1]} {w[2]}"
-    return DesktopTask(
-        f"term-files-{i}", "xterm", "term-files",
+    instruction = (
         f"Using the terminal, create the directory {d} and in it a file named README whose only line is "
-        f"\"{text}\".",
-        ("xterm",), "xterm",
-        {"kind": "file_text", "path": f"{d}/README", "text": text},
-        (("type", f"mkdir -p {d} && echo '{text}' > {d}/README\n"), ("wait", 0.5)),
-    )  # fmt: skip
+        f'"{text}".'
+    )
+    return _in_terminal(f"term-files-{i}", instruction, f"mkdir -p {d} && echo '{text}' > {d}/README",
+                        f"{d}/README", text)  # fmt: skip
 
 
 # ---------------------------------------------------------------- calculator (galculator)
@@ -263,6 +257,63 @@ def calc_clipboard(i: int, rng: np.random.Generator) -> DesktopTask:
     )  # fmt: skip
 
 
+# ---------------------------------------------------------------- preferences (galculator, pcmanfm)
+#: galculator's Preferences > Display > Modules Visibility check boxes and their keys in its config
+_CALC_MODULES = {
+    "Number base units": "display_module_number", "Angle base units": "display_module_angle",
+    "Notation": "display_module_notation", "Arithmetic operation": "display_module_arith",
+    "Open brackets": "display_module_open",
+}  # fmt: skip
+#: the Edit menu's last item is Preferences in both apps: open the menu, wrap up to it
+_OPEN_PREFERENCES: tuple[Step, ...] = (
+    ("key", "alt+e"),
+    ("wait", 0.6),
+    ("key", "Up"),
+    ("key", "Return"),
+    ("wait", 1.2),
+)
+
+
+def prefs_calc(i: int, rng: np.random.Generator) -> DesktopTask:
+    names = list(_CALC_MODULES)
+    name = names[i % len(names)]  # one module per task (the instruction's only varying part)
+    conf = f"{HOME}/.config/galculator/galculator.conf"
+    keep = {_CALC_MODULES[n]: "true" for n in names if n != name}
+    return DesktopTask(
+        f"prefs-calc-{i}", "galculator", "prefs-calc",
+        f'In the calculator\'s preferences (Edit > Preferences, tab Display), hide the "{name}" module '
+        "(untick it under Modules Visibility) and leave the other settings alone, close the dialog, then quit "
+        "the calculator (Ctrl+Q) so that it saves its settings.",
+        ("galculator",), "galculator",
+        {"kind": "config", "path": conf, "section": "general", "key": _CALC_MODULES[name], "value": "false",
+         "keep": keep},
+        (*_OPEN_PREFERENCES, ("click_node", "check box", name), ("wait", 0.3),
+         ("click_node", "push button", "Close"), ("wait", 0.5), ("key", "ctrl+q"), ("wait", 1.0)),
+    )  # fmt: skip
+
+
+#: pcmanfm's Preferences > General check boxes: (label, libfm.conf key, wanted value, verb, mnemonic)
+_FM_SETTINGS = (
+    ("Confirm before deleting files", "confirm_del", "0", "turn off", "alt+n"),
+    ("Open files with single click", "single_click", "1", "turn on", "alt+o"),
+    ("Don't ask options on launch executable file", "quick_exec", "1", "turn on", "alt+l"),
+)
+
+
+def prefs_files(i: int, rng: np.random.Generator) -> DesktopTask:
+    label, key, value, verb, mnemonic = _FM_SETTINGS[i % len(_FM_SETTINGS)]
+    conf = f"{HOME}/.config/libfm/libfm.conf"
+    keep = {k: ("1" if v == "0" else "0") for _, k, v, _, _ in _FM_SETTINGS if k != key}
+    return DesktopTask(
+        f"prefs-files-{i}", "pcmanfm", "prefs-files",
+        f'In the file manager\'s preferences (Edit > Preferences, General), {verb} "{label}", leave the '
+        "other settings alone and close the dialog.",
+        ("pcmanfm", DOCS), "pcmanfm",
+        {"kind": "config", "path": conf, "section": "config", "key": key, "value": value, "keep": keep},
+        (*_OPEN_PREFERENCES, ("key", mnemonic), ("wait", 0.4), ("key", "alt+c"), ("wait", 0.8)),
+    )  # fmt: skip
+
+
 TEMPLATES: list[tuple[Callable[[int, np.random.Generator], DesktopTask], int]] = [
     (editor_new_file, 4),
     (editor_append, 4),
@@ -274,6 +325,8 @@ TEMPLATES: list[tuple[Callable[[int, np.random.Generator], DesktopTask], int]] =
     (term_output, 5),
     (term_files, 3),
     (calc_clipboard, 8),
+    (prefs_calc, 4),
+    (prefs_files, 3),
 ]
 
 

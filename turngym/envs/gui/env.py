@@ -8,7 +8,7 @@ the state key and the scripted pixel expert (which clicks at element boxes).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from turngym.envs.browser.env import Calls
 from turngym.envs.browser.pixels import PixelObservation
@@ -17,12 +17,11 @@ from turngym.envs.web.base import MiniWoBEnvBase
 from turngym.envs.web.expert import GUI_EXPERT_TASKS, Step  # noqa: F401 - GUI_EXPERT_TASKS re-exported
 from turngym.envs.web.expert import call as _call
 from turngym.tools import ToolError, tool
+from turngym.tools.computer import Button, ComputerBackend, common_key, keyboard_tools, pointer_tools
 
 if TYPE_CHECKING:
     from playwright.async_api import Page
 
-MAX_WAIT_S = 10.0
-MAX_TYPE_CHARS = 2000
 _KEY_ALIASES = {
     "enter": "Enter", "return": "Enter", "tab": "Tab", "backspace": "Backspace", "delete": "Delete",
     "del": "Delete", "esc": "Escape", "escape": "Escape", "space": " ", "up": "ArrowUp", "down": "ArrowDown",
@@ -30,24 +29,29 @@ _KEY_ALIASES = {
     "pagedown": "PageDown", "ctrl": "Control", "control": "Control", "shift": "Shift", "alt": "Alt",
     "cmd": "Meta", "meta": "Meta", "win": "Meta", "super": "Meta",
 }  # fmt: skip
-Button = Literal["left", "middle", "right"]
 #: input types whose value is the typed text (date/time pickers take segment-wise keys instead)
 _TYPEABLE = frozenset({"", "password", "email", "search", "tel", "url", "number"})
 
 
 def normalise_key(key: str) -> str:
     """OSWorld/pyautogui key names ("enter", "ctrl", "a", "f5") -> Playwright key names."""
+    named = common_key(key, _KEY_ALIASES)
+    if named is not None:
+        return named
     k = key.strip()
-    if not k:
-        raise ToolError("empty key name")
-    low = k.lower()
-    if low in _KEY_ALIASES:
-        return _KEY_ALIASES[low]
-    if len(low) in (2, 3) and low[0] == "f" and low[1:].isdigit() and 1 <= int(low[1:]) <= 12:
-        return low.upper()
     if len(k) == 1 or k[0].isupper() or k.startswith("Arrow") or k.startswith("Numpad"):
         return k
     raise ToolError(f"unknown key {key!r}; use names like Enter, Tab, Backspace, ArrowUp, ctrl, a")
+
+
+#: the summaries of the shared computer tools (:func:`turngym.tools.computer.keyboard_tools`)
+_SUMMARIES = {
+    "type": "Type text with the keyboard into whatever has focus.",
+    "press": 'Press and release one key (e.g. "enter", "tab", "backspace", "a").',
+    "hotkey": 'Press keys together, e.g. ["ctrl", "a"].',
+    "wait": "Wait (for pages that change over time).",
+    "done": "Say the task is complete; ends the episode (the page's own reward stands).",
+}
 
 
 async def _mouse_click(page: Page, x: float, y: float, button: str, clicks: int) -> None:
@@ -88,20 +92,6 @@ async def _wait(page: Page, ms: float) -> None:
     await page.wait_for_timeout(ms)
 
 
-def _pointer_tool(name: str, summary: str, reply: str, fn: Any, *args: Any) -> Any:
-    """A tool ``name(x, y)`` that runs the page function ``fn(page, cx, cy, *args)`` at a screenshot pixel
-    (through :meth:`GuiMiniWoBEnv._point`) and replies ``"<reply> (x, y)"``: one home for the pointer
-    tools that differ only in what they do there."""
-
-    async def pointer(self: Any, x: float, y: float) -> str:
-        await self._point(x, y, fn, *args)
-        return f"{reply} ({x:g}, {y:g})"
-
-    pointer.__name__ = pointer.__qualname__ = name
-    pointer.__doc__ = f"{summary}\n\nArgs:\n    x: horizontal pixel\n    y: vertical pixel\n"
-    return tool(pointer)
-
-
 def _button_tool(name: str, summary: str, down: bool) -> Any:
     """A tool ``name(button)`` that presses (``down``) or releases a mouse button where the mouse is."""
 
@@ -114,7 +104,7 @@ def _button_tool(name: str, summary: str, down: bool) -> Any:
     return tool(press_or_release)
 
 
-class GuiMiniWoBEnv(PixelObservation, MiniWoBEnvBase):
+class GuiMiniWoBEnv(ComputerBackend, PixelObservation, MiniWoBEnvBase):
     crop_area = wp.TASK_AREA
 
     """MiniWoB++ through screenshots (arguments of :class:`~turngym.envs.web.base.MiniWoBEnvBase`, plus):
@@ -141,41 +131,30 @@ class GuiMiniWoBEnv(PixelObservation, MiniWoBEnvBase):
         await self.call_page(fn, cx, cy, *args)
         self._mouse = (cx, cy)
 
-    # ------------------------------------------------------------------ tools
-    @tool
-    async def click(self, x: float, y: float, button: Button = "left", num_clicks: int = 1) -> str:
-        """Move the mouse to (x, y) and click.
+    # ------------------------------------------------------------------ backend of the computer tools
+    async def pointer_click(self, x: float, y: float, button: str, clicks: int) -> None:
+        await self._point(x, y, _mouse_click, button, clicks)
 
-        Args:
-            x: horizontal pixel of the screenshot
-            y: vertical pixel of the screenshot
-            button: mouse button
-            num_clicks: 1, 2 or 3 clicks
-        """
-        if not 1 <= num_clicks <= 3:
-            raise ToolError("num_clicks must be 1, 2 or 3")
-        await self._point(x, y, _mouse_click, button, num_clicks)
-        return f"clicked at ({x:g}, {y:g})"
+    async def pointer_move(self, x: float, y: float) -> None:
+        await self._point(x, y, _mouse_move)
 
-    double_click = _pointer_tool(
-        "double_click", "Double-click at (x, y).", "double-clicked at", _mouse_click, "left", 2
-    )
-    right_click = _pointer_tool(
-        "right_click", "Right-click at (x, y).", "right-clicked at", _mouse_click, "right", 1
-    )
-    move_to = _pointer_tool("move_to", "Move the mouse to (x, y) without clicking.", "mouse at", _mouse_move)
-
-    @tool
-    async def drag_to(self, x: float, y: float) -> str:
-        """Press the left button where the mouse is, drag to (x, y) and release.
-
-        Args:
-            x: horizontal pixel to drop at
-            y: vertical pixel to drop at
-        """
+    async def pointer_drag(self, x: float, y: float) -> None:
         await self._point(x, y, _drag, *self._mouse)
-        return f"dragged to ({x:g}, {y:g})"
 
+    async def keys_type(self, text: str) -> None:
+        await self.call_page(_type, text)
+
+    async def keys_press(self, key: str) -> None:
+        await self.call_page(_press, normalise_key(key))
+
+    async def keys_hotkey(self, keys: list[str]) -> None:
+        await self.call_page(_press, "+".join(normalise_key(k) for k in keys))
+
+    async def pause(self, seconds: float) -> None:
+        await self.call_page(_wait, seconds * 1000)
+
+    # ------------------------------------------------------------------ tools
+    click, double_click, right_click, move_to, drag_to = pointer_tools()
     mouse_down = _button_tool(
         "mouse_down", "Press a mouse button where the mouse is (and keep it pressed).", True
     )
@@ -192,56 +171,7 @@ class GuiMiniWoBEnv(PixelObservation, MiniWoBEnvBase):
         await self.call_page(_wheel, *self._mouse, dx, dy)
         return f"scrolled by ({dx:g}, {dy:g})"
 
-    @tool
-    async def type(self, text: str) -> str:
-        """Type text with the keyboard into whatever has focus.
-
-        Args:
-            text: the text to type
-        """
-        if len(text) > MAX_TYPE_CHARS:
-            raise ToolError(f"text too long ({len(text)} > {MAX_TYPE_CHARS} characters)")
-        await self.call_page(_type, text)
-        return f"typed {len(text)} characters"
-
-    @tool
-    async def press(self, key: str) -> str:
-        """Press and release one key (e.g. "enter", "tab", "backspace", "a").
-
-        Args:
-            key: key name
-        """
-        await self.call_page(_press, normalise_key(key))
-        return f"pressed {key}"
-
-    @tool
-    async def hotkey(self, keys: list[str]) -> str:
-        """Press keys together, e.g. ["ctrl", "a"].
-
-        Args:
-            keys: key names, modifiers first
-        """
-        if not keys:
-            raise ToolError("hotkey needs at least one key")
-        await self.call_page(_press, "+".join(normalise_key(k) for k in keys))
-        return f"pressed {'+'.join(keys)}"
-
-    @tool
-    async def wait(self, seconds: float = 1.0) -> str:
-        """Wait (for pages that change over time).
-
-        Args:
-            seconds: how long (at most 10)
-        """
-        if not 0 <= seconds <= MAX_WAIT_S:
-            raise ToolError(f"seconds must be between 0 and {MAX_WAIT_S:g}")
-        await self.call_page(_wait, seconds * 1000)
-        return f"waited {seconds:g} s"
-
-    @tool(terminal=True)
-    async def done(self) -> str:
-        """Say the task is complete; ends the episode (the page's own reward stands)."""
-        return "done"
+    type, press, hotkey, wait, done = keyboard_tools(_SUMMARIES)
 
     # ------------------------------------------------------------------ observation
     async def _reset(self, rng: Any, options: dict[str, Any]) -> Any:
