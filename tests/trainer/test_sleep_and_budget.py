@@ -145,5 +145,7 @@ def test_sleep_is_refused_on_cuda_before_the_model_loads(tmp_path):
             "rollout.sleep_during_update=true",
         ],
     )
-    with pytest.raises(ValueError, match="refused on CUDA: .* greedy tokens after sleep\\(\\) and wake\\(\\)"):
+    with pytest.raises(
+        ValueError, match="refused on CUDA: .* greedy tokens after sleep\\(\\) and wake\\(\\)"
+    ):
         Trainer(cfg).setup()
