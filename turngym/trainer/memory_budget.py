@@ -132,6 +132,13 @@ def phase_bytes(cfg: TrainConfig, policy: Policy, card_bytes: int | None = None)
     # gradients and optimizer state live where the trained (local) parameters do
     trainable = [t for t in map(_local, policy.params()) if t.device.type == kind]
     grads = sum(p.numel() * p.element_size() for p in trainable)
+    fsdp = cfg.cluster.fsdp
+    if policy.sharded and not fsdp.reduce_every_micro_batch:
+        # between a step's micro-batches FSDP2 keeps the whole model's unsharded gradient in the
+        # reduce dtype (measured: 28.4 GiB more at 7B, docs/scaling.md 4c), unless each is reduced at once
+        from turngym.trainer.optimizers import DTYPE_BYTES
+
+        grads += sum(p.numel() for p in policy.params()) * DTYPE_BYTES[fsdp.reduce_dtype]
     master = str(trainable[0].dtype).removeprefix("torch.") if trainable else "float32"
     per_param = state_bytes_per_param(cfg.optim.optimizer, master)
     optimizer = int(sum(p.numel() for p in trainable) * per_param)
@@ -189,6 +196,7 @@ def check_memory_budget(cfg: TrainConfig, policy: Policy, card_bytes: int | None
         f"(rollout.backend.max_batch_size x rollout.max_context + 1 tokens)\n"
         "  static bytes only: activations, logits and CUDA graphs come on top. Turn one: lower "
         "rollout.backend.max_batch_size or rollout.max_context (KV slots), rollout.sleep_during_update: true "
-        "(no KV slots in the update), optim.optimizer: adamw_8bit (state), cluster.strategy: fsdp on more "
+        "(no KV slots in the update; CPU only for now), cluster.fsdp.reduce_every_micro_batch: true (no "
+        "unsharded gradients between micro-batches), optim.optimizer: adamw_8bit (state), cluster.strategy: fsdp on more "
         "GPUs (weights, gradients, state), model.lora (gradients, state), or raise the fraction"
     )

@@ -19,14 +19,14 @@ from typing import Any
 #: the quantized-state optimizers ``optim.optimizer`` names: (torchao class, block size, bytes a code)
 QUANTIZED = {"adamw_8bit": ("AdamW8bit", 256, 1.0), "adamw_4bit": ("AdamW4bit", 128, 0.5)}
 
-_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def state_bytes_per_param(optimizer: str, master_dtype: str) -> float:
     """Bytes of optimizer state per (large) parameter: two moments, each a code per value plus an
     fp32 scale per block for the quantized ones, or two values of the master dtype for torch's."""
     if optimizer == "adamw":
-        return 2.0 * _DTYPE_BYTES[master_dtype]
+        return 2.0 * DTYPE_BYTES[master_dtype]
     _, block, code_bytes = QUANTIZED[optimizer]
     return 2.0 * (code_bytes + 4.0 / block)
 
@@ -50,14 +50,14 @@ def static_bytes_per_param(
     Two phases: ``update`` (forward/backward and the optimizer step) and ``refresh`` (the copy
     gathered from the shards after it). With ``release_full_copy`` the copy is absent from the
     update and the gradients are freed before the refresh; ``total`` is the larger phase."""
-    master = _DTYPE_BYTES[master_dtype]
+    master = DTYPE_BYTES[master_dtype]
     div = world if sharded else 1
     out = {
         "master": master / div,
         "grads": master / div,
         "state": state_bytes_per_param(optimizer, master_dtype) / div,
-        "full_copy": float(_DTYPE_BYTES[copy_dtype]) if sharded else 0.0,
-        "unsharded_grads": float(_DTYPE_BYTES[reduce_dtype]) if sharded and accumulate_unsharded else 0.0,
+        "full_copy": float(DTYPE_BYTES[copy_dtype]) if sharded else 0.0,
+        "unsharded_grads": float(DTYPE_BYTES[reduce_dtype]) if sharded and accumulate_unsharded else 0.0,
     }
     shared = out["master"] + out["state"]
     copy_in_update = 0.0 if release_full_copy else out["full_copy"]
