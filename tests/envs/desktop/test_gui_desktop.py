@@ -272,6 +272,39 @@ def test_close_leaves_no_container_behind():
     assert used not in {c.id for c in managed_containers(run_id="desktop")}
 
 
+@pytest.mark.docker
+async def test_the_tiny_model_plays_through_the_fast_backend_on_the_element_list(tiny_dir, tokenizer):
+    """A text-only policy (the tiny model on the slots engine's fast forward) plays gui-desktop from the
+    accessibility tree alone (``screenshot=False``): token-exact turns, its malformed calls answered by
+    error observations, the episode carried to its turn limit, no container left behind."""
+    from turngym.agents import LLMAgent, SamplingParams
+    from turngym.agents.hf import HFSlotBackend
+    from turngym.envs.desktop.env import DesktopEnv
+    from turngym.rollout import RolloutConfig, RolloutEngine
+    from turngym.sandboxes.docker import managed_containers
+
+    with pytest.raises(ValueError, match="screenshot=False needs a11y=True"):
+        DesktopEnv("calc-0", screenshot=False)
+    before = {c.id for c in managed_containers(run_id="desktop")}
+    backend = HFSlotBackend(tiny_dir, tokenizer, max_batch_size=2, max_context=4096)
+    agent = LLMAgent(backend, tokenizer, SamplingParams(max_tokens=24, temperature=1.0))
+    kwargs = {"task": "editor-new-file-0", "a11y": True, "screenshot": False, "warm": 0, "screen": (800, 600)}
+    eng = RolloutEngine("gui-desktop", agent, RolloutConfig(group_size=2, max_turns=3), env_kwargs=kwargs)
+    trajs = await eng.run([0])
+    await backend.aclose()
+    assert len(trajs) == 2 and not any(t.masked for t in trajs), [t.mask_reason for t in trajs]
+    for t in trajs:
+        assert 1 <= len(t.turns) <= 3 and len(t.token_ids) == len(t.loss_mask) == len(t.logprobs)
+        spans = {i for turn in t.turns for i in range(*turn.gen_span)}
+        assert {i for i, m in enumerate(t.loss_mask) if m} == spans  # the loss sees only the samples
+        system, first = t.prompt[0], t.prompt[1]
+        assert not first.images and "Elements (id, role, name" in first.content
+        assert "accessible elements" in system.content  # the text-only intro
+        assert all(not m.images for turn in t.turns for m in turn.observation)
+    assert backend.stats["prompt_tokens"] > 0
+    assert {c.id for c in managed_containers(run_id="desktop")} <= before  # every desktop closed
+
+
 #: the other templates, one task each (the slow suite's sample); every one of the 40 tasks:
 #: ``python benchmarks/gui_desktop.py --all-tasks`` (docs/envs/gui-desktop.md has its table)
 MORE = ["editor-append-1", "sheet-max-1", "sheet-min-2", "files-delete-0", "files-mkdir-1", "files-move-0"]

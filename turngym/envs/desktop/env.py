@@ -47,6 +47,8 @@ class DesktopEnv(DesktopActions, Env):
             pixels of the screenshot.
         a11y: add the accessibility tree as an element list (and the ``click_element`` tool works).
         marks: draw the element boxes and ids on the screenshot (set-of-marks; needs ``a11y``).
+        screenshot: attach the screenshot to each observation; False (needs ``a11y``): the element list
+            alone, for text-only policies (coordinates are then screen pixels).
         settle_s: the longest the screen may take to settle after a turn before the screenshot (through
             the helper, the screenshot is taken as soon as two captures 40 ms apart agree).
         helper: drive the desktop through its long-lived helper process (one round trip a step); False:
@@ -76,6 +78,7 @@ class DesktopEnv(DesktopActions, Env):
         warm: int = 1,
         task_seed: int = 0,
         helper: bool = True,
+        screenshot: bool = True,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
@@ -86,6 +89,13 @@ class DesktopEnv(DesktopActions, Env):
             raise ValueError("screenshot_size must keep the screen's aspect ratio")
         if marks and not a11y:
             raise ValueError("marks=True needs a11y=True")
+        if not screenshot and (marks or not a11y):
+            raise ValueError(
+                "screenshot=False needs a11y=True (the element list is then all the agent sees) and no marks"
+            )
+        self.screenshot = bool(screenshot)
+        if not self.screenshot:  # the text-only policy's coordinates: the screen's own pixels
+            self.screen_size, self._scale = self.screen, 1.0
         self.a11y, self.marks, self.settle_s, self.warm = a11y, marks, float(settle_s), int(warm)
         self.use_helper = bool(helper)
         self._app_seen = "running"
@@ -190,12 +200,12 @@ class DesktopEnv(DesktopActions, Env):
         from turngym.sandboxes.desktop import png_bytes
 
         w, h = self.screen_size
-        text = f"{head}Screenshot ({w}x{h} pixels)."
+        text = f"{head}Screenshot ({w}x{h} pixels)." if self.screenshot else f"{head}Screen ({w}x{h} pixels)."
         if self.a11y:
             text += "\nElements (id, role, name, bounds x,y,w,h):\n" + ob.elements_text(
                 self._nodes, self._scale
             )
-        return Message(role="user", content=text, images=[png_bytes(image)])
+        return Message(role="user", content=text, images=[png_bytes(image)] if self.screenshot else [])
 
     def _check(self, seen: Observation, final: bool) -> Verdict:
         """The checker's verdict. Between turns, a state the helper saw unchanged (the checked paths'
@@ -235,9 +245,15 @@ class DesktopEnv(DesktopActions, Env):
         first = await self._screen_message(f"Task: {task.instruction}\n\n", final=False)
         self._progress = self._progress0 = self._verdict.progress if self._verdict else 0.0
         self._keys = [self._last_key]
-        system = Message(
-            role="system", content=(self.system_intro + "\n\n" + self.tool_instructions()).strip()
+        intro = (
+            self.system_intro
+            if self.screenshot
+            else self.system_intro.replace(
+                "a screenshot; coordinates are pixels of that screenshot",
+                "the screen's accessible elements with their boxes; coordinates are screen pixels",
+            )
         )
+        system = Message(role="system", content=(intro + "\n\n" + self.tool_instructions()).strip())
         reference = {"app": task.app, "checker": task.check, "template": task.template}
         return Task(
             messages=[system, first], task_id=task.task_id, reference=reference, info={"app": task.app}
