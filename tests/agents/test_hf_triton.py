@@ -2,7 +2,7 @@
 rotary with the cache write and SwiGLU equal their torch references on random shapes (grouped
 heads, one or many queries a row, slots out of order, strided queries, positions at 0 and past the
 attended columns), and the slots engine with them gives the torch ops' greedy ids, logprobs and
-seeded samples on Llama, Mistral and Qwen2 across resumed turns; both on CPU through Triton's
+seeded samples on Llama and Qwen3 across resumed turns (Mistral and Qwen2 too with `python -m tests.agents.triton_checks engine all`); both on CPU through Triton's
 interpreter (float32, float16), in a subprocess since triton reads ``TRITON_INTERPRET`` at import.
 Which kernels a forward uses, and the refusals. On CUDA (bf16, captured graphs): test_hf_cuda.py."""
 
@@ -49,10 +49,9 @@ def test_kernels_equal_their_references_in_the_interpreter():
 @pytest.mark.slow
 def test_slots_engine_with_the_kernels_equals_torch_ops_in_the_interpreter():
     out = _interpret("engine")
+    # the suite's sample (Llama, Qwen3); `python -m tests.agents.triton_checks engine all` adds Mistral, Qwen2
     assert [line for line in out.splitlines() if line.startswith("ok engine")] == [
         "ok engine llama",
-        "ok engine mistral",
-        "ok engine qwen2",
         "ok engine qwen3",
     ]
 

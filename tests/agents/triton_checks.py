@@ -129,7 +129,7 @@ def kernels(device: str = "cpu", dtypes: tuple = (torch.float32, torch.float16))
     )
 
 
-def engine() -> None:
+def engine(families: tuple[str, ...]) -> None:
     """The slots engine with the interpreted kernels gives the torch ops' greedy ids and logprobs
     (float32) on Llama (biases, untied head, llama3 rope), Mistral (head_dim 32), Qwen2, Qwen3 (q/k norms), across
     turns that resume parked rows, and the same seeded samples."""
@@ -183,10 +183,18 @@ def engine() -> None:
             await ops.aclose()
         print(f"ok engine {kind}", flush=True)
 
-    for kind in ("llama", "mistral", "qwen2", "qwen3"):
+    for kind in families:
         asyncio.run(run(kind))
 
 
+#: the suite's sample of the families (llama: biases, llama3 rope and split decode; qwen3: q/k norms);
+#: ``python -m tests.agents.triton_checks engine all`` (TRITON_INTERPRET=1) runs Mistral and Qwen2 too
+SAMPLED_FAMILIES = ("llama", "qwen3")
+ALL_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+
 if __name__ == "__main__":
     torch.manual_seed(0)
-    {"kernels": kernels, "engine": engine}[sys.argv[1]]()
+    if sys.argv[1] == "engine":
+        engine(ALL_FAMILIES if sys.argv[2:] == ["all"] else SAMPLED_FAMILIES)
+    else:
+        kernels()
