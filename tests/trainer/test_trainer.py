@@ -40,6 +40,13 @@ def test_end_to_end_metrics_checkpoint_and_artifacts(tmp_path):
         # the rollout backend's own counters, this rollout's (a backend is made per rollout)
         assert r["rollout/backend/prefills"] >= 1 and r["rollout/backend/steps"] > 0
         assert r["rollout/backend/prompt_tokens"] > 0 and "rollout/backend/widths" not in r
+        # the update's model FLOP rate from the tokens it ran; per-phase peaks only on CUDA
+        trajs = [
+            json.loads(x)
+            for x in (run / "trajectories" / f"step-{r['step']:06d}.jsonl").read_text().splitlines()
+        ]
+        assert r["throughput/update_tokens"] == sum(len(t["token_ids"]) for t in trajs if not t["masked"]) > 0
+        assert r["throughput/update_tflops"] > 0 and not any(k.startswith("memory/") for k in r)
     assert [p.name for p in (run / "checkpoints").iterdir()] == ["step-000002"]
     assert (run / "final" / "config.json").exists() and (run / "tb").is_dir()
     trajs = (run / "trajectories" / "step-000001.jsonl").read_text().splitlines()
