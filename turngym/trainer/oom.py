@@ -43,17 +43,16 @@ def memory_numbers(device: Any) -> dict[str, float]:
     }
 
 
-def phase_peak_gib(device: Any, reset: bool = True) -> float | None:
-    """Peak GiB allocated on a CUDA ``device`` since the last reset (then reset again, so each phase of
-    a step reports its own peak); None for a device that is not CUDA."""
+def phase_peak_gib(device: Any) -> float | None:
+    """Peak GiB allocated on a CUDA ``device`` since the last call, and a reset, so each phase of a
+    step reports its own peak; None for a device that is not CUDA."""
     import torch
 
     dev = torch.device(device) if device is not None else None
     if dev is None or dev.type != "cuda" or not torch.cuda.is_available():
         return None
     peak = torch.cuda.max_memory_allocated(dev) / GIB
-    if reset:
-        torch.cuda.reset_peak_memory_stats(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
     return peak
 
 
