@@ -187,9 +187,10 @@ def engine(families: tuple[str, ...]) -> None:
         asyncio.run(run(kind))
 
 
-#: the suite's sample of the families (llama: biases, llama3 rope and split decode; qwen3: q/k norms);
-#: ``python -m tests.agents.triton_checks engine all`` (TRITON_INTERPRET=1) runs Mistral and Qwen2 too
-SAMPLED_FAMILIES = ("llama", "qwen3")
+#: the suite's sample of the families (llama: biases, llama3 rope and split decode);
+#: ``python -m tests.agents.triton_checks engine all`` (TRITON_INTERPRET=1) runs Qwen3 (q/k norms),
+#: Mistral and Qwen2 too (each adds ~40 s on 2 cores)
+SAMPLED_FAMILIES = ("llama",)
 ALL_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 
 if __name__ == "__main__":
