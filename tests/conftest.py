@@ -119,6 +119,25 @@ def strip_tokenizer():
     return load_tokenizer("tiny:thinking_strip")
 
 
+# ---- one vLLM server (CPU) on the tiny model for the session, started by the first test that asks ----
+@pytest.fixture(scope="session")
+def vllm_server(tiny_dir):
+    from turngym.agents.vllm import VLLMServer
+
+    server = VLLMServer(
+        tiny_dir,
+        max_model_len=1024,
+        dtype="float32",
+        enable_lora=True,
+        max_lora_rank=8,
+        served_model_name="tiny",
+        extra_args=["--enable-auto-tool-choice", "--tool-call-parser", "hermes"],
+    )
+    with server:
+        yield server
+    assert server.proc is None
+
+
 # ---- the real pretrained model (SmolLM2-135M-Instruct), converted once into the turngym cache ----
 @pytest.fixture(scope="session")
 def smollm2_dir():

@@ -1,6 +1,7 @@
 """A real vLLM server (CPU) serving the tiny model: token ids, logprobs, seeds, LoRA, rollouts.
 
-One server per test session (~30 s to start); every test here is ``slow`` and ``vllm``.
+One server per test session (``vllm_server`` in tests/conftest.py, ~30 s to start, shared with the
+examples' tests); every test here is ``slow`` and ``vllm``.
 """
 
 import asyncio
@@ -15,24 +16,6 @@ from turngym.sdk.tool_env import ToolEnv
 from turngym.tools import tool
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
-
-
-@pytest.fixture(scope="session")
-def vllm_server(tiny_dir):
-    from turngym.agents.vllm import VLLMServer
-
-    server = VLLMServer(
-        tiny_dir,
-        max_model_len=1024,
-        dtype="float32",
-        enable_lora=True,
-        max_lora_rank=8,
-        served_model_name="tiny",
-        extra_args=["--enable-auto-tool-choice", "--tool-call-parser", "hermes"],
-    )
-    with server:
-        yield server
-    assert server.proc is None
 
 
 @pytest.fixture

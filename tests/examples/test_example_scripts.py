@@ -107,9 +107,21 @@ def test_train_with_each_credit_method(method, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.vllm
-def test_rollout_against_a_local_vllm_server(tmp_path):
+def test_rollout_against_a_local_vllm_server(tmp_path, vllm_server):
+    # the session's server (the example starts its own without --url: the same VLLMServer as the fixture)
     rc, out, summary = run_example(
-        "rollout_vllm.py", "--tasks", "1", "--group", "2", "--max-turns", "2", "--out", "out", cwd=tmp_path
+        "rollout_vllm.py",
+        "--url",
+        vllm_server.url,
+        "--tasks",
+        "1",
+        "--group",
+        "2",
+        "--max-turns",
+        "2",
+        "--out",
+        "out",
+        cwd=tmp_path,
     )
     assert rc == 0, out
     assert summary["trajectories"] == 2 and summary["turns"] >= 2 and summary["sampled_tokens"] > 0, out
@@ -137,10 +149,21 @@ def test_trl_grpo_example_trains_on_arith(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.vllm
-def test_verifiers_example_against_a_local_vllm_server(tmp_path):
+def test_verifiers_example_against_a_local_vllm_server(tmp_path, vllm_server):
     pytest.importorskip("verifiers")
     rc, out, summary = run_example(
-        "verifiers_env.py", "--tasks", "2", "--rollouts", "1", "--max-turns", "2", "--out", "vf", cwd=tmp_path
+        "verifiers_env.py",
+        "--base-url",
+        vllm_server.url + "/v1",
+        "--tasks",
+        "2",
+        "--rollouts",
+        "1",
+        "--max-turns",
+        "2",
+        "--out",
+        "vf",
+        cwd=tmp_path,
     )
     assert rc == 0, out
     # the random model's replies are rarely tool calls: the env answers with error observations and
