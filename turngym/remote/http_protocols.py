@@ -1,20 +1,21 @@
 """uvicorn's HTTP/1.1 protocols, bounded: what one peer can hold on a turngym server.
 
-Both classes add to uvicorn's own protocol (h11: pure Python; httptools: llhttp in C, about a third
-of the proxy's CPU less per call) the same guarantees, which uvicorn lacks:
+Both classes add to uvicorn's own protocol (h11: pure Python; httptools: llhttp, in C, cheaper a
+call) the same guarantees, which uvicorn lacks:
 
 * a cap on open connections: past it a connection gets ``503 too many connections`` and is closed
   at once (the server never runs out of file descriptors);
 * a deadline for each request's headers: a connection that has not sent a request's headers within
   ``header_timeout`` seconds of opening (or of the request's first byte) is closed (idle and
   slowloris sockets); keep-alive connections between requests are uvicorn's ``timeout_keep_alive``;
-* a cap on the bytes of a request's head (request line and headers): h11 through uvicorn's
-  ``h11_max_incomplete_event_size``, httptools here (``431``, then closed);
+* a cap on the bytes of a request's head (request line and headers) the parser buffers: h11
+  through uvicorn's ``h11_max_incomplete_event_size``, httptools here (``431``, then closed); the
+  guard (:func:`turngym.remote.security.guard_app`) refuses a complete head over it too;
 * httptools also refuses an HTTP/1.1 request without ``Host`` (400), as h11 does.
 
 :func:`bounded_protocol` picks one: ``"auto"`` is httptools where the package imports, else h11.
-Each class names its parser in ``http_parser``. :func:`turngym.remote.security.uvicorn_limits` builds the
-uvicorn settings around it; ``$TURNGYM_HTTP`` (``auto``, ``h11``, ``httptools``) overrides ``auto``.
+Each class names its parser in ``http_parser``; :func:`turngym.remote.security.uvicorn_limits` builds
+the uvicorn settings around it; ``$TURNGYM_HTTP`` (``auto``, ``h11``, ``httptools``) is the default.
 """
 
 from __future__ import annotations
