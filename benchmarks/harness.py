@@ -1,6 +1,7 @@
 """Proxy overhead: a call through ``turngym proxy`` against the same call to the backend directly.
 
     python benchmarks/harness.py [--backends instant,sim,tiny] [--episodes 64] [--turns 4] [--calls 60]
+                                 [--http auto|h11|httptools|h11,httptools]
 
 For each backend (``instant``: fixed ids at once, the proxy's cost alone; ``sim``: a latency model of
 a GPU server, ``SIM_STEP_S`` per decode step whatever the batch, so 64 episodes decode together;
@@ -19,6 +20,8 @@ process with the same prompts (rendered once with the chat template) and the sam
 
 The client is aiohttp (one session, one connection per episode); its own CPU per call is printed.
 Runs alternate proxy and direct (twice each) so load drift hits both; the load average is printed.
+``--http h11,httptools`` serves the proxy once per HTTP parser (a process each) and measures them in
+turns, in alternating order, against the same direct baseline.
 On a loaded machine wall-clock numbers mostly measure the load, so the proxy process's own CPU time
 per call (``/proc/<pid>/stat``: user + system, its whole work: HTTP, proxy and, for ``tiny``, the
 model) is printed too, and the calls/s one core could serve at that cost (1 / CPU per call): what
@@ -70,12 +73,14 @@ def _backend(kind: str):
     return HFBackend(tiny_model_path(), tok, max_batch_size=64, max_wait_ms=2), tok
 
 
-def _serve(kind: str, port: int) -> None:
+def _serve(kind: str, port: int, http: str) -> None:
     from turngym.proxy import make_proxy, serve_proxy
 
+    os.environ["TURNGYM_HTTP"] = http  # the HTTP/1.1 parser (turngym.remote.http_protocols)
     backend, tok = _backend(kind)
     proxy = make_proxy(backend=backend, tokenizer=tok, name="m", max_context=4096, max_tokens=MAX_TOKENS)
-    with serve_proxy(proxy, token=TOKEN, port=port):
+    with serve_proxy(proxy, token=TOKEN, port=port) as running:
+        print(f"proxy for {kind} (pid {os.getpid()}): HTTP parser {running.server.http_parser}", flush=True)
         while True:
             time.sleep(3600)
 
@@ -187,42 +192,53 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def bench(kind: str, episodes: int, turns: int, calls: int) -> dict:
+def bench(kind: str, episodes: int, turns: int, calls: int, parsers: list[str]) -> dict[str, dict]:
+    """One proxy process per HTTP parser in ``parsers``, measured in turns against one direct
+    baseline: ``{parser: numbers}`` (the direct numbers are the same in each)."""
     import socket
 
     from turngym.agents.chat import ChatFormat
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = mp.get_context("spawn").Process(target=_serve, args=(kind, port), daemon=True)
-    proc.start()
-    url = f"http://127.0.0.1:{port}"
+    procs, urls = {}, {}
+    for http in parsers:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        procs[http] = mp.get_context("spawn").Process(target=_serve, args=(kind, port, http), daemon=True)
+        procs[http].start()
+        urls[http] = f"http://127.0.0.1:{port}"
     backend, tok = _backend(kind)
     fmt = ChatFormat(tok)
     try:
-        _wait_up(url, proc)
-        keys = ("proxy_p50", "direct_p50", "floor_p50", "proxy_cps", "direct_cps", "proxy_cpu", "client_cpu")
-        out: dict = {k: [] for k in keys}
-        asyncio.run(_run_proxy(url, 2, 2, f"warm-{kind}"))  # warm both paths
+        for http in parsers:
+            _wait_up(urls[http], procs[http])
+        keys = ("proxy_p50", "floor_p50", "proxy_cps", "proxy_cpu", "client_cpu")
+        out: dict = {http: {k: [] for k in keys} for http in parsers}
+        direct: dict = {"direct_p50": [], "direct_cps": []}
+        for http in parsers:  # warm both paths
+            asyncio.run(_run_proxy(urls[http], 2, 2, f"warm-{kind}"))
         asyncio.run(_run_direct(backend, fmt, 2, 2, f"warm-{kind}"))
         for rep in range(2):
-            out["floor_p50"].append(statistics.median(asyncio.run(_run_floor(url, calls))))
-            lat, _ = asyncio.run(_run_proxy(url, 1, calls, f"lat{rep}"))
-            out["proxy_p50"].append(statistics.median(lat))
+            for http in parsers if rep % 2 == 0 else parsers[::-1]:  # alternate the order: load drift
+                url, pid, o = urls[http], procs[http].pid, out[http]
+                o["floor_p50"].append(statistics.median(asyncio.run(_run_floor(url, calls))))
+                lat, _ = asyncio.run(_run_proxy(url, 1, calls, f"lat{rep}"))
+                o["proxy_p50"].append(statistics.median(lat))
+                cpu0, mine = _cpu_s(pid), time.process_time()
+                lat, wall = asyncio.run(_run_proxy(url, episodes, turns, f"tp{rep}"))
+                o["proxy_cpu"].append((_cpu_s(pid) - cpu0) / len(lat))
+                o["client_cpu"].append((time.process_time() - mine) / len(lat))
+                o["proxy_cps"].append(len(lat) / wall)
             lat, _ = asyncio.run(_run_direct(backend, fmt, 1, calls, f"lat{rep}"))
-            out["direct_p50"].append(statistics.median(lat))
-            cpu0, mine = _cpu_s(proc.pid), time.process_time()
-            lat, wall = asyncio.run(_run_proxy(url, episodes, turns, f"tp{rep}"))
-            out["proxy_cpu"].append((_cpu_s(proc.pid) - cpu0) / len(lat))
-            out["client_cpu"].append((time.process_time() - mine) / len(lat))
-            out["proxy_cps"].append(len(lat) / wall)
+            direct["direct_p50"].append(statistics.median(lat))
             lat, wall = asyncio.run(_run_direct(backend, fmt, episodes, turns, f"tp{rep}"))
-            out["direct_cps"].append(len(lat) / wall)
-        return {k: statistics.median(v) for k, v in out.items()}
+            direct["direct_cps"].append(len(lat) / wall)
+        base = {k: statistics.median(v) for k, v in direct.items()}
+        return {http: {**base, **{k: statistics.median(v) for k, v in o.items()}} for http, o in out.items()}
     finally:
-        proc.kill()
-        proc.join(10)
+        for proc in procs.values():
+            proc.kill()
+            proc.join(10)
 
 
 def main() -> None:
@@ -231,23 +247,32 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=64)
     ap.add_argument("--turns", type=int, default=4)
     ap.add_argument("--calls", type=int, default=60)
+    ap.add_argument(
+        "--http",
+        default="auto",
+        help="the proxy's HTTP/1.1 parser(s), comma-separated: auto, h11, httptools (several: one proxy "
+        "process each, measured in turns against the same direct baseline)",
+    )
     ap.add_argument("--json", help="also write the numbers to this file")
     args = ap.parse_args()
+    parsers = [p.strip() for p in args.http.split(",") if p.strip()]
     load0 = os.getloadavg()[0]
     print(f"load average before: {load0:.2f}; {os.cpu_count()} CPUs; max_tokens {MAX_TOKENS}")
-    print(f"{'backend':8} {'p50 direct':>11} {'p50 proxy':>10} {'overhead':>9} {'HTTP floor':>10} "
+    print(f"{'backend':8} {'HTTP':9} {'p50 direct':>11} {'p50 proxy':>10} {'overhead':>9} {'HTTP floor':>10} "
           f"{'calls/s direct':>15} {'calls/s proxy':>14} {'ratio':>6} {'proxy CPU/call':>15} "
           f"{'client CPU/call':>16} {'proxy calls/s/core':>19}")  # fmt: skip
-    results = {}
+    results: dict = {}
     for kind in args.backends.split(","):
-        r = results[kind] = bench(kind, args.episodes, args.turns, args.calls)
-        print(
-            f"{kind:8} {r['direct_p50'] * 1e3:9.2f}ms {r['proxy_p50'] * 1e3:8.2f}ms "
-            f"{(r['proxy_p50'] - r['direct_p50']) * 1e3:7.2f}ms {r['floor_p50'] * 1e3:8.2f}ms "
-            f"{r['direct_cps']:15.1f} {r['proxy_cps']:14.1f} "
-            f"{r['proxy_cps'] / r['direct_cps']:6.2f} {r['proxy_cpu'] * 1e3:13.2f}ms {r['client_cpu'] * 1e3:14.2f}ms "
-            f"{1 / r['proxy_cpu']:19.0f}"
-        )
+        results[kind] = bench(kind, args.episodes, args.turns, args.calls, parsers)
+        for http, r in results[kind].items():
+            print(
+                f"{kind:8} {http:9} {r['direct_p50'] * 1e3:9.2f}ms {r['proxy_p50'] * 1e3:8.2f}ms "
+                f"{(r['proxy_p50'] - r['direct_p50']) * 1e3:7.2f}ms {r['floor_p50'] * 1e3:8.2f}ms "
+                f"{r['direct_cps']:15.1f} {r['proxy_cps']:14.1f} "
+                f"{r['proxy_cps'] / r['direct_cps']:6.2f} {r['proxy_cpu'] * 1e3:13.2f}ms "
+                f"{r['client_cpu'] * 1e3:14.2f}ms {1 / r['proxy_cpu']:19.0f}",
+                flush=True,
+            )
     if args.json:
         Path(args.json).write_text(
             json.dumps({"load_before": load0, "cpus": os.cpu_count(), **results}, indent=1)

@@ -14,7 +14,7 @@
 # The device tool sends the main checkout: merge first, and fetch the proxy's wheels into .whl once:
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
 #     --platform manylinux_2_17_x86_64 --platform any -d .whl fastapi annotated-doc starlette uvicorn \
-#     openai jiter distro sniffio mcp mcp-types httpx2 httpcore2 truststore opentelemetry-api \
+#     httptools openai jiter distro sniffio mcp mcp-types httpx2 httpcore2 truststore opentelemetry-api \
 #     importlib-metadata zipp pyjwt python-multipart sse-starlette typing-extensions cryptography cffi pycparser
 # (the versions of the CPU machine's venv: `pip show NAME`). The machine has aiohttp, httpx, h11, click.
 # STEPS (15), TASKS (8 per step), GROUP (8), LR (1e-5), SFT (warm-start steps, 60), DEPTH (arith, 1),

@@ -286,6 +286,9 @@ def test_the_token_is_required_and_hosts_and_origins_are_checked(tiny):
     assert httpx.post(url, content=b"x" * (5 * 1024 * 1024), headers=ok).status_code == 413
     assert httpx.get(tiny.url + "/health").status_code == 200
     assert [m.id for m in client(tiny).models.list().data] == ["tiny"]
+    from turngym.remote.http_protocols import resolve_parser
+
+    assert tiny.server.http_parser == resolve_parser()  # the guard's bounded protocol serves
 
 
 def test_the_episode_key_comes_from_the_path_a_header_or_the_api_key(tiny):

@@ -396,10 +396,11 @@ def test_stateless_openenv_step_errors_are_json():
 
 
 # ------------------------------------------------------------------ idle sockets
-def test_idle_sockets_past_the_fd_limit_do_not_starve_health():
+@pytest.mark.parametrize("parser", ["h11", "httptools"])
+def test_idle_sockets_past_the_fd_limit_do_not_starve_health(parser):
     """Many idle sockets against a server whose file-descriptor limit is low (256 here, 1024 in the
     report): the connection cap closes the excess at once, the header deadline the rest, and
-    ``/health`` answers. Before: accept() failed with EMFILE and /health hung."""
+    ``/health`` answers, with either HTTP parser. Before: accept() failed with EMFILE and /health hung."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < 600:
         pytest.skip(f"this test opens 300 sockets; the fd limit here is {soft}")
@@ -408,7 +409,16 @@ def test_idle_sockets_past_the_fd_limit_do_not_starve_health():
         resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
 
     port = free_port()
-    proc = start_cli_server(port, "arith", "--token", TOKEN, "--header-timeout", "1", preexec_fn=low_fd_limit)
+    proc = start_cli_server(
+        port,
+        "arith",
+        "--token",
+        TOKEN,
+        "--header-timeout",
+        "1",
+        preexec_fn=low_fd_limit,
+        env={**os.environ, "TURNGYM_HTTP": parser},
+    )
     idle: list[socket.socket] = []
     try:
         for _ in range(300):  # bounded: 300 connections, each opened once, never written to
@@ -438,9 +448,10 @@ def test_idle_sockets_past_the_fd_limit_do_not_starve_health():
             except OSError:
                 closed += 1
         assert closed == len(idle) >= 250
-        limits = uvicorn_limits()
+        limits = uvicorn_limits(http=parser)
         assert limits["limit_concurrency"] and limits["h11_max_incomplete_event_size"] == 16 * 1024
     finally:
         for s in idle:
             s.close()
-        stop(proc)
+        out = stop(proc)
+    assert f"HTTP parser: {parser}" in out

@@ -218,6 +218,7 @@ class ProxyServer:
         self.host = host
         self.port = self.sock.getsockname()[1]
         self.server: Any = None
+        self.http_parser: str | None = None
         self._thread: threading.Thread | None = None
 
     @property
@@ -234,6 +235,8 @@ class ProxyServer:
         # X-Forwarded-For rewriting (a loopback server has no proxy in front); no access log
         options = {"loop": _loop(), "proxy_headers": False, "access_log": False, **uvicorn_limits()}
         config = uvicorn.Config(app, log_level="warning", **{**options, **uvicorn_kwargs})
+        #: the HTTP/1.1 parser serving (``h11`` or ``httptools``; ``$TURNGYM_HTTP`` picks)
+        self.http_parser = getattr(config.http, "http_parser", str(config.http))
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True, name="turngym-proxy"

@@ -9,7 +9,10 @@ mount) and refuses, before the app sees it, any HTTP request or WebSocket handsh
   clients that only take a URL; compared in constant time): 401, with a short message saying how to
   authenticate (paths in ``open_paths``, e.g. ``/health``, need none);
 * carries a body over ``max_body_bytes`` (by ``Content-Length`` or as it streams in): 413; a
-  WebSocket frame over ``max_frame_bytes`` closes the socket (code 1009).
+  WebSocket frame over ``max_frame_bytes`` closes the socket (code 1009);
+* repeats ``Host``/``Origin``/``Authorization``/``Content-Length``, or sends both ``Content-Length``
+  and ``Transfer-Encoding`` (request smuggling): 400; has a head over 16 KiB: 431 (both close the
+  connection).
 
 Two tokens may be set: the client token, and an optional trainer token whose holders are also
 *trainers* (:func:`caller_is_trainer`): servers send privileged data (the gold ``reference``) only to
@@ -31,6 +34,8 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
+
+from turngym.remote.http_protocols import MAX_HEAD_BYTES, bounded_protocol
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -181,6 +186,12 @@ class ServeGuard:
         for name in (b"host", b"origin", b"authorization", b"content-length"):
             if len(headers.get(name, [])) > 1:
                 return 400, "malformed", f"more than one {name.decode()} header"
+        if b"transfer-encoding" in headers and b"content-length" in headers:
+            return (
+                400,
+                "malformed",
+                "both Content-Length and Transfer-Encoding: send one (request smuggling?)",
+            )
         host = _first(headers, b"host").lower()
         if "*" not in self.allowed_hosts and host not in self.allowed_hosts:
             return (
@@ -268,9 +279,13 @@ def guard_app(app: ASGIApp, guard: ServeGuard, *, open_paths: Iterable[str] = ("
             await app(scope, receive, send)
             return
         headers: dict[bytes, list[bytes]] = {}
+        size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
         for name, value in scope.get("headers") or []:
             headers.setdefault(bytes(name).lower(), []).append(bytes(value))
+            size += len(name) + len(value) + 4
         verdict = guard.check(headers, needs_token=scope.get("path", "") not in opened)
+        if size > MAX_HEAD_BYTES:  # the protocols bound what they buffer; this bounds what one head holds
+            verdict = 431, "headers_too_large", f"request headers over {MAX_HEAD_BYTES} bytes"
         if not isinstance(verdict, str):
             await _refuse(scope, send, *verdict)
             return
@@ -298,6 +313,8 @@ async def _refuse(scope: Scope, send: Send, status: int, kind: str, message: str
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if status == 401:
         headers.append((b"www-authenticate", b'Bearer realm="turngym"'))
+    if status in (400, 431):  # a malformed or oversized head: where its body ends is not to be trusted
+        headers.append((b"connection", b"close"))
     if scope["type"] == "http":
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
@@ -397,20 +414,24 @@ def uvicorn_limits(
     limit_concurrency: int | None = None,
     header_timeout: float = DEFAULT_HEADER_TIMEOUT,
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+    http: str | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments for ``uvicorn.run``/``uvicorn.Config`` that bound what one peer can hold:
     connections past ``max_connections`` are closed at once (the server never runs out of file
     descriptors), a connection that has not sent a request's headers within ``header_timeout``
     seconds is closed (idle and slow-header sockets), requests past ``limit_concurrency`` get 503,
-    headers over 16 KiB and WebSocket messages over ``max_frame_bytes`` are refused."""
+    headers over 16 KiB and WebSocket messages over ``max_frame_bytes`` are refused. ``http``: the
+    HTTP/1.1 parser (``auto``: httptools where installed, else h11; default ``$TURNGYM_HTTP``); the
+    protocol class names it in ``http_parser`` (see :mod:`turngym.remote.http_protocols`)."""
     connections = max_connections if max_connections is not None else default_max_connections()
     if connections < 1 or header_timeout <= 0:
         raise ValueError("max_connections must be >= 1 and header_timeout > 0")
+    protocol = bounded_protocol(http, max_connections=connections, header_timeout=header_timeout)
     return {
-        "http": bounded_h11_protocol(max_connections=connections, header_timeout=header_timeout),
+        "http": protocol,
         "limit_concurrency": limit_concurrency if limit_concurrency is not None else connections,
         "timeout_keep_alive": 5,
-        "h11_max_incomplete_event_size": 16 * 1024,
+        "h11_max_incomplete_event_size": MAX_HEAD_BYTES,
         "ws_max_size": max_frame_bytes,
         "ws_max_queue": 16,
         "ws_ping_interval": 20.0,
@@ -418,51 +439,3 @@ def uvicorn_limits(
         "backlog": 128,
         "timeout_graceful_shutdown": 10,
     }
-
-
-def bounded_h11_protocol(*, max_connections: int, header_timeout: float) -> type:
-    """uvicorn's h11 protocol, plus a cap on open connections and a deadline for each request's
-    headers (uvicorn has neither: a socket that never sends a request is kept forever)."""
-    import h11
-    from uvicorn.protocols.http.h11_impl import H11Protocol
-
-    class BoundedH11Protocol(H11Protocol):
-        _header_timer: Any = None
-
-        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            if len(self.connections) > max_connections:
-                transport.write(
-                    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\n"
-                    b"content-length: 21\r\nconnection: close\r\n\r\ntoo many connections\n"
-                )
-                transport.close()
-                return
-            self._arm()
-
-        def _arm(self) -> None:
-            if self._header_timer is None:
-                self._header_timer = self.loop.call_later(header_timeout, self._headers_late)
-
-        def _disarm(self) -> None:
-            if self._header_timer is not None:
-                self._header_timer.cancel()
-                self._header_timer = None
-
-        def _headers_late(self) -> None:
-            self._header_timer = None
-            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
-                self.transport.close()
-
-        def data_received(self, data: bytes) -> None:
-            super().data_received(data)
-            if self.transport.get_protocol() is not self or self.conn.their_state is not h11.IDLE:
-                self._disarm()  # a request's headers are in (or the socket became a WebSocket)
-            elif not self.transport.is_closing():
-                self._arm()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            super().connection_lost(exc)
-
-    return BoundedH11Protocol
