@@ -51,6 +51,12 @@ def _assert_same_update(a: tuple[dict, dict], b: tuple[dict, dict]) -> None:
     torch.testing.assert_close(tb["weights"], ta["weights"], rtol=0, atol=5e-5)  # lr is 1e-3, 2 steps
 
 
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory) -> tuple[dict, dict]:
+    """The one-process update with the default overrides, the baseline of several tests (read only)."""
+    return _step(tmp_path_factory.mktemp("one"), 1)
+
+
 def test_unknown_strategy_is_refused_with_the_known_ones():
     from turngym.trainer.config import load_config
 
@@ -72,9 +78,9 @@ def test_fsdp_shards_every_decoder_layer_then_the_root():
 
 
 @pytest.mark.slow
-def test_fsdp_update_equals_ddp_and_one_process(tmp_path):
+def test_fsdp_update_equals_ddp_and_one_process(tmp_path, one_process):
     """Two optimizer steps on one global batch of 8 sequences, several micro-batches per rank."""
-    one = _step(tmp_path / "one", 1)
+    one = one_process
     ddp = _step(tmp_path / "ddp", 2)
     fsdp = _step(tmp_path / "fsdp", 2, "cluster.strategy=fsdp")
     assert (fsdp[0]["sharded"], ddp[0]["sharded"], fsdp[0]["backend"]) == (True, False, "gloo")
@@ -99,20 +105,20 @@ def test_fsdp_with_chunked_head_logprobs_equals_one_process(tmp_path):
 
 
 @pytest.mark.slow
-def test_fsdp_reducing_every_micro_batch_equals_one_process(tmp_path):
+def test_fsdp_reducing_every_micro_batch_equals_one_process(tmp_path, one_process):
     """``cluster.fsdp.reduce_every_micro_batch``: gradients reduce-scattered after each of several
     micro-batches and accumulated in the shards give the same update as one process's."""
-    one = _step(tmp_path / "one", 1)
+    one = one_process
     fsdp = _step(tmp_path / "fsdp", 2, "cluster.strategy=fsdp", "cluster.fsdp.reduce_every_micro_batch=true")
     assert fsdp[0]["sharded"] and fsdp[0]["update/micro_batches"] >= 2
     _assert_same_update(one, fsdp)
 
 
 @pytest.mark.slow
-def test_fsdp_with_the_full_copy_released_equals_one_process(tmp_path):
+def test_fsdp_with_the_full_copy_released_equals_one_process(tmp_path, one_process):
     """``cluster.fsdp.release_full_copy``: the copy freed for the update (and the gradients after the
     optimizer step) is rebuilt by the weight sync into exactly the updated weights."""
-    one = _step(tmp_path / "one", 1)
+    one = one_process
     fsdp = _step(tmp_path / "fsdp", 2, "cluster.strategy=fsdp", "cluster.fsdp.release_full_copy=true")
     (m1, t1), (m2, t2) = one, fsdp
     assert m2["sharded"] and t2["grads"].numel() == 0 < t1["grads"].numel()  # freed for the refresh
@@ -123,17 +129,17 @@ def test_fsdp_with_the_full_copy_released_equals_one_process(tmp_path):
 
 
 @pytest.mark.slow
-def test_fsdp_with_a_zero_work_rank_equals_one_process(tmp_path):
+def test_fsdp_with_a_zero_work_rank_equals_one_process(tmp_path, one_process):
     """Rank 1 has no sequence: it runs as many zero-weight passes as rank 0 has micro-batches."""
-    one = _step(tmp_path / "one", 1)
+    one = one_process
     fsdp = _step(tmp_path / "fsdp", 2, "cluster.strategy=fsdp", "--all-on-rank-0")
     assert fsdp[0]["sharded"] and one[0]["update/micro_batches"] >= 2
     _assert_same_update(one, fsdp)
 
 
 @pytest.mark.slow
-def test_fsdp_with_cpu_offload_and_activation_checkpointing_equals_one_process(tmp_path):
-    one = _step(tmp_path / "one", 1)
+def test_fsdp_with_cpu_offload_and_activation_checkpointing_equals_one_process(tmp_path, one_process):
+    one = one_process
     extra = ["cluster.fsdp.cpu_offload=true", "model.gradient_checkpointing=true"]
     fsdp = _step(tmp_path / "fsdp", 2, "cluster.strategy=fsdp", *extra)
     assert fsdp[0]["sharded"]
