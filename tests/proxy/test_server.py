@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
+import time
 
 import httpx as _httpx
 import openai
@@ -140,8 +140,14 @@ def test_prompts_extend_the_previous_prompt_and_sample_and_logprobs_are_the_back
     assert p2[: len(p1) + len(s1)] == p1 + s1  # the second prompt continues the first token for token
     assert [t.logprob for t in r1.choices[0].logprobs.content] == pytest.approx(l1)
     assert [t.logprob for t in r2.choices[0].logprobs.content] == pytest.approx(l2)
-    asyncio.run(tiny.proxy.store.end("exact-1"))  # no reward, no reward_fn: waits, then masked
-    traj = asyncio.run(tiny.proxy.store.wait("exact-1", 30))
+    # ended by the harness (the route: the store lives on the server's loop), no reward and no
+    # reward_fn: masked once the 0.5 s reward deadline passes (the server sweeps every second)
+    end = httpx.post(tiny.url + "/v1/episodes/exact-1/end", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert end.status_code == 200 and end.json()["status"] == "ended"
+    deadline = time.monotonic() + 30
+    while "exact-1" not in tiny.proxy.store.finished and time.monotonic() < deadline:
+        time.sleep(0.05)
+    traj = tiny.proxy.store.finished["exact-1"]
     assert traj.masked and traj.mask_reason.startswith("no_reward")
     assert traj.token_ids == p2 + s2 and traj.logprobs[len(p2) :] == pytest.approx(l2)
     assert traj.loss_mask == [0] * len(p1) + [1] * len(s1) + [0] * (len(p2) - len(p1) - len(s1)) + [1] * len(

@@ -322,6 +322,8 @@ class EpisodeStore:
         return done
 
     async def wait(self, key: str, timeout_s: float) -> Trajectory | None:
+        """The episode's trajectory once it is finished (None past ``timeout_s``). Await it on the
+        store's own event loop (the server's): its events do not wake another loop's waiters."""
         ep = self.live.get(key)
         if ep is None:
             return self.finished.get(key)
