@@ -150,13 +150,16 @@ def test_a11y_element_list_and_click_by_id(env):
 
 @pytest.mark.docker
 def test_closing_the_app_ends_the_episode_with_a_cause(env):
+    """alt+F4 closes the app and the episode ends with the cause, no reward. About 1 first alt+F4 in 7
+    does not close galculator (docs/envs/gui-desktop.md: openbox's binding; ctrl+q never missed), and
+    under load the window can still be on screen when a turn's observation settles; so the close is
+    sent up to three times, and no turn before the exit may state a cause."""
     env.reset(seed=0, options={"task": "calc-2"})
-    obs, reward, term, trunc, info = env.step(env.format_call("hotkey", {"keys": ["alt", "F4"]}))
-    if not term:
-        # under load the window can still be on screen when the turn's observation settles (the window
-        # manager has not yet asked the app to close): the next observation must see the exit
-        assert "end_cause" not in info or not info["end_cause"]
-        obs, reward, term, trunc, info = env.step(env.format_call("wait", {"seconds": 1}))
+    for _ in range(3):
+        obs, reward, term, trunc, info = env.step(env.format_call("hotkey", {"keys": ["alt", "F4"]}))
+        if term:
+            break
+        assert not trunc and not info.get("end_cause") and reward == 0.0
     assert term and "exited" in info["end_cause"]
     assert reward == 0.0
     assert "The episode ended" in obs[-1].content
