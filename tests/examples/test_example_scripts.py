@@ -108,7 +108,7 @@ def test_train_with_each_credit_method(method, tmp_path):
 @pytest.mark.slow
 @pytest.mark.vllm
 def test_rollout_against_a_local_vllm_server(tmp_path, vllm_server):
-    # the session's server (the example starts its own without --url: the same VLLMServer as the fixture)
+    # the session's server; without --url the example starts its own VLLMServer, as the fixture does
     rc, out, summary = run_example(
         "rollout_vllm.py",
         "--url",
