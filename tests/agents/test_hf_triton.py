@@ -2,7 +2,8 @@
 rotary with the cache write and SwiGLU equal their torch references on random shapes (grouped
 heads, one or many queries a row, slots out of order, strided queries, positions at 0 and past the
 attended columns), and the slots engine with them gives the torch ops' greedy ids, logprobs and
-seeded samples on Llama and Qwen3 across resumed turns (Mistral and Qwen2 too with `python -m tests.agents.triton_checks engine all`); both on CPU through Triton's
+seeded samples on Llama across resumed turns (Qwen3, Mistral and Qwen2 too with `python -m
+tests.agents.triton_checks engine all`); both on CPU through Triton's
 interpreter (float32, float16), in a subprocess since triton reads ``TRITON_INTERPRET`` at import.
 Which kernels a forward uses, and the refusals. On CUDA (bf16, captured graphs): test_hf_cuda.py."""
 

@@ -222,28 +222,28 @@ def test_idle_and_slow_header_sockets_are_closed_at_the_deadline(served):
     slow.close()
 
 
-def test_connections_past_the_cap_get_503_and_a_freed_slot_serves_again():
-    for parser in ("h11", "httptools"):
-        with serving(parser, max_connections=4, header_timeout=60) as (port, _):
-            held = [connect_to(port) for _ in range(4)]
-            with connect_to(port) as extra:
-                extra.settimeout(30)
-                reply = extra.recv(4096)
-                assert reply.startswith(b"HTTP/1.1 503") and b"too many connections" in reply, parser
-                assert closed(extra)
-            held.pop().close()  # two freed: limit_concurrency (the cap too) counts the new one
-            held.pop().close()
-            for _ in range(100):  # bounded: the server sees the close soon after
-                with connect_to(port) as s:
-                    s.sendall(head(port, "/freed"))
-                    s.settimeout(30)
-                    if s.recv(4096).startswith(b"HTTP/1.1 200"):
-                        break
-                time.sleep(0.05)
-            else:
-                pytest.fail(f"{parser}: a freed slot never served")
-            for s in held:
-                s.close()
+@pytest.mark.parametrize("parser", ["h11", "httptools"])
+def test_connections_past_the_cap_get_503_and_a_freed_slot_serves_again(parser):
+    with serving(parser, max_connections=4, header_timeout=60) as (port, _):
+        held = [connect_to(port) for _ in range(4)]
+        with connect_to(port) as extra:
+            extra.settimeout(30)
+            reply = extra.recv(4096)
+            assert reply.startswith(b"HTTP/1.1 503") and b"too many connections" in reply, parser
+            assert closed(extra)
+        held.pop().close()  # two freed: limit_concurrency (the cap too) counts the new one
+        held.pop().close()
+        for _ in range(100):  # bounded: the server sees the close soon after
+            with connect_to(port) as s:
+                s.sendall(head(port, "/freed"))
+                s.settimeout(30)
+                if s.recv(4096).startswith(b"HTTP/1.1 200"):
+                    break
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"{parser}: a freed slot never served")
+        for s in held:
+            s.close()
 
 
 # ------------------------------------------------------------------ head size

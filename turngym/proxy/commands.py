@@ -61,7 +61,7 @@ def proxy_command(
 
     from turngym.cli_args import parse_key_values
     from turngym.proxy.api import make_proxy, serve_proxy
-    from turngym.remote.http_protocols import HTTP_ENV
+    from turngym.remote.http_protocols import parser_line
     from turngym.remote.security import resolve_token
 
     # refuse an unsafe bind before loading the model
@@ -99,7 +99,7 @@ def proxy_command(
             typer.echo(f"token (the OpenAI API key): {running.token}")
         if out:
             typer.echo(f"trajectories: {out}/trajectories.jsonl")
-        typer.echo(f"HTTP parser: {running.server.http_parser} (${HTTP_ENV}: auto, h11, httptools)")
+        typer.echo(parser_line(running.server.http_parser))
         try:
             threading.Event().wait()
         except KeyboardInterrupt:

@@ -88,7 +88,6 @@ class Episode:
     trajectory: Trajectory | None = None
     routes: set[str] = field(default_factory=set)  # the backend routes its calls used
     known: Any = None  # its last chat request's messages (``turngym.proxy.wire.KnownMessages``)
-    done: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def finished(self) -> bool:
@@ -301,7 +300,6 @@ class EpisodeStore:
             self.writer.write(traj)
         for hook in self.on_finish:
             hook(ep)
-        ep.done.set()
         return traj
 
     async def sweep(self, now: float | None = None) -> list[str]:
@@ -320,18 +318,6 @@ class EpisodeStore:
             if ep.finished:
                 done.append(ep.key)
         return done
-
-    async def wait(self, key: str, timeout_s: float) -> Trajectory | None:
-        """The episode's trajectory once it is finished (None past ``timeout_s``). Await it on the
-        store's own event loop (the server's): its events do not wake another loop's waiters."""
-        ep = self.live.get(key)
-        if ep is None:
-            return self.finished.get(key)
-        try:
-            await asyncio.wait_for(ep.done.wait(), timeout_s)
-        except TimeoutError:
-            return None
-        return ep.trajectory
 
 
 def split_segments(traj: Trajectory) -> list[Trajectory]:

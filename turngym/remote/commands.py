@@ -93,7 +93,7 @@ def serve_command(
     import uvicorn
 
     from turngym.cli_args import CLIError, err_console
-    from turngym.remote.http_protocols import HTTP_ENV
+    from turngym.remote.http_protocols import parser_line
     from turngym.remote.security import ServeGuard, resolve_token, uvicorn_limits
     from turngym.remote.server import SessionManager, create_app
 
@@ -126,7 +126,7 @@ def serve_command(
     app = create_app(manager, guard=guard, openenv=openenv, mcp=mcp)
     doors = ["/ws", "/sessions"] + (["/openenv"] if openenv else []) + (["/mcp"] if mcp else [])
     typer.echo(f"serving {', '.join(manager.envs)} at http://{host}:{port} ({', '.join(doors)})")
-    typer.echo(f"HTTP parser: {limits['http'].http_parser} (${HTTP_ENV}: auto, h11, httptools)")
+    typer.echo(parser_line(limits["http"].http_parser))
     if secret is None:
         err_console.print(
             "[bold red]WARNING[/]: --insecure-no-token: any process on this machine can drive these envs "

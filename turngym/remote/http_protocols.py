@@ -59,6 +59,11 @@ def resolve_parser(http: str | None = None) -> str:
     return choice
 
 
+def parser_line(parser: str) -> str:
+    """What ``turngym serve`` and ``turngym proxy`` print at start: the parser serving, and the choice."""
+    return f"HTTP parser: {parser} (${HTTP_ENV}: {', '.join(HTTP_CHOICES)})"
+
+
 def bounded_protocol(http: str | None, *, max_connections: int, header_timeout: float) -> type:
     """The bounded protocol class of the parser :func:`resolve_parser` picks from ``http``."""
     make = bounded_httptools_protocol if resolve_parser(http) == "httptools" else bounded_h11_protocol
